@@ -1,0 +1,22 @@
+//! Compiles the protos with protox (pure Rust, no protoc) and tonic-prost-build.
+
+use prost::Message;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    let files = [
+        "mentis/v1/sandbox.proto",
+        "mentis/v1/observation.proto",
+        "mentis/v1/action.proto",
+        "mentis/executor/v1/executor.proto",
+    ];
+    let fds = protox::compile(files, ["."])?;
+    // compile_fds() does not honour file_descriptor_set_path(): write the set ourselves for reflection.
+    std::fs::write(out.join("mentis_descriptor.bin"), fds.encode_to_vec())?;
+    // build_transport(false): the generated `connect` constructor would clash with ActionService.Connect.
+    tonic_prost_build::configure()
+        .build_transport(false)
+        .compile_fds(fds)?;
+    println!("cargo:rerun-if-changed=mentis");
+    Ok(())
+}

@@ -1,0 +1,20 @@
+//! Generated code for the MentisSandbox protos: the public `mentis.v1` API and the internal
+//! `mentis.executor.v1` API spoken between the control plane and each sandbox's executor.
+#![allow(clippy::all, missing_docs, unreachable_pub)]
+
+pub mod mentis {
+    pub mod v1 {
+        tonic::include_proto!("mentis.v1");
+    }
+    pub mod executor {
+        pub mod v1 {
+            tonic::include_proto!("mentis.executor.v1");
+        }
+    }
+}
+
+pub use mentis::executor::v1 as executor;
+pub use mentis::v1 as api;
+
+/// Encoded FileDescriptorSet of every proto above (with its imports), for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("mentis_descriptor");
