@@ -14,8 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // compile_fds() does not honour file_descriptor_set_path(): write the set ourselves for reflection.
     std::fs::write(out.join("mentis_descriptor.bin"), fds.encode_to_vec())?;
     // build_transport(false): the generated `connect` constructor would clash with ActionService.Connect.
+    // bytes("."): output chunks are shared between log readers, so they are `Bytes` (cheap clones).
     tonic_prost_build::configure()
         .build_transport(false)
+        .bytes(".")
         .compile_fds(fds)?;
     println!("cargo:rerun-if-changed=mentis");
     Ok(())

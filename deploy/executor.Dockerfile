@@ -1,0 +1,18 @@
+# The sandbox image: the base image (deploy/build-base-image.sh) plus our mentis-executor gRPC server.
+# Built by deploy/build-executor-image.sh from a build context that holds only the binary.
+# BASE_IMAGE is the hash-tagged base image (mentis/base:bookworm-<hash>), so a new base means a new executor image.
+ARG BASE_IMAGE=mentis/base:bookworm
+FROM ${BASE_IMAGE}
+
+# The script puts the binary in the context with mode 0755; COPY keeps the mode and makes root the owner.
+# (No --chmod: the legacy builder, used here because no buildx plugin is installed, does not know it.)
+COPY mentis-executor /usr/local/bin/mentis-executor
+
+# Everything in the sandbox runs as the unprivileged user `sandbox`, in the workspace volume.
+USER 1000:1000
+WORKDIR /workspace
+EXPOSE 50052
+LABEL io.mentis.managed=true \
+      io.mentis.component=executor
+# tini is PID 1: it reaps the zombies left by user processes and forwards SIGTERM to the executor.
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/mentis-executor"]

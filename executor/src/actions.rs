@@ -1,0 +1,141 @@
+//! Action dispatch: turns a validated spec into a running task of the right kind (shell today; IPython is
+//! the next kind to add here), and routes Cancel / WriteStdin to running actions.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mentis_proto::executor::RunResponse;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::events::EventSink;
+use crate::registry::Registry;
+use crate::shell::{self, ShellContext, ShellSpec};
+use crate::shell::stdin::{STDIN_QUEUE, StdinWrite};
+
+/// A validated action, by kind.
+#[derive(Debug, Clone)]
+pub(crate) enum ActionSpec {
+    Shell(ShellSpec),
+    /// Recognised but not run yet: the IPython runner (kernel, queue) will take its spec here.
+    IPython,
+}
+
+/// The executor's running work: owns every action task and the registry that finds them.
+pub(crate) struct Actions {
+    registry: Arc<Registry>,
+    tracker: TaskTracker,
+    /// Cancelled when the executor shuts down; every action's token is a child of it.
+    shutdown: CancellationToken,
+    workspace: Arc<Path>,
+    default_timeout: Duration,
+}
+
+impl Actions {
+    pub(crate) fn new(config: &Config, shutdown: CancellationToken) -> Self {
+        Self {
+            registry: Registry::new(config.max_actions),
+            tracker: TaskTracker::new(),
+            shutdown,
+            workspace: Arc::from(config.workspace.as_path()),
+            default_timeout: config.default_timeout,
+        }
+    }
+
+    /// Starts an action; its events arrive on the returned channel, the terminal one last.
+    pub(crate) fn start(
+        &self,
+        action_id: String,
+        spec: ActionSpec,
+    ) -> Result<mpsc::Receiver<RunResponse>, Error> {
+        if self.shutdown.is_cancelled() {
+            return Err(Error::ShuttingDown);
+        }
+        match spec {
+            ActionSpec::Shell(spec) => self.start_shell(action_id, spec),
+            ActionSpec::IPython => Err(Error::Unimplemented(
+                "IPython arrives in a later release".to_owned(),
+            )),
+        }
+    }
+
+    fn start_shell(
+        &self,
+        action_id: String,
+        spec: ShellSpec,
+    ) -> Result<mpsc::Receiver<RunResponse>, Error> {
+        let cancel = self.shutdown.child_token();
+        let (stdin_tx, stdin_rx) = if spec.keep_stdin_open {
+            let (tx, rx) = mpsc::channel(STDIN_QUEUE);
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let registration = self
+            .registry
+            .register(&action_id, cancel.clone(), stdin_tx)?;
+        let (sink, events) = EventSink::channel();
+        let ctx = ShellContext {
+            workspace: Arc::clone(&self.workspace),
+            default_timeout: self.default_timeout,
+            cancel,
+            shutdown: self.shutdown.clone(),
+            tracker: self.tracker.clone(),
+            stdin_writes: stdin_rx,
+        };
+        let span = tracing::info_span!("shell_action", action_id = %action_id);
+        self.tracker
+            .spawn(shell::run(spec, ctx, sink, registration).instrument(span));
+        Ok(events)
+    }
+
+    /// Kills a running action (its stream then ends with CANCELLED).
+    pub(crate) fn cancel(&self, action_id: &str) -> Result<(), Error> {
+        self.registry.cancel(action_id)
+    }
+
+    /// Writes to a running action's stdin; returns once the bytes are in the pipe.
+    pub(crate) async fn write_stdin(
+        &self,
+        action_id: &str,
+        data: Bytes,
+        eof: bool,
+    ) -> Result<(), Error> {
+        let queue = self.registry.stdin(action_id, eof)?;
+        let closed = |detail: &str| {
+            Error::FailedPrecondition(format!("stdin of action {action_id:?} is closed{detail}"))
+        };
+        let (done, answer) = oneshot::channel();
+        queue
+            .send(StdinWrite { data, eof, done })
+            .await
+            .map_err(|_| closed(""))?;
+        match answer.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(closed(&format!(": {e}"))),
+            // The feeder stopped (the command exited) before taking this write.
+            Err(_) => Err(closed("")),
+        }
+    }
+
+    /// Kills every running action and waits (bounded) for their tasks to finish.
+    pub(crate) async fn shutdown(&self, grace: Duration) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                tasks = self.tracker.len(),
+                "action tasks still running after the shutdown grace"
+            );
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Executor configuration: read once from the environment into a typed, validated struct.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// Address the gRPC server listens on.
+pub const LISTEN_ENV: &str = "MENTIS_EXECUTOR_LISTEN";
+/// The per-sandbox bearer token the control plane presents (required).
+pub const TOKEN_ENV: &str = "MENTIS_EXECUTOR_TOKEN";
+/// Root of the sandbox's workspace volume.
+pub const WORKSPACE_ENV: &str = "MENTIS_WORKSPACE";
+/// Upper bound on actions running at the same time.
+pub const MAX_ACTIONS_ENV: &str = "MENTIS_EXECUTOR_MAX_ACTIONS";
+
+/// Default listen address: every interface, because the control plane reaches us over the sandbox network.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:50052";
+/// Default workspace root, where the sandbox's volume is mounted.
+pub const DEFAULT_WORKSPACE: &str = "/workspace";
+/// Default bound on concurrently running actions.
+pub const DEFAULT_MAX_ACTIONS: usize = 64;
+/// Timeout of an action whose request says 0.
+pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The executor's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where `main` binds the gRPC server (`serve` takes an already bound listener).
+    pub listen: SocketAddr,
+    /// Bearer token every ExecutorService call must carry.
+    pub token: Token,
+    /// Workspace root: empty and relative `work_dir`s are resolved against it.
+    pub workspace: PathBuf,
+    /// Running actions beyond this many are refused with ResourceExhausted.
+    pub max_actions: usize,
+    /// Timeout applied when an action asks for 0.
+    pub default_timeout: Duration,
+}
+
+impl Config {
+    /// A config with defaults for everything but the two things that have none in tests.
+    pub fn new(token: Token, workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            // The default is a valid literal; parse cannot fail, but avoid unwrap all the same.
+            listen: DEFAULT_LISTEN
+                .parse()
+                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 50052))),
+            token,
+            workspace: workspace.into(),
+            max_actions: DEFAULT_MAX_ACTIONS,
+            default_timeout: DEFAULT_ACTION_TIMEOUT,
+        }
+    }
+
+    /// Reads the process environment. The caller is expected to remove [`TOKEN_ENV`] afterwards.
+    pub fn from_env() -> Result<Self, Error> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads settings through `lookup` (the environment in production, a map in tests) and validates them.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
+        let listen_raw = lookup(LISTEN_ENV).unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+        let listen = listen_raw.trim().parse::<SocketAddr>().map_err(|e| {
+            Error::Config(format!(
+                "{LISTEN_ENV}={listen_raw:?} is not a socket address (like {DEFAULT_LISTEN}): {e}"
+            ))
+        })?;
+
+        let token = match lookup(TOKEN_ENV) {
+            Some(raw) => Token::new(raw).map_err(|e| Error::Config(format!("{TOKEN_ENV}: {e}")))?,
+            None => return Err(Error::Config(format!("{TOKEN_ENV} is required"))),
+        };
+
+        let workspace =
+            PathBuf::from(lookup(WORKSPACE_ENV).unwrap_or_else(|| DEFAULT_WORKSPACE.to_owned()));
+        if !workspace.is_absolute() {
+            return Err(Error::Config(format!(
+                "{WORKSPACE_ENV}={} must be an absolute path",
+                workspace.display()
+            )));
+        }
+        // Fail at start rather than have every action fail with FAILED_TO_START later.
+        if !workspace.is_dir() {
+            return Err(Error::Config(format!(
+                "{WORKSPACE_ENV}={} is not an existing directory",
+                workspace.display()
+            )));
+        }
+
+        let max_actions = match lookup(MAX_ACTIONS_ENV) {
+            None => DEFAULT_MAX_ACTIONS,
+            Some(raw) => match raw.trim().parse::<usize>() {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "{MAX_ACTIONS_ENV}={raw:?} must be a positive integer"
+                    )));
+                }
+            },
+        };
+
+        Ok(Self {
+            listen,
+            token,
+            workspace,
+            max_actions,
+            default_timeout: DEFAULT_ACTION_TIMEOUT,
+        })
+    }
+}
+
+/// The bearer token. Its `Debug` never shows the value, so a logged config cannot leak it.
+#[derive(Clone)]
+pub struct Token(Arc<str>);
+
+impl Token {
+    /// Accepts a non-empty token of visible ASCII: it travels in an HTTP/2 header after `Bearer `.
+    pub fn new(value: impl Into<String>) -> Result<Self, Error> {
+        let value = value.into();
+        if value.is_empty() {
+            return Err(Error::Config("the token must not be empty".to_owned()));
+        }
+        if !value.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Error::Config(
+                "the token must be visible ASCII without spaces".to_owned(),
+            ));
+        }
+        Ok(Self(value.into()))
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    fn tmp() -> String {
+        std::env::temp_dir().display().to_string()
+    }
+
+    #[test]
+    fn defaults_apply_when_only_token_and_workspace_are_set() {
+        let ws = tmp();
+        let config =
+            Config::from_lookup(lookup(&[(TOKEN_ENV, "s3cret"), (WORKSPACE_ENV, &ws)])).unwrap();
+        assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(config.max_actions, DEFAULT_MAX_ACTIONS);
+        assert_eq!(config.workspace, PathBuf::from(ws));
+        assert_eq!(config.token.as_bytes(), b"s3cret");
+    }
+
+    #[test]
+    fn token_is_required_and_non_empty() {
+        let ws = tmp();
+        let err = Config::from_lookup(lookup(&[(WORKSPACE_ENV, &ws)])).unwrap_err();
+        assert!(err.to_string().contains(TOKEN_ENV), "{err}");
+        let err =
+            Config::from_lookup(lookup(&[(TOKEN_ENV, ""), (WORKSPACE_ENV, &ws)])).unwrap_err();
+        assert!(err.to_string().contains("empty"), "{err}");
+        let err =
+            Config::from_lookup(lookup(&[(TOKEN_ENV, "a b"), (WORKSPACE_ENV, &ws)])).unwrap_err();
+        assert!(err.to_string().contains(TOKEN_ENV), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_the_variable_name() {
+        let ws = tmp();
+        let cases = [
+            (LISTEN_ENV, "not-an-address"),
+            (WORKSPACE_ENV, "relative/dir"),
+            (WORKSPACE_ENV, "/definitely/not/here/mentis"),
+            (MAX_ACTIONS_ENV, "0"),
+            (MAX_ACTIONS_ENV, "many"),
+        ];
+        for (name, value) in cases {
+            let mut pairs = vec![(TOKEN_ENV, "t"), (WORKSPACE_ENV, ws.as_str())];
+            pairs.retain(|(k, _)| *k != name);
+            pairs.push((name, value));
+            let err = Config::from_lookup(lookup(&pairs)).unwrap_err();
+            assert!(err.to_string().contains(name), "{name}={value}: {err}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let config = Config::new(Token::new("top-secret-value").unwrap(), "/workspace");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("top-secret-value"), "{shown}");
+        assert!(shown.contains("redacted"));
+    }
+}

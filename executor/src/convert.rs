@@ -1,0 +1,256 @@
+//! The edge: proto requests become validated domain specs, domain events become proto responses.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use mentis_proto::api::{self, action};
+use mentis_proto::executor::{RunRequest, RunResponse, run_response};
+
+use crate::actions::ActionSpec;
+use crate::error::Error;
+use crate::events::{CmdEnd, EndReason, Event, OutputStream};
+use crate::shell::ShellSpec;
+
+/// Longest accepted action id; ids are UUIDs in practice, this only keeps garbage out of logs and maps.
+const MAX_ACTION_ID_LEN: usize = 128;
+
+/// Validates a Run request into the action's id and spec.
+pub(crate) fn run_request(request: RunRequest) -> Result<(String, ActionSpec), Error> {
+    let RunRequest {
+        action_id,
+        action,
+        env: sandbox_env,
+    } = request;
+    let action_id = action_id_arg(action_id)?;
+    let kind = action
+        .ok_or_else(|| invalid("action is required"))?
+        .kind
+        .ok_or_else(|| invalid("action.kind must be shell or ipython"))?;
+    let spec = match kind {
+        action::Kind::Shell(shell) => ActionSpec::Shell(shell_spec(shell, sandbox_env)?),
+        action::Kind::Ipython(_) => ActionSpec::IPython,
+    };
+    Ok((action_id, spec))
+}
+
+/// Validates the action id of Cancel / WriteStdin (and Run).
+pub(crate) fn action_id_arg(action_id: String) -> Result<String, Error> {
+    if action_id.is_empty() {
+        return Err(invalid("action_id is required"));
+    }
+    if action_id.len() > MAX_ACTION_ID_LEN || action_id.chars().any(char::is_control) {
+        return Err(invalid(format!(
+            "action_id must be at most {MAX_ACTION_ID_LEN} bytes without control characters"
+        )));
+    }
+    Ok(action_id)
+}
+
+fn shell_spec(
+    shell: api::ShellAction,
+    sandbox_env: HashMap<String, String>,
+) -> Result<ShellSpec, Error> {
+    let api::ShellAction {
+        command,
+        work_dir,
+        env: action_env,
+        timeout_seconds,
+        stdin,
+        keep_stdin_open,
+    } = shell;
+    if command.trim().is_empty() {
+        return Err(invalid("shell.command must not be empty"));
+    }
+    // A NUL cannot cross execve; say so now rather than report a confusing spawn failure.
+    if command.contains('\0') {
+        return Err(invalid("shell.command must not contain NUL"));
+    }
+    if work_dir.contains('\0') {
+        return Err(invalid("shell.work_dir must not contain NUL"));
+    }
+    check_env("env", &sandbox_env)?;
+    check_env("shell.env", &action_env)?;
+    Ok(ShellSpec {
+        command,
+        work_dir,
+        sandbox_env,
+        action_env,
+        timeout: (timeout_seconds > 0).then(|| Duration::from_secs(u64::from(timeout_seconds))),
+        stdin: stdin.into(),
+        keep_stdin_open,
+    })
+}
+
+fn check_env(field: &str, env: &HashMap<String, String>) -> Result<(), Error> {
+    for (name, value) in env {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(invalid(format!(
+                "{field}: {name:?} is not a valid variable name"
+            )));
+        }
+        if value.contains('\0') {
+            return Err(invalid(format!("{field}: the value of {name} contains NUL")));
+        }
+    }
+    Ok(())
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::InvalidArgument(message.into())
+}
+
+/// Builds the wire form of one event.
+pub(crate) fn run_response(index: u64, time: SystemTime, event: Event) -> RunResponse {
+    let kind = match event {
+        Event::CmdStart { command, pid } => {
+            run_response::Kind::CmdStart(api::CmdStart { command, pid })
+        }
+        Event::CmdOutput { stream, data } => run_response::Kind::CmdOutput(api::CmdOutput {
+            stream: output_stream(stream) as i32,
+            data,
+        }),
+        Event::CmdEnd(end) => run_response::Kind::CmdEnd(cmd_end(end)),
+    };
+    RunResponse {
+        index,
+        time: Some(time.into()),
+        kind: Some(kind),
+    }
+}
+
+fn output_stream(stream: OutputStream) -> api::OutputStream {
+    match stream {
+        OutputStream::Stdout => api::OutputStream::Stdout,
+        OutputStream::Stderr => api::OutputStream::Stderr,
+    }
+}
+
+fn cmd_end(end: CmdEnd) -> api::CmdEnd {
+    let reason = match end.reason {
+        EndReason::Exited => api::EndReason::Exited,
+        EndReason::TimedOut => api::EndReason::TimedOut,
+        EndReason::Cancelled => api::EndReason::Cancelled,
+        EndReason::FailedToStart => api::EndReason::FailedToStart,
+    };
+    api::CmdEnd {
+        exit_code: end.exit_code,
+        reason: reason as i32,
+        // Fails only for durations beyond i64 seconds, which no command reaches.
+        duration: prost_types::Duration::try_from(end.duration).ok(),
+        signal: end.signal,
+        message: end.message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn shell_request(action_id: &str, shell: api::ShellAction) -> RunRequest {
+        RunRequest {
+            action_id: action_id.into(),
+            action: Some(api::Action {
+                kind: Some(action::Kind::Shell(shell)),
+            }),
+            env: HashMap::new(),
+        }
+    }
+
+    fn command(c: &str) -> api::ShellAction {
+        api::ShellAction {
+            command: c.into(),
+            ..Default::default()
+        }
+    }
+
+    fn expect_invalid(request: RunRequest) {
+        match run_request(request) {
+            Err(Error::InvalidArgument(_)) => {}
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn accepts_a_plain_shell_action() {
+        let mut shell = command("echo hi");
+        shell.timeout_seconds = 7;
+        let (id, spec) = run_request(shell_request("a1", shell)).unwrap();
+        assert_eq!(id, "a1");
+        let ActionSpec::Shell(spec) = spec else {
+            panic!("not shell")
+        };
+        assert_eq!(spec.command, "echo hi");
+        assert_eq!(spec.timeout, Some(Duration::from_secs(7)));
+        let (_, ActionSpec::Shell(spec)) = run_request(shell_request("a2", command("x"))).unwrap()
+        else {
+            panic!("not shell")
+        };
+        assert_eq!(spec.timeout, None, "0 means the default");
+    }
+
+    #[test]
+    fn rejects_malformed_requests() {
+        expect_invalid(shell_request("", command("true")));
+        expect_invalid(shell_request("a\nb", command("true")));
+        expect_invalid(shell_request(&"x".repeat(200), command("true")));
+        expect_invalid(shell_request("a", command("")));
+        expect_invalid(shell_request("a", command("   ")));
+        expect_invalid(shell_request("a", command("echo \0")));
+        let mut bad_env = command("true");
+        bad_env.env.insert("A=B".into(), "x".into());
+        expect_invalid(shell_request("a", bad_env));
+        let mut empty_name = shell_request("a", command("true"));
+        empty_name.env.insert(String::new(), "x".into());
+        expect_invalid(empty_name);
+        expect_invalid(RunRequest {
+            action_id: "a".into(),
+            action: None,
+            env: HashMap::new(),
+        });
+        expect_invalid(RunRequest {
+            action_id: "a".into(),
+            action: Some(api::Action { kind: None }),
+            env: HashMap::new(),
+        });
+    }
+
+    #[test]
+    fn ipython_is_recognised() {
+        let request = RunRequest {
+            action_id: "a".into(),
+            action: Some(api::Action {
+                kind: Some(action::Kind::Ipython(api::IPythonAction {
+                    code: "1+1".into(),
+                    timeout_seconds: 0,
+                })),
+            }),
+            env: HashMap::new(),
+        };
+        assert!(matches!(run_request(request), Ok((_, ActionSpec::IPython))));
+    }
+
+    #[test]
+    fn events_become_responses() {
+        let response = run_response(
+            3,
+            SystemTime::UNIX_EPOCH,
+            Event::CmdEnd(CmdEnd {
+                exit_code: 137,
+                reason: EndReason::Exited,
+                duration: Duration::from_millis(1500),
+                signal: 9,
+                message: String::new(),
+            }),
+        );
+        assert_eq!(response.index, 3);
+        let Some(run_response::Kind::CmdEnd(end)) = response.kind else {
+            panic!("not cmd_end")
+        };
+        assert_eq!(end.reason, api::EndReason::Exited as i32);
+        assert_eq!(end.signal, 9);
+        let duration = end.duration.unwrap();
+        assert_eq!((duration.seconds, duration.nanos), (1, 500_000_000));
+    }
+}

@@ -1,0 +1,122 @@
+//! The crate's one error type, and the one place that turns it into a gRPC status.
+//!
+//! A command that fails (non-zero exit, bad work_dir, timeout) is *data* carried in `cmd_end`, never an
+//! `Error`: these variants are for requests the executor refuses and for its own failures.
+
+use tonic::{Code, Status};
+
+/// Everything that can go wrong in the executor outside of a command's own outcome.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad configuration; the binary exits with this message.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A malformed request.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No running action has this id.
+    #[error("action {0:?} is not running")]
+    NotFound(String),
+    /// A running action already has this id.
+    #[error("action {0:?} is already running")]
+    AlreadyExists(String),
+    /// The action exists but cannot do what was asked (e.g. stdin is not open).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The bound on concurrently running actions is reached.
+    #[error("too many running actions (limit {limit}); retry when one ends")]
+    TooManyActions {
+        /// The configured bound.
+        limit: usize,
+    },
+    /// The action kind exists in the API but this executor cannot run it yet.
+    #[error("{0}")]
+    Unimplemented(String),
+    /// The request carried no token or the wrong one.
+    #[error("missing or invalid bearer token")]
+    Unauthenticated,
+    /// The executor is draining and takes no new work.
+    #[error("the executor is shutting down")]
+    ShuttingDown,
+    /// The gRPC server itself failed.
+    #[error("gRPC server failed")]
+    Transport(#[from] tonic::transport::Error),
+    /// An I/O failure of the executor (not of a command).
+    #[error("{context}")]
+    Io {
+        /// What the executor was doing.
+        context: String,
+        /// The underlying failure.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<Error> for Status {
+    fn from(err: Error) -> Self {
+        let code = match &err {
+            Error::InvalidArgument(_) => Code::InvalidArgument,
+            Error::NotFound(_) => Code::NotFound,
+            Error::AlreadyExists(_) => Code::AlreadyExists,
+            Error::FailedPrecondition(_) => Code::FailedPrecondition,
+            Error::TooManyActions { .. } => Code::ResourceExhausted,
+            Error::Unimplemented(_) => Code::Unimplemented,
+            Error::Unauthenticated => Code::Unauthenticated,
+            Error::ShuttingDown => Code::Unavailable,
+            Error::Config(_) | Error::Transport(_) | Error::Io { .. } => {
+                // The caller gets a generic message; the chain stays in our log.
+                tracing::error!(error = %ErrorChain(&err), "internal error");
+                return Status::internal("internal error in the executor");
+            }
+        };
+        Status::new(code, err.to_string())
+    }
+}
+
+/// Displays an error with its sources, for logs.
+pub(crate) struct ErrorChain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_maps_to_its_code() {
+        let cases = [
+            (Error::InvalidArgument("x".into()), Code::InvalidArgument),
+            (Error::NotFound("a".into()), Code::NotFound),
+            (Error::AlreadyExists("a".into()), Code::AlreadyExists),
+            (Error::FailedPrecondition("x".into()), Code::FailedPrecondition),
+            (Error::TooManyActions { limit: 1 }, Code::ResourceExhausted),
+            (Error::Unimplemented("x".into()), Code::Unimplemented),
+            (Error::Unauthenticated, Code::Unauthenticated),
+            (Error::ShuttingDown, Code::Unavailable),
+        ];
+        for (err, code) in cases {
+            assert_eq!(Status::from(err).code(), code);
+        }
+    }
+
+    #[test]
+    fn internal_errors_hide_their_details() {
+        let err = Error::Io {
+            context: "reading /secret/path".into(),
+            source: std::io::Error::other("boom"),
+        };
+        let status = Status::from(err);
+        assert_eq!(status.code(), Code::Internal);
+        assert!(!status.message().contains("secret"));
+    }
+}

@@ -1,0 +1,78 @@
+//! The mentis-executor binary: reads its config, hides its token, serves until SIGTERM / SIGINT.
+
+use anyhow::Context as _;
+use mentis_executor::{Config, TOKEN_ENV};
+use tokio_util::sync::CancellationToken;
+
+fn main() -> anyhow::Result<()> {
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("mentis-executor: {e}");
+            std::process::exit(2);
+        }
+    };
+    hide_token();
+
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    runtime.block_on(run(config))
+}
+
+/// Keeps the token away from the commands we run, which execute as the same user as we do.
+fn hide_token() {
+    // SAFETY: called at the top of main, before the tokio runtime or anything else starts a thread, so no
+    // other thread can be reading the environment concurrently (the reason remove_var is unsafe).
+    #[allow(unsafe_code)]
+    unsafe {
+        std::env::remove_var(TOKEN_ENV);
+    }
+    // remove_var does not touch /proc/self/environ (the initial env block), which processes of the same
+    // user can read. A non-dumpable process's /proc files belong to root, closing that door. Commands we
+    // spawn become dumpable again at exec, so this does not affect them.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("mentis-executor: warning: cannot mark the process non-dumpable: {e}");
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    mentis_executor::serve(config, listener, shutdown)
+        .await
+        .context("serving")?;
+    Ok(())
+}
+
+/// Cancels `shutdown` at SIGTERM (what tini forwards from `docker stop`) or SIGINT.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(term), Ok(int)) => (term, int),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot listen for signals; stop with SIGKILL");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+    shutdown.cancel();
+}

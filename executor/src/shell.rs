@@ -1,0 +1,199 @@
+//! Shell actions: `/bin/bash -c COMMAND` in its own process group, output streamed as it arrives, exactly one
+//! `cmd_end` whatever happens (exit, timeout, cancel, failure to start, shutdown).
+
+pub(crate) mod output;
+pub(crate) mod process;
+pub(crate) mod stdin;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::TOKEN_ENV;
+use crate::events::{CmdEnd, Event, EventSink};
+use crate::registry::Registration;
+use process::ProcessGroup;
+use stdin::StdinWrite;
+
+/// A validated shell action.
+#[derive(Debug, Clone)]
+pub(crate) struct ShellSpec {
+    pub(crate) command: String,
+    /// As requested: empty, relative to the workspace, or absolute.
+    pub(crate) work_dir: String,
+    /// The sandbox's env (over the image env).
+    pub(crate) sandbox_env: HashMap<String, String>,
+    /// The action's env (over the sandbox env).
+    pub(crate) action_env: HashMap<String, String>,
+    /// None = the executor's default.
+    pub(crate) timeout: Option<Duration>,
+    /// Written to stdin first.
+    pub(crate) stdin: Bytes,
+    /// Keep stdin open after `stdin` for WriteStdin.
+    pub(crate) keep_stdin_open: bool,
+}
+
+/// What a running shell action gets from the executor.
+pub(crate) struct ShellContext {
+    pub(crate) workspace: Arc<Path>,
+    pub(crate) default_timeout: Duration,
+    /// This action's token: cancelled by Cancel, and (as a child of it) by executor shutdown.
+    pub(crate) cancel: CancellationToken,
+    /// The executor's shutdown token, to tell a cancel from a shutdown and to stop detached drains.
+    pub(crate) shutdown: CancellationToken,
+    /// Owner of the tasks that outlive the action (draining pipes held by background processes).
+    pub(crate) tracker: TaskTracker,
+    /// WriteStdin requests, when the action keeps stdin open.
+    pub(crate) stdin_writes: Option<mpsc::Receiver<StdinWrite>>,
+}
+
+/// Runs the action to its end and sends its events, the terminal `cmd_end` last.
+pub(crate) async fn run(
+    spec: ShellSpec,
+    ctx: ShellContext,
+    mut sink: EventSink,
+    registration: Registration,
+) {
+    let end = execute(spec, ctx, &mut sink).await;
+    tracing::info!(reason = ?end.reason, exit_code = end.exit_code, signal = end.signal, "shell action ended");
+    // Free the id and the slot before the terminal event, so a client that reacts to cmd_end by reusing the
+    // id or starting the next action is not refused.
+    drop(registration);
+    sink.send(Event::CmdEnd(end)).await;
+}
+
+async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> CmdEnd {
+    let dir = match work_dir(&ctx.workspace, &spec.work_dir).await {
+        Ok(dir) => dir,
+        Err(message) => return CmdEnd::failed_to_start(message),
+    };
+    let mut child = match command(&spec, &dir).spawn() {
+        Ok(child) => child,
+        Err(e) => return CmdEnd::failed_to_start(format!("cannot start /bin/bash: {e}")),
+    };
+    let started = Instant::now();
+    let timeout = spec.timeout.unwrap_or(ctx.default_timeout);
+    let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
+        // Only possible if the child was already reaped, which nothing did yet.
+        return CmdEnd::failed_to_start("the started process has no pid".to_owned());
+    };
+    // From here on, leaving early (task dropped at runtime shutdown) kills the group.
+    let mut group = ProcessGroup::new(pid);
+    tracing::debug!(pid, ?dir, "shell action started");
+    sink.send(Event::CmdStart {
+        command: spec.command.clone(),
+        pid,
+    })
+    .await;
+
+    let exited = CancellationToken::new();
+    let detach = output::Detach {
+        tracker: &ctx.tracker,
+        shutdown: &ctx.shutdown,
+    };
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let stdin_pipe = child.stdin.take();
+    // One task, three concurrent futures: the timer and cancel are watched even while output waits on a
+    // slow reader, and stdin is fed while output is read (a process echoing its input cannot deadlock).
+    let (exit, (), ()) = tokio::join!(
+        process::supervise(
+            child,
+            &group,
+            started + timeout,
+            &ctx.cancel,
+            &ctx.shutdown,
+            &exited
+        ),
+        output::pump(
+            stdout,
+            stderr,
+            sink,
+            &exited,
+            &detach,
+        ),
+        stdin::feed(stdin_pipe, spec.stdin, ctx.stdin_writes, &exited),
+    );
+    // On a normal exit background processes (servers started with `&`) keep running by design; on the
+    // other paths supervise already killed the group.
+    group.disarm();
+    process::cmd_end(exit, started.elapsed(), timeout)
+}
+
+/// Resolves and checks the working directory; the error is the `cmd_end` message.
+async fn work_dir(workspace: &Path, work_dir: &str) -> Result<PathBuf, String> {
+    // join() keeps an absolute work_dir as given.
+    let dir = if work_dir.is_empty() {
+        workspace.to_path_buf()
+    } else {
+        workspace.join(work_dir)
+    };
+    match tokio::fs::metadata(&dir).await {
+        Ok(meta) if meta.is_dir() => Ok(dir),
+        Ok(_) => Err(format!("work_dir {} is not a directory", dir.display())),
+        Err(e) => Err(format!("work_dir {} is not accessible: {e}", dir.display())),
+    }
+}
+
+fn command(spec: &ShellSpec, dir: &Path) -> Command {
+    let mut command = Command::new("/bin/bash");
+    command
+        .arg("-c")
+        .arg(&spec.command)
+        .current_dir(dir)
+        // The image env is inherited; the token is ours alone, even if something put it back in our env.
+        .env_remove(TOKEN_ENV)
+        .envs(&spec.sandbox_env)
+        .envs(&spec.action_env)
+        // Its own group, so a timeout or cancel can kill everything the command started.
+        .process_group(0)
+        .stdin(if spec.keep_stdin_open || !spec.stdin.is_empty() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Killing is explicit (the whole group, not just bash): see ProcessGroup.
+        .kill_on_drop(false);
+    command
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn work_dir_resolution() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join("sub")).unwrap();
+        std::fs::write(ws.path().join("file"), b"x").unwrap();
+        let root = ws.path();
+        assert_eq!(work_dir(root, "").await.unwrap(), root);
+        assert_eq!(work_dir(root, "sub").await.unwrap(), root.join("sub"));
+        assert_eq!(work_dir(root, "/tmp").await.unwrap(), PathBuf::from("/tmp"));
+        assert!(
+            work_dir(root, "file")
+                .await
+                .unwrap_err()
+                .contains("not a directory")
+        );
+        assert!(
+            work_dir(root, "missing")
+                .await
+                .unwrap_err()
+                .contains("not accessible")
+        );
+    }
+}

@@ -1,0 +1,28 @@
+//! Settings of the Docker backend, read once by the runtime's config.
+
+use std::time::Duration;
+
+/// How the Docker backend names and bounds what it creates.
+#[derive(Debug, Clone)]
+pub struct DockerConfig {
+    /// Name of the control-plane instance; containers and volumes carry it in `io.mentis.instance`, and
+    /// reconciliation only ever touches objects of its own instance.
+    pub instance: String,
+    /// Dedicated network of the executors (internal, inter-container traffic disabled).
+    pub network: String,
+    /// User (uid:gid) the executor runs as.
+    pub user: String,
+    /// Upper bound of any one Docker call.
+    pub call_timeout: Duration,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        Self {
+            instance: "default".into(),
+            network: "mentis-net".into(),
+            user: "1000:1000".into(),
+            call_timeout: Duration::from_secs(60),
+        }
+    }
+}

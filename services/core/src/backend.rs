@@ -1,0 +1,63 @@
+//! The seam between the control plane and where sandboxes run. It speaks in sandbox terms (spec, endpoint),
+//! never in Docker terms, so a Kubernetes backend can sit beside the Docker one. Readiness is not the
+//! backend's business: the control plane waits for the executor's gRPC health check, the same for all.
+
+use std::fmt;
+
+use crate::error::Result;
+use crate::ids::{SandboxId, SpaceId};
+use crate::sandbox::Limits;
+
+/// What a backend needs to start one sandbox.
+#[derive(Clone)]
+pub struct BackendSpec {
+    pub id: SandboxId,
+    pub space_id: SpaceId,
+    pub image: String,
+    pub limits: Limits,
+    /// The secret the executor will require on every call. Never logged.
+    pub token: String,
+}
+
+impl fmt::Debug for BackendSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendSpec")
+            .field("id", &self.id)
+            .field("space_id", &self.space_id)
+            .field("image", &self.image)
+            .field("limits", &self.limits)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Where a sandbox's executor answers gRPC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// For example `http://172.20.0.3:50052`.
+    pub uri: String,
+}
+
+/// A sandbox the backend holds, as found when listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendSandbox {
+    pub id: SandboxId,
+    /// Whether its container (or pod) is running.
+    pub running: bool,
+}
+
+/// Where sandboxes run.
+#[async_trait::async_trait]
+pub trait SandboxBackend: Send + Sync + 'static {
+    /// Prepares what all sandboxes share (networks, ...). Idempotent; called once at start.
+    async fn prepare(&self) -> Result<()>;
+
+    /// Creates and starts a sandbox and returns its executor's endpoint. On failure nothing is left behind.
+    async fn create(&self, spec: &BackendSpec) -> Result<Endpoint>;
+
+    /// Removes the sandbox and its workspace. Idempotent: succeeds when it is already gone.
+    async fn delete(&self, id: SandboxId) -> Result<()>;
+
+    /// Every sandbox of this control-plane instance that the backend holds.
+    async fn list(&self) -> Result<Vec<BackendSandbox>>;
+}

@@ -1,0 +1,38 @@
+//! The error enum that crosses crate boundaries. Each variant is one row of DESIGN.md section 6; the API
+//! layer is the only place that turns it into a gRPC status.
+
+/// What went wrong, classified by what the caller can do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// Malformed request, unknown action kind, bad spec.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// Unknown sandbox, space or action.
+    #[error("{0}")]
+    NotFound(String),
+    /// A client-chosen id is already used.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// The target is in the wrong state (sandbox not RUNNING, ...).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// A configured limit was reached.
+    #[error("{0}")]
+    ResourceExhausted(String),
+    /// Docker or the executor is unreachable, or the service is shutting down.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Anything else. The message is for the log, not for the client.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Result with the shared [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Self::InvalidArgument(msg.into())
+    }
+}

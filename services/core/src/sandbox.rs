@@ -1,0 +1,316 @@
+//! Sandboxes: the spec a client asks for, its validation against the configured limits, and the record the
+//! control plane keeps.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use crate::error::Error;
+use crate::ids::{SandboxId, SpaceId};
+
+/// Where a sandbox is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SandboxState {
+    Creating,
+    Running,
+    Paused,
+    Terminating,
+    Terminated,
+    Failed,
+}
+
+impl SandboxState {
+    /// Whether the sandbox is gone for good (or never came up).
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Terminated | Self::Failed)
+    }
+}
+
+/// Resource limits of one sandbox, with every default filled in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// CPU cores (may be fractional).
+    pub cpu: f64,
+    /// Memory in MiB; swap is not allowed beyond it.
+    pub memory_mb: i64,
+    /// Processes and threads.
+    pub pids: i64,
+}
+
+/// Defaults applied when a spec leaves a limit at zero, and the maxima a spec may ask for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitsPolicy {
+    pub default: Limits,
+    pub max: Limits,
+}
+
+/// Smallest memory limit we accept: below this not even the executor and a shell fit.
+pub const MIN_MEMORY_MB: i64 = 32;
+/// Smallest pids limit we accept: the executor, its runtime threads and a shell need this many.
+pub const MIN_PIDS: i64 = 16;
+
+impl Default for LimitsPolicy {
+    fn default() -> Self {
+        Self {
+            default: Limits {
+                cpu: 1.0,
+                memory_mb: 1024,
+                pids: 512,
+            },
+            max: Limits {
+                cpu: 16.0,
+                memory_mb: 64 * 1024,
+                pids: 32_768,
+            },
+        }
+    }
+}
+
+impl LimitsPolicy {
+    /// Resolves requested limits (0 = default) and rejects negative, non-finite, too small or too big ones.
+    pub fn resolve(&self, cpu: f64, memory_mb: i64, pids: i64) -> Result<Limits, Error> {
+        let cpu = if cpu == 0.0 {
+            self.default.cpu
+        } else if !cpu.is_finite() || cpu < 0.01 || cpu > self.max.cpu {
+            return Err(Error::invalid(format!(
+                "cpu_limit {cpu} is out of range: use 0 (default {}) or 0.01..={}",
+                self.default.cpu, self.max.cpu
+            )));
+        } else {
+            cpu
+        };
+        let memory_mb = match memory_mb {
+            0 => self.default.memory_mb,
+            m if (MIN_MEMORY_MB..=self.max.memory_mb).contains(&m) => m,
+            m => {
+                return Err(Error::invalid(format!(
+                    "memory_limit_mb {m} is out of range: use 0 (default {}) or {MIN_MEMORY_MB}..={}",
+                    self.default.memory_mb, self.max.memory_mb
+                )));
+            }
+        };
+        let pids = match pids {
+            0 => self.default.pids,
+            p if (MIN_PIDS..=self.max.pids).contains(&p) => p,
+            p => {
+                return Err(Error::invalid(format!(
+                    "pids_limit {p} is out of range: use 0 (default {}) or {MIN_PIDS}..={}",
+                    self.default.pids, self.max.pids
+                )));
+            }
+        };
+        Ok(Limits {
+            cpu,
+            memory_mb,
+            pids,
+        })
+    }
+}
+
+/// Label keys under this prefix belong to the control plane.
+pub const RESERVED_LABEL_PREFIX: &str = "io.mentis.";
+const MAX_MAP_ENTRIES: usize = 256;
+const MAX_KEY_LEN: usize = 256;
+const MAX_VALUE_LEN: usize = 64 * 1024;
+
+/// A validated sandbox spec: what the control plane will create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxSpec {
+    pub space_id: SpaceId,
+    /// `None` = the configured default image.
+    pub image: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub limits: Limits,
+}
+
+/// A sandbox request as it came from a client, before validation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SandboxRequest {
+    pub space_id: String,
+    pub image: String,
+    pub env: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub cpu_limit: f64,
+    pub memory_limit_mb: i64,
+    pub pids_limit: i64,
+}
+
+impl SandboxRequest {
+    /// Validates the request; every problem is an InvalidArgument naming the field.
+    pub fn validate(self, policy: &LimitsPolicy) -> Result<SandboxSpec, Error> {
+        let space_id = SpaceId::parse_or_default(&self.space_id)?;
+        let image = if self.image.is_empty() {
+            None
+        } else if self.image.len() > 255
+            || !self
+                .image
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"./:_-@".contains(&b))
+        {
+            return Err(Error::invalid(format!(
+                "image {:?} is not a valid image reference",
+                self.image
+            )));
+        } else {
+            Some(self.image)
+        };
+        validate_env(&self.env, "spec.env")?;
+        validate_labels(&self.labels)?;
+        let limits = policy.resolve(self.cpu_limit, self.memory_limit_mb, self.pids_limit)?;
+        Ok(SandboxSpec {
+            space_id,
+            image,
+            env: self.env,
+            labels: self.labels,
+            limits,
+        })
+    }
+}
+
+/// Checks an environment map: names that a process environment can carry, bounded sizes.
+pub fn validate_env(env: &BTreeMap<String, String>, field: &str) -> Result<(), Error> {
+    if env.len() > MAX_MAP_ENTRIES {
+        return Err(Error::invalid(format!(
+            "{field} has more than {MAX_MAP_ENTRIES} entries"
+        )));
+    }
+    for (k, v) in env {
+        if k.is_empty() || k.len() > MAX_KEY_LEN || k.contains('=') || k.contains('\0') {
+            return Err(Error::invalid(format!(
+                "{field}: {k:?} is not a valid variable name"
+            )));
+        }
+        if v.len() > MAX_VALUE_LEN || v.contains('\0') {
+            return Err(Error::invalid(format!(
+                "{field}: the value of {k} is too long or contains NUL"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), Error> {
+    if labels.len() > MAX_MAP_ENTRIES {
+        return Err(Error::invalid(format!(
+            "spec.labels has more than {MAX_MAP_ENTRIES} entries"
+        )));
+    }
+    for (k, v) in labels {
+        if k.is_empty() || k.len() > MAX_KEY_LEN || k.chars().any(char::is_control) {
+            return Err(Error::invalid(format!("spec.labels: {k:?} is not a valid key")));
+        }
+        if k.starts_with(RESERVED_LABEL_PREFIX) {
+            return Err(Error::invalid(format!(
+                "spec.labels: keys under {RESERVED_LABEL_PREFIX} are reserved"
+            )));
+        }
+        if v.len() > MAX_KEY_LEN || v.chars().any(char::is_control) {
+            return Err(Error::invalid(format!(
+                "spec.labels: the value of {k} is too long or has control characters"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A sandbox as the control plane knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sandbox {
+    pub id: SandboxId,
+    pub space_id: SpaceId,
+    pub state: SandboxState,
+    pub image: String,
+    pub labels: BTreeMap<String, String>,
+    pub limits: Limits,
+    pub created_at: SystemTime,
+    pub updated_at: SystemTime,
+    /// Why the sandbox is in its state, when that is worth saying.
+    pub state_reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> SandboxRequest {
+        SandboxRequest::default()
+    }
+
+    #[test]
+    fn zero_limits_take_defaults() {
+        let p = LimitsPolicy::default();
+        let spec = req().validate(&p).expect("valid");
+        assert_eq!(spec.limits, p.default);
+        assert_eq!(spec.space_id.as_str(), "default");
+        assert_eq!(spec.image, None);
+    }
+
+    #[test]
+    fn bad_limits_are_invalid_argument() {
+        let p = LimitsPolicy::default();
+        for (cpu, mem, pids) in [
+            (-1.0, 0, 0),
+            (f64::NAN, 0, 0),
+            (f64::INFINITY, 0, 0),
+            (1000.0, 0, 0),
+            (0.0, -5, 0),
+            (0.0, 1, 0),
+            (0.0, i64::MAX, 0),
+            (0.0, 0, -1),
+            (0.0, 0, 1_000_000_000),
+        ] {
+            let r = SandboxRequest {
+                cpu_limit: cpu,
+                memory_limit_mb: mem,
+                pids_limit: pids,
+                ..req()
+            }
+            .validate(&p);
+            assert!(
+                matches!(r, Err(Error::InvalidArgument(_))),
+                "{cpu} {mem} {pids}: {r:?}"
+            );
+        }
+        let ok = SandboxRequest {
+            cpu_limit: 0.5,
+            memory_limit_mb: 256,
+            pids_limit: 64,
+            ..req()
+        }
+        .validate(&p)
+        .expect("valid");
+        assert_eq!(
+            ok.limits,
+            Limits {
+                cpu: 0.5,
+                memory_mb: 256,
+                pids: 64
+            }
+        );
+    }
+
+    #[test]
+    fn env_labels_and_image_are_checked() {
+        let p = LimitsPolicy::default();
+        let bad_env = SandboxRequest {
+            env: [("A=B".to_owned(), "x".to_owned())].into(),
+            ..req()
+        };
+        assert!(bad_env.validate(&p).is_err());
+        let reserved = SandboxRequest {
+            labels: [("io.mentis.sandbox-id".to_owned(), "x".to_owned())].into(),
+            ..req()
+        };
+        assert!(reserved.validate(&p).is_err());
+        let image = SandboxRequest {
+            image: "bad image".into(),
+            ..req()
+        };
+        assert!(image.validate(&p).is_err());
+        let good = SandboxRequest {
+            image: "mentis/executor:latest".into(),
+            ..req()
+        };
+        assert!(good.validate(&p).is_ok());
+    }
+}

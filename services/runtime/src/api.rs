@@ -1,0 +1,11 @@
+//! The public gRPC API: proto requests become domain calls on the manager, domain results become protos.
+//! This layer (with `status`) is the only one that knows tonic's server side.
+
+mod action_service;
+mod connect;
+mod sandbox_service;
+pub mod status;
+mod streams;
+
+pub use action_service::ActionApi;
+pub use sandbox_service::SandboxApi;

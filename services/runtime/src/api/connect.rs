@@ -1,0 +1,157 @@
+//! Connect: one bidirectional stream per client and sandbox. The first message attaches (optionally
+//! replaying after a seq); then submits, cancels and stdin writes are answered in-stream while every
+//! observation of the sandbox flows out. A session is a task of its own, so the response stream can start
+//! before the client sends anything.
+
+use std::pin::pin;
+
+use futures::StreamExt;
+use mentis_core::{ActionId, Error, SandboxId};
+use mentis_proto::api::{self, connect_request, connect_response};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+use super::action_service::{ActionApi, gap, parse_action_id};
+use super::status::{client_message, code_name, to_status};
+use crate::convert::{action_from_proto, observation_to_proto};
+use crate::observations::LogItem;
+
+/// Responses buffered per session before the session waits for the client to read.
+const SESSION_BUFFER: usize = 64;
+
+type Tx = mpsc::Sender<Result<api::ConnectResponse, Status>>;
+
+fn msg(kind: connect_response::Kind) -> Result<api::ConnectResponse, Status> {
+    Ok(api::ConnectResponse { kind: Some(kind) })
+}
+
+fn rejected(action_id: &str, e: &Error) -> Result<api::ConnectResponse, Status> {
+    msg(connect_response::Kind::Rejected(connect_response::Rejected {
+        action_id: action_id.to_owned(),
+        code: code_name(e).to_owned(),
+        message: client_message(e),
+    }))
+}
+
+impl ActionApi {
+    pub(super) fn start_session(
+        &self,
+        inbound: Streaming<api::ConnectRequest>,
+    ) -> super::action_service::BoxStreamPub<api::ConnectResponse> {
+        let (tx, rx) = mpsc::channel(SESSION_BUFFER);
+        let api = self.clone();
+        self.sessions.spawn(async move {
+            tokio::select! {
+                () = api.session(inbound, &tx) => {}
+                () = api.shutdown.cancelled() => {
+                    let _ = tx.send(Err(Status::unavailable("the runtime is shutting down"))).await;
+                }
+            }
+        });
+        Box::pin(ReceiverStream::new(rx))
+    }
+
+    async fn session(&self, mut inbound: Streaming<api::ConnectRequest>, tx: &Tx) {
+        let first = tokio::select! {
+            m = inbound.message() => m,
+            () = tx.closed() => return,
+        };
+        let attach = match first {
+            Ok(Some(api::ConnectRequest {
+                kind: Some(connect_request::Kind::Attach(a)),
+            })) => a,
+            Ok(Some(_)) => {
+                let _ = tx
+                    .send(Err(Status::invalid_argument("the first Connect message must be attach")))
+                    .await;
+                return;
+            }
+            Ok(None) | Err(_) => return,
+        };
+        let handle = match SandboxId::parse(&attach.sandbox_id).and_then(|id| self.manager.handle(id)) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = tx.send(Err(to_status(e))).await;
+                return;
+            }
+        };
+        let sandbox = handle.id;
+        let last_seq = handle.log.last_seq();
+        let attached = connect_response::Attached {
+            sandbox_id: sandbox.to_string(),
+            last_seq,
+        };
+        if tx.send(msg(connect_response::Kind::Attached(attached))).await.is_err() {
+            return;
+        }
+        let mut follow = pin!(handle.log.follow(attach.after_seq.unwrap_or(last_seq)));
+        let mut inbound_open = true;
+        loop {
+            let out = tokio::select! {
+                m = inbound.message(), if inbound_open => match m {
+                    Ok(Some(m)) => self.on_message(sandbox, m).await,
+                    // The client closed its side; it still gets observations until it hangs up.
+                    Ok(None) => { inbound_open = false; None }
+                    Err(_) => return,
+                },
+                item = follow.next() => match item {
+                    Some(LogItem::Observation(o)) => Some(msg(connect_response::Kind::Observation(observation_to_proto(&o)))),
+                    Some(LogItem::Gap { after_seq, first_available_seq }) => {
+                        Some(msg(connect_response::Kind::Gap(gap(after_seq, first_available_seq))))
+                    }
+                    // The sandbox was deleted and everything it logged has been sent.
+                    None => return,
+                },
+                () = tx.closed() => return,
+            };
+            if let Some(out) = out {
+                if tx.send(out).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn on_message(
+        &self,
+        sandbox: SandboxId,
+        m: api::ConnectRequest,
+    ) -> Option<Result<api::ConnectResponse, Status>> {
+        use connect_request::Kind;
+        match m.kind {
+            Some(Kind::Submit(s)) => {
+                let result = async {
+                    let action = action_from_proto(s.action)?;
+                    let id = parse_action_id(&s.action_id)?;
+                    self.manager.submit(sandbox, id, action).await
+                }
+                .await;
+                Some(match result {
+                    Ok((id, _)) => msg(connect_response::Kind::Accepted(connect_response::Accepted {
+                        action_id: id.to_string(),
+                    })),
+                    Err(e) => rejected(&s.action_id, &e),
+                })
+            }
+            Some(Kind::Cancel(c)) => {
+                let result = async {
+                    let id = ActionId::parse(&c.action_id)?;
+                    self.manager.cancel(sandbox, &id).await
+                }
+                .await;
+                result.err().map(|e| rejected(&c.action_id, &e))
+            }
+            Some(Kind::Stdin(s)) => {
+                let result = async {
+                    let id = ActionId::parse(&s.action_id)?;
+                    self.manager.write_stdin(sandbox, &id, s.data, s.eof).await
+                }
+                .await;
+                result.err().map(|e| rejected(&s.action_id, &e))
+            }
+            Some(Kind::Attach(_)) => Some(rejected("", &Error::invalid("this stream is already attached"))),
+            None => Some(rejected("", &Error::invalid("empty Connect message"))),
+        }
+    }
+}

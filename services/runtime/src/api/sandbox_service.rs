@@ -1,0 +1,96 @@
+//! SandboxService: create, get, list and delete sandboxes.
+
+use std::sync::Arc;
+
+use mentis_core::{Error, SandboxId};
+use mentis_proto::api::{self, sandbox_service_server::SandboxService};
+use tonic::{Request, Response, Status};
+
+use super::status::to_status;
+use crate::convert::{request_from_proto, sandbox_to_proto};
+use crate::sandboxes::{ListQuery, Manager};
+
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
+/// Implementation of `mentis.v1.SandboxService`.
+#[derive(Debug, Clone)]
+pub struct SandboxApi {
+    manager: Arc<Manager>,
+}
+
+impl SandboxApi {
+    pub fn new(manager: Arc<Manager>) -> Self {
+        Self { manager }
+    }
+}
+
+#[tonic::async_trait]
+impl SandboxService for SandboxApi {
+    async fn create_sandbox(
+        &self,
+        req: Request<api::CreateSandboxRequest>,
+    ) -> Result<Response<api::CreateSandboxResponse>, Status> {
+        let request = request_from_proto(req.into_inner().spec);
+        let sandbox = self.manager.create(request).await.map_err(to_status)?;
+        Ok(Response::new(api::CreateSandboxResponse {
+            sandbox: Some(sandbox_to_proto(&sandbox, 0)),
+        }))
+    }
+
+    async fn get_sandbox(
+        &self,
+        req: Request<api::GetSandboxRequest>,
+    ) -> Result<Response<api::GetSandboxResponse>, Status> {
+        let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
+        let (sandbox, last_seq) = self.manager.get(id).map_err(to_status)?;
+        Ok(Response::new(api::GetSandboxResponse {
+            sandbox: Some(sandbox_to_proto(&sandbox, last_seq)),
+        }))
+    }
+
+    async fn list_sandboxes(
+        &self,
+        req: Request<api::ListSandboxesRequest>,
+    ) -> Result<Response<api::ListSandboxesResponse>, Status> {
+        let r = req.into_inner();
+        let page_size = match r.page_size {
+            0 => DEFAULT_PAGE,
+            n if n < 0 => return Err(to_status(Error::invalid("page_size may not be negative"))),
+            n => usize::try_from(n).unwrap_or(MAX_PAGE).min(MAX_PAGE),
+        };
+        let after = if r.page_token.is_empty() {
+            None
+        } else {
+            Some(
+                SandboxId::parse(&r.page_token)
+                    .map_err(|_| to_status(Error::invalid("page_token is not one this service gave out")))?,
+            )
+        };
+        let query = ListQuery {
+            space_id: (!r.space_id.is_empty()).then_some(r.space_id),
+            labels: r.labels.into_iter().collect(),
+            page_size,
+            after,
+        };
+        let (page, more) = self.manager.list(&query);
+        let next_page_token = if more {
+            page.last().map(|(s, _)| s.id.to_string()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(api::ListSandboxesResponse {
+            sandboxes: page.iter().map(|(s, seq)| sandbox_to_proto(s, *seq)).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn delete_sandbox(
+        &self,
+        req: Request<api::DeleteSandboxRequest>,
+    ) -> Result<Response<api::DeleteSandboxResponse>, Status> {
+        let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
+        self.manager.delete(id).await.map_err(to_status)?;
+        Ok(Response::new(api::DeleteSandboxResponse {}))
+    }
+}

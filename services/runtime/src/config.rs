@@ -1,0 +1,167 @@
+//! Runtime configuration, read once from the environment into typed, validated settings. Bad config stops
+//! the runtime at start with a message naming the variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mentis_backend_docker::DockerConfig;
+use mentis_core::LimitsPolicy;
+
+use crate::observations::LogLimits;
+
+/// Default address of the public gRPC API.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+/// Default executor image, built by `deploy/build-executor-image.sh`.
+pub const DEFAULT_EXECUTOR_IMAGE: &str = "mentis/executor:latest";
+
+/// Everything the runtime needs to know at start.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// `MENTIS_LISTEN`.
+    pub listen: SocketAddr,
+    /// `MENTIS_EXECUTOR_IMAGE`: image of sandboxes whose spec names none.
+    pub executor_image: String,
+    /// `MENTIS_DATA_DIR`: store and state (the durable store arrives with a later release).
+    pub data_dir: PathBuf,
+    /// `MENTIS_INSTANCE`, `MENTIS_NETWORK`.
+    pub docker: DockerConfig,
+    /// Default and maximum limits of a sandbox.
+    pub limits: LimitsPolicy,
+    /// `MENTIS_LOG_MAX_ENTRIES`, `MENTIS_LOG_MAX_BYTES`: bounds of each sandbox's observation log.
+    pub log_limits: LogLimits,
+    /// `MENTIS_MAX_SANDBOXES`: live sandboxes at once.
+    pub max_sandboxes: usize,
+    /// `MENTIS_MAX_ACTIONS_PER_SANDBOX`: running actions per sandbox at once.
+    pub max_actions_per_sandbox: usize,
+    /// `MENTIS_READY_TIMEOUT_SECS`: how long a new sandbox's executor has to become healthy.
+    pub ready_timeout: Duration,
+    /// Upper bound of unary executor calls.
+    pub executor_call_timeout: Duration,
+}
+
+/// A setting that could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid {var}={value:?}: {reason}")]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.parse().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 50051))),
+            executor_image: DEFAULT_EXECUTOR_IMAGE.into(),
+            data_dir: PathBuf::from("mentis-data"),
+            docker: DockerConfig::default(),
+            limits: LimitsPolicy::default(),
+            log_limits: LogLimits::default(),
+            max_sandboxes: 256,
+            max_actions_per_sandbox: 64,
+            ready_timeout: Duration::from_secs(60),
+            executor_call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// Reads the settings from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the settings through `get` (the environment, or a map in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut c = Self::default();
+        if let Some(v) = get("MENTIS_LISTEN") {
+            c.listen = parse("MENTIS_LISTEN", &v)?;
+        }
+        if let Some(v) = get("MENTIS_EXECUTOR_IMAGE").filter(|v| !v.is_empty()) {
+            c.executor_image = v;
+        }
+        if let Some(v) = get("MENTIS_DATA_DIR").filter(|v| !v.is_empty()) {
+            c.data_dir = PathBuf::from(v);
+        }
+        if let Some(v) = get("MENTIS_INSTANCE") {
+            let ok = !v.is_empty()
+                && v.len() <= 63
+                && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !ok {
+                return Err(err("MENTIS_INSTANCE", &v, "use 1-63 letters, digits, '-' or '_'"));
+            }
+            c.docker.instance = v;
+        }
+        if let Some(v) = get("MENTIS_NETWORK").filter(|v| !v.is_empty()) {
+            c.docker.network = v;
+        }
+        if let Some(v) = get("MENTIS_LOG_MAX_ENTRIES") {
+            c.log_limits.max_entries = positive("MENTIS_LOG_MAX_ENTRIES", &v)?;
+        }
+        if let Some(v) = get("MENTIS_LOG_MAX_BYTES") {
+            c.log_limits.max_bytes = positive("MENTIS_LOG_MAX_BYTES", &v)?;
+        }
+        if let Some(v) = get("MENTIS_MAX_SANDBOXES") {
+            c.max_sandboxes = positive("MENTIS_MAX_SANDBOXES", &v)?;
+        }
+        if let Some(v) = get("MENTIS_MAX_ACTIONS_PER_SANDBOX") {
+            c.max_actions_per_sandbox = positive("MENTIS_MAX_ACTIONS_PER_SANDBOX", &v)?;
+        }
+        if let Some(v) = get("MENTIS_READY_TIMEOUT_SECS") {
+            c.ready_timeout = Duration::from_secs(positive("MENTIS_READY_TIMEOUT_SECS", &v)? as u64);
+        }
+        Ok(c)
+    }
+}
+
+fn err(var: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        var,
+        value: value.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn parse<T: std::str::FromStr>(var: &'static str, value: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    value.parse().map_err(|e: T::Err| err(var, value, e.to_string()))
+}
+
+fn positive(var: &'static str, value: &str) -> Result<usize, ConfigError> {
+    match parse::<usize>(var, value)? {
+        0 => Err(err(var, value, "must be at least 1")),
+        n => Ok(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<RuntimeConfig, ConfigError> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        RuntimeConfig::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = cfg(&[]).expect("defaults");
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.executor_image, DEFAULT_EXECUTOR_IMAGE);
+        let c = cfg(&[("MENTIS_LISTEN", "127.0.0.1:0"), ("MENTIS_EXECUTOR_IMAGE", "x:y")]).expect("ok");
+        assert_eq!(c.listen.port(), 0);
+        assert_eq!(c.executor_image, "x:y");
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let e = cfg(&[("MENTIS_LISTEN", "nope")]).expect_err("bad");
+        assert_eq!(e.var, "MENTIS_LISTEN");
+        assert!(cfg(&[("MENTIS_MAX_SANDBOXES", "0")]).is_err());
+        assert!(cfg(&[("MENTIS_INSTANCE", "a b")]).is_err());
+    }
+}

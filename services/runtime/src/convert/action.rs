@@ -1,0 +1,73 @@
+//! Actions: proto → validated domain action (client input) and back (to the executor).
+
+use mentis_core::{Action, Error, IPythonAction, ShellAction};
+use mentis_proto::api;
+
+/// Validates a client's action.
+pub fn action_from_proto(action: Option<api::Action>) -> Result<Action, Error> {
+    let kind = action
+        .and_then(|a| a.kind)
+        .ok_or_else(|| Error::invalid("action is required: set action.shell or action.ipython"))?;
+    Ok(match kind {
+        api::action::Kind::Shell(s) => Action::Shell(ShellAction::validate(
+            s.command,
+            s.work_dir,
+            s.env.into_iter().collect(),
+            s.timeout_seconds,
+            s.stdin,
+            s.keep_stdin_open,
+        )?),
+        api::action::Kind::Ipython(c) => {
+            Action::IPython(IPythonAction::validate(c.code, c.timeout_seconds)?)
+        }
+    })
+}
+
+/// The action as the executor receives it.
+pub fn action_to_proto(action: &Action) -> api::Action {
+    let kind = match action {
+        Action::Shell(s) => api::action::Kind::Shell(api::ShellAction {
+            command: s.command.clone(),
+            work_dir: s.work_dir.clone(),
+            env: s.env.clone().into_iter().collect(),
+            timeout_seconds: u32::try_from(s.timeout.as_secs()).unwrap_or(u32::MAX),
+            stdin: s.stdin.clone(),
+            keep_stdin_open: s.keep_stdin_open,
+        }),
+        Action::IPython(c) => api::action::Kind::Ipython(api::IPythonAction {
+            code: c.code.clone(),
+            timeout_seconds: u32::try_from(c.timeout.as_secs()).unwrap_or(u32::MAX),
+        }),
+    };
+    api::Action { kind: Some(kind) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_action_is_invalid() {
+        assert!(matches!(action_from_proto(None), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            action_from_proto(Some(api::Action { kind: None })),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn shell_round_trips() {
+        let proto = api::Action {
+            kind: Some(api::action::Kind::Shell(api::ShellAction {
+                command: "echo hi".into(),
+                work_dir: "sub".into(),
+                env: [("A".to_owned(), "1".to_owned())].into(),
+                timeout_seconds: 7,
+                stdin: bytes::Bytes::from_static(b"in"),
+                keep_stdin_open: true,
+            })),
+        };
+        let action = action_from_proto(Some(proto.clone())).expect("valid");
+        assert_eq!(action_to_proto(&action), proto);
+    }
+}

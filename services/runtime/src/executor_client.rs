@@ -1,0 +1,157 @@
+//! The control plane's client of one sandbox's executor: one HTTP/2 channel (with keepalives, so a dead peer
+//! is noticed), every call carrying the sandbox's token, readiness through grpc.health.v1.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mentis_core::{Action, ActionId, Endpoint, Error};
+use mentis_proto::executor::{
+    CancelRequest, RunRequest, RunResponse, WriteStdinRequest, executor_service_client::ExecutorServiceClient,
+};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+use crate::convert::action_to_proto;
+
+/// Adds `authorization: Bearer <token>` to every call.
+#[derive(Clone)]
+pub struct BearerToken(MetadataValue<Ascii>);
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+/// Client of one executor.
+#[derive(Clone)]
+pub struct ExecutorClient {
+    rpc: ExecutorServiceClient<InterceptedService<Channel, BearerToken>>,
+    health: HealthClient<Channel>,
+    call_timeout: Duration,
+}
+
+impl std::fmt::Debug for ExecutorClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorClient").finish_non_exhaustive()
+    }
+}
+
+impl ExecutorClient {
+    /// A lazily connecting client; nothing is sent until the first call.
+    pub fn new(endpoint: &Endpoint, token: &str, call_timeout: Duration) -> Result<Self, Error> {
+        let channel = tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
+            .map_err(|e| Error::Internal(format!("bad executor endpoint {}: {e}", endpoint.uri)))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(15))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .keep_alive_while_idle(true)
+            .connect_lazy();
+        let value: MetadataValue<Ascii> = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Error::Internal("executor token is not valid metadata".into()))?;
+        Ok(Self {
+            rpc: ExecutorServiceClient::with_interceptor(channel.clone(), BearerToken(value)),
+            health: HealthClient::new(channel),
+            call_timeout,
+        })
+    }
+
+    /// Waits until the executor reports SERVING, polling until `within` has passed.
+    pub async fn wait_ready(&self, within: Duration) -> Result<(), Error> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut delay = Duration::from_millis(20);
+        loop {
+            let mut health = self.health.clone();
+            let check = health.check(HealthCheckRequest {
+                service: String::new(),
+            });
+            let last = match tokio::time::timeout(Duration::from_secs(2), check).await {
+                Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => return Ok(()),
+                Ok(Ok(r)) => format!("status {}", r.get_ref().status),
+                Ok(Err(s)) => s.message().to_owned(),
+                Err(_) => "health check timed out".to_owned(),
+            };
+            if tokio::time::Instant::now() + delay > deadline {
+                return Err(Error::Unavailable(format!(
+                    "the executor did not become ready within {}s: {last}",
+                    within.as_secs()
+                )));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    async fn timed<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, tonic::Status>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.call_timeout, fut).await {
+            Ok(r) => r.map_err(status_to_error),
+            Err(_) => Err(Error::Unavailable("the executor did not answer in time".into())),
+        }
+    }
+
+    /// Starts an action; the stream carries its events up to and including the terminal one.
+    pub async fn run(
+        &self,
+        action_id: &ActionId,
+        action: &Action,
+        env: &BTreeMap<String, String>,
+    ) -> Result<tonic::Streaming<RunResponse>, Error> {
+        let req = RunRequest {
+            action_id: action_id.to_string(),
+            action: Some(action_to_proto(action)),
+            env: env.clone().into_iter().collect(),
+        };
+        let mut rpc = self.rpc.clone();
+        self.timed(rpc.run(req)).await.map(tonic::Response::into_inner)
+    }
+
+    /// Asks the executor to cancel an action.
+    pub async fn cancel(&self, action_id: &ActionId) -> Result<(), Error> {
+        let mut rpc = self.rpc.clone();
+        self.timed(rpc.cancel(CancelRequest {
+            action_id: action_id.to_string(),
+        }))
+        .await
+        .map(drop)
+    }
+
+    /// Writes to an action's stdin.
+    pub async fn write_stdin(&self, action_id: &ActionId, data: Bytes, eof: bool) -> Result<(), Error> {
+        let mut rpc = self.rpc.clone();
+        self.timed(rpc.write_stdin(WriteStdinRequest {
+            action_id: action_id.to_string(),
+            data,
+            eof,
+        }))
+        .await
+        .map(drop)
+    }
+}
+
+/// An executor's status as a domain error: its verdicts on the request pass through, transport trouble is
+/// Unavailable, and anything odd is Internal.
+pub fn status_to_error(s: tonic::Status) -> Error {
+    use tonic::Code;
+    let msg = s.message().to_owned();
+    match s.code() {
+        Code::InvalidArgument | Code::OutOfRange => Error::InvalidArgument(msg),
+        Code::NotFound => Error::NotFound(msg),
+        Code::AlreadyExists => Error::AlreadyExists(msg),
+        Code::FailedPrecondition | Code::Unimplemented => Error::FailedPrecondition(msg),
+        Code::ResourceExhausted => Error::ResourceExhausted(msg),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
+            Error::Unavailable(format!("executor unreachable: {msg}"))
+        }
+        code => Error::Internal(format!("executor answered {code:?}: {msg}")),
+    }
+}

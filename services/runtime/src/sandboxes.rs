@@ -1,0 +1,337 @@
+//! The sandbox manager: the registry of sandboxes and the operations on them (create, get, list, delete,
+//! submit, cancel). Long operations run in tasks owned by the manager, so a client that hangs up half-way
+//! never leaves a half-created container or an action without its terminal observation.
+
+mod handle;
+mod pump;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use mentis_core::observation::ActionKind;
+use mentis_core::{
+    Action, ActionId, BackendSpec, Error, ObservationKind, Result, Sandbox, SandboxBackend, SandboxId,
+    SandboxRequest, SandboxState,
+};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+pub use handle::{ActionStatus, SandboxHandle, state_name};
+
+use crate::config::RuntimeConfig;
+use crate::executor_client::ExecutorClient;
+use crate::observations::ObservationLog;
+
+/// Ended sandboxes kept for Get and log replay before the oldest are forgotten.
+const KEPT_ENDED: usize = 256;
+/// How long a delete waits for the action pumps to write their terminal observations.
+const PUMP_DRAIN: Duration = Duration::from_secs(10);
+
+/// Filter and page of a listing.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    pub space_id: Option<String>,
+    pub labels: Vec<(String, String)>,
+    pub page_size: usize,
+    /// Id of the last sandbox of the previous page.
+    pub after: Option<SandboxId>,
+}
+
+/// Owner of every sandbox of this runtime.
+pub struct Manager {
+    config: Arc<RuntimeConfig>,
+    backend: Arc<dyn SandboxBackend>,
+    sandboxes: RwLock<HashMap<SandboxId, Arc<SandboxHandle>>>,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").finish_non_exhaustive()
+    }
+}
+
+fn random_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Manager {
+    pub fn new(config: Arc<RuntimeConfig>, backend: Arc<dyn SandboxBackend>, shutdown: CancellationToken) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            backend,
+            sandboxes: RwLock::new(HashMap::new()),
+            tasks: TaskTracker::new(),
+            shutdown,
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SandboxId, Arc<SandboxHandle>>> {
+        self.sandboxes.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<SandboxId, Arc<SandboxHandle>>> {
+        self.sandboxes.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Prepares the backend and removes what a previous run of this instance left behind. With no durable
+    /// store yet, every sandbox found belongs to no one.
+    pub async fn start(&self) -> Result<()> {
+        self.backend.prepare().await?;
+        let found = self.backend.list().await?;
+        let known: Vec<SandboxId> = self.read().keys().copied().collect();
+        for s in found.into_iter().filter(|s| !known.contains(&s.id)) {
+            tracing::info!(sandbox_id = %s.id, running = s.running, "removing a sandbox this runtime does not know");
+            if let Err(e) = self.backend.delete(s.id).await {
+                tracing::warn!(sandbox_id = %s.id, error = %e, "could not remove an unknown sandbox");
+            }
+        }
+        Ok(())
+    }
+
+    /// The handle of a sandbox; NotFound when unknown.
+    pub fn handle(&self, id: SandboxId) -> Result<Arc<SandboxHandle>> {
+        self.read()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("sandbox {id} not found")))
+    }
+
+    /// Creates a sandbox and returns it RUNNING. Runs in a task of its own: the work finishes (or is
+    /// cleaned up) even when the caller goes away.
+    pub async fn create(self: &Arc<Self>, req: SandboxRequest) -> Result<Sandbox> {
+        if self.shutdown.is_cancelled() {
+            return Err(Error::Unavailable("the runtime is shutting down".into()));
+        }
+        let spec = req.validate(&self.config.limits)?;
+        let id = SandboxId::new();
+        let now = SystemTime::now();
+        let record = Sandbox {
+            id,
+            space_id: spec.space_id.clone(),
+            state: SandboxState::Creating,
+            image: spec.image.clone().unwrap_or_else(|| self.config.executor_image.clone()),
+            labels: spec.labels.clone(),
+            limits: spec.limits,
+            created_at: now,
+            updated_at: now,
+            state_reason: String::new(),
+        };
+        let handle = Arc::new(SandboxHandle::new(
+            record.clone(),
+            spec.env.clone(),
+            ObservationLog::new(id, self.config.log_limits),
+        ));
+        {
+            let mut map = self.write();
+            let live = map.values().filter(|h| !h.state().is_final()).count();
+            if live >= self.config.max_sandboxes {
+                return Err(Error::ResourceExhausted(format!(
+                    "this runtime already holds {live} sandboxes (MENTIS_MAX_SANDBOXES)"
+                )));
+            }
+            map.insert(id, Arc::clone(&handle));
+        }
+        let backend_spec = BackendSpec {
+            id,
+            space_id: record.space_id.clone(),
+            image: record.image.clone(),
+            limits: record.limits,
+            token: random_token(),
+        };
+        let this = Arc::clone(self);
+        let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
+        let task = self
+            .tasks
+            .spawn(async move { this.bring_up(handle, backend_spec).await }.instrument(span));
+        task.await
+            .map_err(|e| Error::Internal(format!("create task failed: {e}")))?
+    }
+
+    async fn bring_up(&self, h: Arc<SandboxHandle>, spec: BackendSpec) -> Result<Sandbox> {
+        let started = tokio::time::Instant::now();
+        let result = async {
+            let endpoint = self.backend.create(&spec).await?;
+            let client = ExecutorClient::new(&endpoint, &spec.token, self.config.executor_call_timeout)?;
+            if let Err(e) = client.wait_ready(self.config.ready_timeout).await {
+                let _ = self.backend.delete(spec.id).await;
+                return Err(e);
+            }
+            Ok(client)
+        }
+        .await;
+        match result {
+            Ok(client) => {
+                h.set_executor(client);
+                h.set_state(SandboxState::Running, "");
+                h.log.append(
+                    None,
+                    ObservationKind::AgentState {
+                        message: "sandbox ready".into(),
+                        details: [("state".to_owned(), "RUNNING".to_owned())].into(),
+                    },
+                );
+                tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "sandbox running");
+                Ok(h.snapshot())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "sandbox failed to start");
+                h.set_state(SandboxState::Failed, e.to_string());
+                h.log.close();
+                self.forget_old_ended();
+                Err(e)
+            }
+        }
+    }
+
+    /// A sandbox's record and the seq of its newest observation.
+    pub fn get(&self, id: SandboxId) -> Result<(Sandbox, u64)> {
+        let h = self.handle(id)?;
+        Ok((h.snapshot(), h.log.last_seq()))
+    }
+
+    /// One page of sandboxes, oldest first, and whether more follow.
+    pub fn list(&self, q: &ListQuery) -> (Vec<(Sandbox, u64)>, bool) {
+        let mut all: Vec<(Sandbox, u64)> = self
+            .read()
+            .values()
+            .map(|h| (h.snapshot(), h.log.last_seq()))
+            .filter(|(s, _)| q.space_id.as_deref().is_none_or(|sp| s.space_id.as_str() == sp))
+            .filter(|(s, _)| q.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+            .collect();
+        all.sort_by(|(a, _), (b, _)| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        let start = match q.after {
+            Some(after) => match all.iter().position(|(s, _)| s.id == after) {
+                Some(i) => i + 1,
+                None => {
+                    // The cursor's sandbox is gone: resume after where it would sort.
+                    all.iter().position(|(s, _)| s.id > after).unwrap_or(all.len())
+                }
+            },
+            None => 0,
+        };
+        let mut page: Vec<_> = all.into_iter().skip(start).collect();
+        let more = page.len() > q.page_size;
+        page.truncate(q.page_size);
+        (page, more)
+    }
+
+    /// Deletes a sandbox: its running actions end LOST, its container and volume go. Idempotent.
+    pub async fn delete(self: &Arc<Self>, id: SandboxId) -> Result<()> {
+        let handle = self.read().get(&id).cloned();
+        let this = Arc::clone(self);
+        let span = tracing::info_span!("delete_sandbox", sandbox_id = %id);
+        self.tasks
+            .spawn(
+                async move {
+                    let Some(h) = handle else {
+                        // Unknown here, but a container may be left from an earlier run: make sure.
+                        return this.backend.delete(id).await;
+                    };
+                    if h.begin_termination() == SandboxState::Terminated {
+                        return Ok(());
+                    }
+                    h.cancel.cancel();
+                    h.tasks.close();
+                    if tokio::time::timeout(PUMP_DRAIN, h.tasks.wait()).await.is_err() {
+                        tracing::warn!("action pumps did not finish in time");
+                    }
+                    this.backend.delete(id).await?;
+                    h.log.append(
+                        None,
+                        ObservationKind::AgentState {
+                            message: "sandbox deleted".into(),
+                            details: [("state".to_owned(), "TERMINATED".to_owned())].into(),
+                        },
+                    );
+                    h.log.close();
+                    h.set_state(SandboxState::Terminated, "deleted");
+                    this.forget_old_ended();
+                    tracing::info!("sandbox deleted");
+                    Ok(())
+                }
+                .instrument(span),
+            )
+            .await
+            .map_err(|e| Error::Internal(format!("delete task failed: {e}")))?
+    }
+
+    fn forget_old_ended(&self) {
+        let mut map = self.write();
+        let mut ended: Vec<(SystemTime, SandboxId)> = map
+            .values()
+            .map(|h| h.snapshot())
+            .filter(|s| s.state.is_final())
+            .map(|s| (s.updated_at, s.id))
+            .collect();
+        if ended.len() > KEPT_ENDED {
+            ended.sort();
+            for (_, id) in ended.iter().take(ended.len() - KEPT_ENDED) {
+                map.remove(id);
+            }
+        }
+    }
+
+    /// Accepts an action: the executor has it and its observations will follow in the log. Returns its id
+    /// and the seq after which they appear.
+    pub async fn submit(
+        &self,
+        sandbox: SandboxId,
+        action_id: Option<ActionId>,
+        action: Action,
+    ) -> Result<(ActionId, u64)> {
+        let h = self.handle(sandbox)?;
+        let client = h.running_executor()?;
+        let id = action_id.unwrap_or_else(ActionId::generate);
+        h.reserve_action(&id, ActionKind::from(&action), self.config.max_actions_per_sandbox)?;
+        let after_seq = h.log.last_seq();
+        let (tx, rx) = oneshot::channel();
+        let span = tracing::info_span!("action", sandbox_id = %sandbox, action_id = %id, kind = action.kind_name());
+        h.tasks
+            .spawn(pump::pump(Arc::clone(&h), client, id.clone(), action, tx).instrument(span));
+        match rx.await {
+            Ok(Ok(())) => Ok((id, after_seq)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Internal("the action task ended before answering".into())),
+        }
+    }
+
+    /// Cancels a running action. A finished action is left as it is (cancel raced with its end).
+    pub async fn cancel(&self, sandbox: SandboxId, action: &ActionId) -> Result<()> {
+        let h = self.handle(sandbox)?;
+        match h.action_status(action) {
+            ActionStatus::Unknown => Err(Error::NotFound(format!("action {action} not found in sandbox {sandbox}"))),
+            ActionStatus::Finished => Ok(()),
+            ActionStatus::Running => match h.running_executor()?.cancel(action).await {
+                // It ended between our look and the executor's.
+                Err(Error::NotFound(_)) => Ok(()),
+                r => r,
+            },
+        }
+    }
+
+    /// Writes to a running action's stdin.
+    pub async fn write_stdin(&self, sandbox: SandboxId, action: &ActionId, data: Bytes, eof: bool) -> Result<()> {
+        let h = self.handle(sandbox)?;
+        match h.action_status(action) {
+            ActionStatus::Unknown => Err(Error::NotFound(format!("action {action} not found in sandbox {sandbox}"))),
+            ActionStatus::Finished => Err(Error::FailedPrecondition(format!("action {action} has ended"))),
+            ActionStatus::Running => h.running_executor()?.write_stdin(action, data, eof).await,
+        }
+    }
+
+    /// Stops accepting work and waits for running operations to finish their bookkeeping.
+    pub async fn shutdown(&self) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.tasks.wait()).await;
+    }
+}

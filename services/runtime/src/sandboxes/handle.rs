@@ -1,0 +1,198 @@
+//! One sandbox as the runtime holds it: its record, its observation log, its executor client and the
+//! table of its actions.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use mentis_core::{ActionId, Error, Sandbox, SandboxId, SandboxState, observation::ActionKind};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::executor_client::ExecutorClient;
+use crate::observations::ObservationLog;
+
+/// Finished action ids remembered for duplicate detection, per sandbox.
+const REMEMBERED_FINISHED: usize = 10_000;
+
+#[derive(Debug)]
+struct ActionEntry {
+    #[allow(dead_code)]
+    kind: ActionKind,
+    running: bool,
+}
+
+#[derive(Debug, Default)]
+struct ActionTable {
+    entries: HashMap<ActionId, ActionEntry>,
+    finished: VecDeque<ActionId>,
+    running: usize,
+}
+
+/// What the table knows of an action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionStatus {
+    Unknown,
+    Running,
+    Finished,
+}
+
+/// A sandbox held by the runtime.
+pub struct SandboxHandle {
+    pub id: SandboxId,
+    record: Mutex<Sandbox>,
+    /// The sandbox's env, applied to every action.
+    pub env: BTreeMap<String, String>,
+    pub log: Arc<ObservationLog>,
+    executor: OnceLock<ExecutorClient>,
+    actions: Mutex<ActionTable>,
+    /// Owns the action pumps of this sandbox.
+    pub tasks: TaskTracker,
+    /// Cancelled when the sandbox is deleted: every pump then writes its LOST terminal and stops.
+    pub cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for SandboxHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxHandle").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section here is a few field updates that cannot leave the data half-written.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SandboxHandle {
+    pub fn new(record: Sandbox, env: BTreeMap<String, String>, log: Arc<ObservationLog>) -> Self {
+        Self {
+            id: record.id,
+            record: Mutex::new(record),
+            env,
+            log,
+            executor: OnceLock::new(),
+            actions: Mutex::new(ActionTable::default()),
+            tasks: TaskTracker::new(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// A copy of the record.
+    pub fn snapshot(&self) -> Sandbox {
+        lock(&self.record).clone()
+    }
+
+    pub fn state(&self) -> SandboxState {
+        lock(&self.record).state
+    }
+
+    /// Moves to `state`, with a reason when there is one worth telling.
+    pub fn set_state(&self, state: SandboxState, reason: impl Into<String>) {
+        let mut r = lock(&self.record);
+        r.state = state;
+        r.state_reason = reason.into();
+        r.updated_at = SystemTime::now();
+    }
+
+    /// Moves to TERMINATING unless already final; returns the state it was in.
+    pub fn begin_termination(&self) -> SandboxState {
+        let mut r = lock(&self.record);
+        let before = r.state;
+        if !before.is_final() {
+            r.state = SandboxState::Terminating;
+            r.updated_at = SystemTime::now();
+        }
+        before
+    }
+
+    pub fn set_executor(&self, client: ExecutorClient) {
+        // Set once, when the sandbox first becomes ready.
+        let _ = self.executor.set(client);
+    }
+
+    /// The executor client of a RUNNING sandbox; FailedPrecondition in any other state.
+    pub fn running_executor(&self) -> Result<ExecutorClient, Error> {
+        let state = self.state();
+        if state != SandboxState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "sandbox {} is {}, not RUNNING",
+                self.id,
+                state_name(state)
+            )));
+        }
+        self.executor
+            .get()
+            .cloned()
+            .ok_or_else(|| Error::Internal(format!("sandbox {} is RUNNING without an executor", self.id)))
+    }
+
+    /// Registers a new action; refuses a known id and a full table.
+    pub fn reserve_action(&self, id: &ActionId, kind: ActionKind, max_running: usize) -> Result<(), Error> {
+        let mut t = lock(&self.actions);
+        if t.entries.contains_key(id) {
+            return Err(Error::AlreadyExists(format!(
+                "action {id} was already submitted to this sandbox; follow it with StreamObservations"
+            )));
+        }
+        if t.running >= max_running {
+            return Err(Error::ResourceExhausted(format!(
+                "sandbox {} already runs {max_running} actions (MENTIS_MAX_ACTIONS_PER_SANDBOX)",
+                self.id
+            )));
+        }
+        t.entries.insert(id.clone(), ActionEntry { kind, running: true });
+        t.running += 1;
+        Ok(())
+    }
+
+    /// Forgets an action that was never accepted.
+    pub fn unreserve_action(&self, id: &ActionId) {
+        let mut t = lock(&self.actions);
+        if let Some(e) = t.entries.remove(id) {
+            if e.running {
+                t.running -= 1;
+            }
+        }
+    }
+
+    /// Marks an action finished (its terminal observation is in the log).
+    pub fn finish_action(&self, id: &ActionId) {
+        let mut t = lock(&self.actions);
+        let was_running = match t.entries.get_mut(id) {
+            Some(e) if e.running => {
+                e.running = false;
+                true
+            }
+            _ => false,
+        };
+        if was_running {
+            t.running -= 1;
+            t.finished.push_back(id.clone());
+            while t.finished.len() > REMEMBERED_FINISHED {
+                if let Some(old) = t.finished.pop_front() {
+                    t.entries.remove(&old);
+                }
+            }
+        }
+    }
+
+    pub fn action_status(&self, id: &ActionId) -> ActionStatus {
+        match lock(&self.actions).entries.get(id) {
+            None => ActionStatus::Unknown,
+            Some(e) if e.running => ActionStatus::Running,
+            Some(_) => ActionStatus::Finished,
+        }
+    }
+}
+
+/// The public name of a state, for messages.
+pub fn state_name(s: SandboxState) -> &'static str {
+    match s {
+        SandboxState::Creating => "CREATING",
+        SandboxState::Running => "RUNNING",
+        SandboxState::Paused => "PAUSED",
+        SandboxState::Terminating => "TERMINATING",
+        SandboxState::Terminated => "TERMINATED",
+        SandboxState::Failed => "FAILED",
+    }
+}

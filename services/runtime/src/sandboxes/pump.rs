@@ -1,0 +1,71 @@
+//! The action pump: one task per accepted action that starts it on the executor and copies its events into
+//! the sandbox's log. Whatever happens (executor gone, stream broken, sandbox deleted) it writes exactly one
+//! terminal observation: the executor's own, or a synthesized LOST/ABORTED one.
+
+use std::sync::Arc;
+
+use mentis_core::observation::ActionKind;
+use mentis_core::{Action, ActionId, Error, ObservationKind};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::handle::SandboxHandle;
+use crate::convert::kind_from_executor;
+use crate::executor_client::ExecutorClient;
+
+/// Runs one action to its terminal observation. `accepted` learns whether the executor took it; until then
+/// nothing is written to the log, so a refused action leaves no trace.
+pub(super) async fn pump(
+    h: Arc<SandboxHandle>,
+    client: ExecutorClient,
+    id: ActionId,
+    action: Action,
+    accepted: oneshot::Sender<Result<(), Error>>,
+) {
+    let started = Instant::now();
+    let kind = ActionKind::from(&action);
+    let run = tokio::select! {
+        r = client.run(&id, &action, &h.env) => r,
+        () = h.cancel.cancelled() => Err(Error::Unavailable("the sandbox is being deleted".into())),
+    };
+    let mut stream = match run {
+        Ok(s) => s,
+        Err(e) => {
+            h.unreserve_action(&id);
+            let _ = accepted.send(Err(e));
+            return;
+        }
+    };
+    // The submitter may have gone away; the action runs (and is logged) regardless.
+    let _ = accepted.send(Ok(()));
+
+    let lost_reason = loop {
+        tokio::select! {
+            biased;
+            () = h.cancel.cancelled() => break "the sandbox was deleted while the action ran".to_owned(),
+            msg = stream.message() => match msg {
+                Ok(Some(ev)) => match kind_from_executor(ev.kind) {
+                    Ok(k) => {
+                        let terminal = k.is_terminal();
+                        h.log.append(Some(id.clone()), k);
+                        if terminal {
+                            h.finish_action(&id);
+                            return;
+                        }
+                    }
+                    Err(e) => tracing::warn!(action_id = %id, error = %e, "dropped a malformed executor event"),
+                },
+                Ok(None) => break "the executor ended the action's stream without a terminal event".to_owned(),
+                Err(status) => {
+                    tracing::warn!(action_id = %id, %status, "lost the executor stream");
+                    break format!("lost the connection to the executor: {}", status.message());
+                }
+            },
+        }
+    };
+    h.log.append(
+        Some(id.clone()),
+        ObservationKind::lost(kind, &lost_reason, started.elapsed()),
+    );
+    h.finish_action(&id);
+}

@@ -1,0 +1,132 @@
+//! Assembles the gRPC server: SandboxService, ActionService, grpc.health.v1 and server reflection (v1 and
+//! v1alpha, since grpcurl speaks only v1alpha), on top of a started manager; and drains it on shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mentis_backend_docker::DockerBackend;
+use mentis_proto::api::action_service_server::ActionServiceServer;
+use mentis_proto::api::sandbox_service_server::SandboxServiceServer;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api::{ActionApi, SandboxApi};
+use crate::config::RuntimeConfig;
+use crate::sandboxes::Manager;
+
+/// Why the runtime could not start or serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("backend: {0}")]
+    Backend(#[from] mentis_core::Error),
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// A started runtime.
+#[derive(Debug)]
+pub struct Runtime {
+    /// The address it serves on (useful with port 0).
+    pub addr: SocketAddr,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+impl Runtime {
+    /// Connects the backend, reconciles, binds `config.listen` and serves in the background.
+    pub async fn start(config: RuntimeConfig) -> Result<Self, ServeError> {
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| ServeError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| ServeError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        let config = Arc::new(config);
+        let backend = Arc::new(DockerBackend::connect(config.docker.clone()).await?);
+        let shutdown = CancellationToken::new();
+        let manager = Manager::new(Arc::clone(&config), backend, shutdown.child_token());
+        manager.start().await?;
+        let task = tokio::spawn(serve(manager, listener, shutdown.clone()));
+        tracing::info!(%addr, image = %config.executor_image, instance = %config.docker.instance, "mentis-runtime serving");
+        Ok(Self { addr, shutdown, task })
+    }
+
+    /// Stops accepting calls, ends open streams and waits for the server to finish.
+    pub async fn stop(self) -> Result<(), ServeError> {
+        self.shutdown.cancel();
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "server task panicked");
+                Ok(())
+            }
+        }
+    }
+
+    /// Serves until `stop` is called or the server fails.
+    pub async fn wait(&mut self) -> Result<(), ServeError> {
+        match (&mut self.task).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "server task panicked");
+                Ok(())
+            }
+        }
+    }
+
+    /// A token that stops the runtime when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}
+
+async fn serve(manager: Arc<Manager>, listener: TcpListener, shutdown: CancellationToken) -> Result<(), ServeError> {
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<SandboxServiceServer<SandboxApi>>()
+        .await;
+    health_reporter
+        .set_serving::<ActionServiceServer<ActionApi>>()
+        .await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(mentis_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(mentis_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let sessions = TaskTracker::new();
+    let sandbox_api = SandboxApi::new(Arc::clone(&manager));
+    let action_api = ActionApi::new(Arc::clone(&manager), shutdown.clone(), sessions.clone());
+
+    let result = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .tcp_nodelay(true)
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(SandboxServiceServer::new(sandbox_api))
+        .add_service(ActionServiceServer::new(action_api))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled())
+        .await;
+    sessions.close();
+    sessions.wait().await;
+    manager.shutdown().await;
+    tracing::info!("mentis-runtime stopped");
+    result.map_err(ServeError::from)
+}
