@@ -29,23 +29,26 @@ sources=/etc/apt/sources.list.d/debian.sources
 [ -f "$packages_file" ] || die "$packages_file is missing"
 deploy/ensure-docker.sh
 
-hash=$(cat "${BASH_SOURCE[0]}" "$packages_file" | sha256sum | cut -c1-12)
+hash=$(cat deploy/build-base-image.sh "$packages_file" | sha256sum | cut -c1-12)
 image="$repo:$suite-$hash"
 
-# One build at a time on a machine (two make targets may ask for the image together).
+use_cached() {
+  [ "${MENTIS_BASE_FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1 || return 1
+  docker tag "$image" "$repo:$suite"
+  log "$image is cached (inputs unchanged); nothing to build ($((SECONDS - start)) s)"
+  echo "$image"
+}
+use_cached && exit 0
+
+[ "$(id -u)" = 0 ] || die "building the base image needs root (debootstrap, chroot, mount)"
+
+# One build at a time on a machine (two make targets may ask for the image together): wait for the lock, then
+# look again, since the build we waited for may have made the image.
 state_dir=${MENTIS_STATE_DIR:-/var/tmp/mentis}
 mkdir -p "$state_dir"
 exec 9>"$state_dir/build-base-image.lock"
 flock 9
-
-if [ "${MENTIS_BASE_FORCE:-0}" != 1 ] && docker image inspect "$image" >/dev/null 2>&1; then
-  docker tag "$image" "$repo:$suite"
-  log "$image is cached (inputs unchanged); nothing to build ($((SECONDS - start)) s)"
-  echo "$image"
-  exit 0
-fi
-
-[ "$(id -u)" = 0 ] || die "building the base image needs root (debootstrap, chroot, mount)"
+use_cached && exit 0
 
 # Packages: strip comments and blank lines.
 mapfile -t packages < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$packages_file")
@@ -99,7 +102,7 @@ debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >"$work/debootstrap.l
 }
 log "debootstrap done ($((SECONDS - t)) s)"
 
-# Leave documentation and message translations out of the image (as Docker's own Debian images do); keep the copyright files.
+# Leave documentation and message translations out of the image (as Docker's Debian images do; keep copyrights).
 cat >"$rootfs/etc/dpkg/dpkg.cfg.d/01-mentis-nodoc" <<'EOF'
 path-exclude=/usr/share/doc/*
 path-include=/usr/share/doc/*/copyright

@@ -1,1 +1,261 @@
-//! Test helpers.
+//! Harness of the end-to-end tests: a real mentis-runtime (in this process, on 127.0.0.1:0) driving a real
+//! Docker engine and the real executor image, reached over real gRPC. Each test gets its own runtime
+//! instance name, so reconciliation never touches another test's containers, and a guard that removes
+//! everything of that instance when the test ends, even by panic.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use mentis_proto::api::{
+    self, action_service_client::ActionServiceClient, sandbox_service_client::SandboxServiceClient,
+};
+use mentis_runtime::{Runtime, RuntimeConfig};
+use tonic::transport::Channel;
+
+pub use mentis_proto::api::observation::Kind;
+
+/// The image under test: `MENTIS_EXECUTOR_IMAGE` or the runtime's default.
+pub fn executor_image() -> String {
+    std::env::var("MENTIS_EXECUTOR_IMAGE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| mentis_runtime::config::DEFAULT_EXECUTOR_IMAGE.to_owned())
+}
+
+/// Runs the docker CLI and returns its stdout; fails (never skips) when Docker is missing.
+pub fn docker(args: &[&str]) -> Result<String> {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .context("the docker CLI is missing: these tests need a Docker engine (run `make test`)")?;
+    if !out.status.success() {
+        bail!(
+            "docker {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Removes every container and volume of one runtime instance when dropped.
+pub struct InstanceGuard {
+    pub instance: String,
+}
+
+impl InstanceGuard {
+    fn filter(&self) -> String {
+        format!("label=io.mentis.instance={}", self.instance)
+    }
+
+    /// Ids of this instance's containers (all states).
+    pub fn containers(&self) -> Vec<String> {
+        docker(&["ps", "-aq", "--filter", &self.filter()])
+            .map(|s| s.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    /// Names of this instance's volumes.
+    pub fn volumes(&self) -> Vec<String> {
+        docker(&["volume", "ls", "-q", "--filter", &self.filter()])
+            .map(|s| s.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for InstanceGuard {
+    fn drop(&mut self) {
+        let containers = self.containers();
+        if !containers.is_empty() {
+            let mut args = vec!["rm", "-f", "-v"];
+            args.extend(containers.iter().map(String::as_str));
+            let _ = docker(&args);
+        }
+        let volumes = self.volumes();
+        if !volumes.is_empty() {
+            let mut args = vec!["volume", "rm", "-f"];
+            args.extend(volumes.iter().map(String::as_str));
+            let _ = docker(&args);
+        }
+    }
+}
+
+/// A runtime of this test, with clients.
+pub struct Harness {
+    pub runtime: Option<Runtime>,
+    pub sandboxes: SandboxServiceClient<Channel>,
+    pub actions: ActionServiceClient<Channel>,
+    pub channel: Channel,
+    // Last, so it runs after the runtime is gone.
+    pub guard: InstanceGuard,
+}
+
+impl Harness {
+    /// Starts a runtime with its own instance name; `tweak` may adjust the config.
+    pub async fn start_with(tweak: impl FnOnce(&mut RuntimeConfig)) -> Result<Self> {
+        docker(&["info", "--format", "{{.ServerVersion}}"])
+            .context("no Docker engine answers: run `make test`, which starts one")?;
+        let image = executor_image();
+        docker(&["image", "inspect", "--format", "{{.Id}}", &image]).with_context(|| {
+            format!("executor image {image} is missing: run `make test` (or `make image`) to build it")
+        })?;
+        let instance = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let guard = InstanceGuard {
+            instance: instance.clone(),
+        };
+        let mut config = RuntimeConfig {
+            listen: "127.0.0.1:0".parse()?,
+            executor_image: image,
+            ..RuntimeConfig::default()
+        };
+        config.docker.instance = instance;
+        tweak(&mut config);
+        let runtime = Runtime::start(config).await?;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", runtime.addr))?
+            .connect()
+            .await?;
+        Ok(Self {
+            runtime: Some(runtime),
+            sandboxes: SandboxServiceClient::new(channel.clone()),
+            actions: ActionServiceClient::new(channel.clone()),
+            channel,
+            guard,
+        })
+    }
+
+    pub async fn start() -> Result<Self> {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Creates a sandbox with `spec` and returns it.
+    pub async fn create(&mut self, spec: api::SandboxSpec) -> Result<api::Sandbox> {
+        let resp = self
+            .sandboxes
+            .create_sandbox(api::CreateSandboxRequest { spec: Some(spec) })
+            .await?;
+        resp.into_inner().sandbox.context("CreateSandbox returned no sandbox")
+    }
+
+    /// Creates a sandbox with the default spec.
+    pub async fn create_default(&mut self) -> Result<api::Sandbox> {
+        self.create(api::SandboxSpec::default()).await
+    }
+
+    /// Runs `command` with Execute and collects every observation up to the end of the stream.
+    pub async fn exec(&mut self, sandbox: &str, shell: api::ShellAction) -> Result<Vec<api::Observation>> {
+        let stream = self
+            .actions
+            .execute(api::ExecuteRequest {
+                sandbox_id: sandbox.to_owned(),
+                action: Some(shell_action(shell)),
+                action_id: String::new(),
+            })
+            .await?
+            .into_inner();
+        collect(stream, Duration::from_secs(120)).await
+    }
+
+    /// Runs a plain command with Execute.
+    pub async fn sh(&mut self, sandbox: &str, command: &str) -> Result<Vec<api::Observation>> {
+        self.exec(sandbox, cmd(command)).await
+    }
+
+    /// Stops the runtime (the guard still removes what is left).
+    pub async fn stop(mut self) -> Result<()> {
+        if let Some(rt) = self.runtime.take() {
+            rt.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+/// A shell action running `command`.
+pub fn cmd(command: &str) -> api::ShellAction {
+    api::ShellAction {
+        command: command.to_owned(),
+        ..Default::default()
+    }
+}
+
+/// Wraps a shell action.
+pub fn shell_action(shell: api::ShellAction) -> api::Action {
+    api::Action {
+        kind: Some(api::action::Kind::Shell(shell)),
+    }
+}
+
+/// Reads an Execute stream to its end (bounded by `within`).
+pub async fn collect(
+    mut stream: tonic::Streaming<api::ExecuteResponse>,
+    within: Duration,
+) -> Result<Vec<api::Observation>> {
+    let mut out = Vec::new();
+    tokio::time::timeout(within, async {
+        while let Some(msg) = stream.next().await {
+            match msg?.kind {
+                Some(api::execute_response::Kind::Observation(o)) => out.push(o),
+                Some(api::execute_response::Kind::Gap(g)) => bail!("unexpected gap {g:?}"),
+                None => bail!("empty ExecuteResponse"),
+            }
+        }
+        Ok(())
+    })
+    .await
+    .context("Execute stream did not end in time")??;
+    Ok(out)
+}
+
+/// Concatenated output of one stream.
+pub fn output(obs: &[api::Observation], stream: api::OutputStream) -> Vec<u8> {
+    obs.iter()
+        .filter_map(|o| match &o.kind {
+            Some(Kind::CmdOutput(c)) if c.stream == stream as i32 => Some(c.data.to_vec()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// Stdout as text (lossy).
+pub fn stdout(obs: &[api::Observation]) -> String {
+    String::from_utf8_lossy(&output(obs, api::OutputStream::Stdout)).into_owned()
+}
+
+/// The terminal observations (cmd_end / ipython_result) among `obs`.
+pub fn terminals(obs: &[api::Observation]) -> Vec<&api::Observation> {
+    obs.iter()
+        .filter(|o| matches!(o.kind, Some(Kind::CmdEnd(_)) | Some(Kind::IpythonResult(_))))
+        .collect()
+}
+
+/// The one cmd_end of `obs`; fails unless there is exactly one terminal observation.
+pub fn cmd_end(obs: &[api::Observation]) -> Result<api::CmdEnd> {
+    let t = terminals(obs);
+    if t.len() != 1 {
+        bail!("expected exactly one terminal observation, got {}: {obs:#?}", t.len());
+    }
+    match &t[0].kind {
+        Some(Kind::CmdEnd(e)) => Ok(e.clone()),
+        other => bail!("terminal is not cmd_end: {other:?}"),
+    }
+}
+
+/// Inspects a container with a Go template.
+pub fn inspect(container: &str, format: &str) -> Result<String> {
+    Ok(docker(&["inspect", "--format", format, container])?.trim().to_owned())
+}
+
+/// The container name of a sandbox.
+pub fn container_of(sandbox_id: &str) -> String {
+    format!("mentis-{sandbox_id}")
+}
+
+/// Labels of a container as a map.
+pub fn labels_of(container: &str) -> Result<HashMap<String, String>> {
+    let json = inspect(container, "{{json .Config.Labels}}")?;
+    Ok(serde_json::from_str(&json)?)
+}

@@ -16,8 +16,8 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::events::EventSink;
 use crate::registry::Registry;
-use crate::shell::{self, ShellContext, ShellSpec};
 use crate::shell::stdin::{STDIN_QUEUE, StdinWrite};
+use crate::shell::{self, ShellContext, ShellSpec};
 
 /// A validated action, by kind.
 #[derive(Debug, Clone)]

@@ -76,7 +76,7 @@ fn shell_spec(
         sandbox_env,
         action_env,
         timeout: (timeout_seconds > 0).then(|| Duration::from_secs(u64::from(timeout_seconds))),
-        stdin: stdin.into(),
+        stdin,
         keep_stdin_open,
     })
 }
@@ -89,7 +89,9 @@ fn check_env(field: &str, env: &HashMap<String, String>) -> Result<(), Error> {
             )));
         }
         if value.contains('\0') {
-            return Err(invalid(format!("{field}: the value of {name} contains NUL")));
+            return Err(invalid(format!(
+                "{field}: the value of {name} contains NUL"
+            )));
         }
     }
     Ok(())

@@ -98,7 +98,10 @@ mod tests {
             (Error::InvalidArgument("x".into()), Code::InvalidArgument),
             (Error::NotFound("a".into()), Code::NotFound),
             (Error::AlreadyExists("a".into()), Code::AlreadyExists),
-            (Error::FailedPrecondition("x".into()), Code::FailedPrecondition),
+            (
+                Error::FailedPrecondition("x".into()),
+                Code::FailedPrecondition,
+            ),
             (Error::TooManyActions { limit: 1 }, Code::ResourceExhausted),
             (Error::Unimplemented("x".into()), Code::Unimplemented),
             (Error::Unauthenticated, Code::Unauthenticated),

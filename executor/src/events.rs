@@ -52,6 +52,8 @@ impl CmdEnd {
 }
 
 /// One event of an action, before it becomes a `RunResponse`.
+// Named after the wire kinds (cmd_start, ...); the IPython kinds will join them here.
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Event {
     CmdStart { command: String, pid: i32 },
@@ -90,7 +92,9 @@ impl EventSink {
         let response = convert::run_response(index, SystemTime::now(), event);
         if self.tx.send(response).await.is_err() {
             self.receiver_gone = true;
-            tracing::info!("the event stream's reader is gone; the action continues, its events are dropped");
+            tracing::info!(
+                "the event stream's reader is gone; the action continues, its events are dropped"
+            );
         }
     }
 }

@@ -3,6 +3,7 @@
 use anyhow::Context as _;
 use mentis_executor::{Config, TOKEN_ENV};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 fn main() -> anyhow::Result<()> {
     let config = match Config::from_env() {
@@ -50,7 +51,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
+    // Ends at the first signal; dropped with the runtime otherwise.
+    tokio::spawn(stop_on_signal(shutdown.clone()).instrument(tracing::info_span!("signals")));
     mentis_executor::serve(config, listener, shutdown)
         .await
         .context("serving")?;

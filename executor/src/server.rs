@@ -69,7 +69,9 @@ pub async fn serve(
             async move {
                 stop.cancelled().await;
                 tracing::info!("shutting down: no new calls; killing running actions");
-                health.set_service_status("", ServingStatus::NotServing).await;
+                health
+                    .set_service_status("", ServingStatus::NotServing)
+                    .await;
                 health
                     .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
                     .await;
@@ -106,9 +108,7 @@ impl ExecutorService for ExecutorApi {
     async fn run(&self, request: Request<RunRequest>) -> Result<Response<RunStream>, Status> {
         let (action_id, spec) = convert::run_request(request.into_inner())?;
         let events = self.actions.start(action_id, spec)?;
-        Ok(Response::new(Box::pin(
-            ReceiverStream::new(events).map(Ok),
-        )))
+        Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
     }
 
     async fn cancel(
@@ -130,9 +130,7 @@ impl ExecutorService for ExecutorApi {
             eof,
         } = request.into_inner();
         let action_id = convert::action_id_arg(action_id)?;
-        self.actions
-            .write_stdin(&action_id, data.into(), eof)
-            .await?;
+        self.actions.write_stdin(&action_id, data, eof).await?;
         Ok(Response::new(WriteStdinResponse {}))
     }
 }

@@ -1,1 +1,8 @@
-//! e2e
+//! End-to-end tests: the real runtime, a real Docker engine, the real executor image, real gRPC.
+//! They fail (never skip) when Docker or the image is missing; `make test` provides both.
+#![allow(clippy::unwrap_used)]
+
+mod bad_input;
+mod lifecycle;
+mod shell;
+mod streams;

@@ -91,7 +91,10 @@ pub(crate) async fn pump<O, E>(
     }
 }
 
-async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> io::Result<usize> {
+async fn read_some<R: AsyncRead + Unpin>(
+    pipe: &mut Option<R>,
+    buf: &mut [u8],
+) -> io::Result<usize> {
     match pipe {
         Some(pipe) => pipe.read(buf).await,
         // Never polled: the select guard excludes a closed pipe.
@@ -187,7 +190,7 @@ mod tests {
 
     fn output(response: &RunResponse) -> (i32, Vec<u8>) {
         match &response.kind {
-            Some(run_response::Kind::CmdOutput(out)) => (out.stream, out.data.clone()),
+            Some(run_response::Kind::CmdOutput(out)) => (out.stream, out.data.to_vec()),
             other => panic!("not output: {other:?}"),
         }
     }

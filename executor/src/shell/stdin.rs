@@ -29,11 +29,11 @@ pub(crate) async fn feed<W: AsyncWrite + Unpin>(
     exited: &CancellationToken,
 ) {
     let Some(mut pipe) = pipe else { return };
-    if !initial.is_empty() {
-        if let Err(e) = write(&mut pipe, &initial, exited).await {
-            tracing::debug!(error = %e, "stdin closed before the initial bytes were written");
-            return;
-        }
+    if !initial.is_empty()
+        && let Err(e) = write(&mut pipe, &initial, exited).await
+    {
+        tracing::debug!(error = %e, "stdin closed before the initial bytes were written");
+        return;
     }
     let Some(mut writes) = writes else { return };
     loop {

@@ -21,7 +21,7 @@ async fn output_streams_before_the_command_ends_and_the_exit_code_is_kept() {
     // "hello" must arrive while the command is still blocked on the gate: output is streamed.
     let first = next(&mut stream).await;
     assert_eq!(first.index, 2);
-    match first.kind {
+    match &first.kind {
         Some(run_response::Kind::CmdOutput(out)) => {
             assert_eq!(out.stream, OutputStream::Stdout as i32);
             assert_eq!(&out.data[..], b"hello\n");
@@ -123,7 +123,11 @@ async fn a_bad_work_dir_is_failed_to_start_not_an_rpc_error() {
 async fn non_utf8_output_is_byte_exact() {
     let executor = TestExecutor::start().await;
     let mut client = executor.client().await;
-    let events = run(&mut client, shell(r"printf '\xff\xfe'; printf 'a\x00b' >&2")).await;
+    let events = run(
+        &mut client,
+        shell(r"printf '\xff\xfe'; printf 'a\x00b' >&2"),
+    )
+    .await;
     assert_eq!(events.stdout(), [0xff, 0xfe]);
     assert_eq!(events.stderr(), b"a\x00b");
     assert_eq!(events.end().exit_code, 0);
@@ -194,7 +198,10 @@ async fn a_timeout_kills_the_whole_process_group() {
 
     let background = read_pid(&executor.path("bg.pid"));
     eventually("the background sleep is gone", || !is_alive(background)).await;
-    eventually("the process group is empty", || live_in_group(pgid).is_empty()).await;
+    eventually("the process group is empty", || {
+        live_in_group(pgid).is_empty()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -211,7 +218,11 @@ async fn a_background_job_holding_the_pipes_neither_hangs_nor_dies_with_the_acti
     let executor = TestExecutor::start().await;
     let mut client = executor.client().await;
     // The background sleep inherits stdout/stderr and keeps them open.
-    let events = run(&mut client, shell("sleep 1000 & echo $! > bg.pid; echo done")).await;
+    let events = run(
+        &mut client,
+        shell("sleep 1000 & echo $! > bg.pid; echo done"),
+    )
+    .await;
     let end = events.end();
     assert_eq!((reason(&end), end.exit_code), (EndReason::Exited, 0));
     assert_eq!(events.stdout(), b"done\n");
@@ -245,7 +256,10 @@ async fn the_shell_action_sees_a_unique_process_group() {
     let mut client = executor.client().await;
     let mut stream = start(
         &mut client,
-        request(&action_id(), shell("read -ra stat < /proc/$$/stat; echo ${stat[4]}")),
+        request(
+            &action_id(),
+            shell("read -ra stat < /proc/$$/stat; echo ${stat[4]}"),
+        ),
     )
     .await;
     let pid = expect_start(&mut stream).await.pid;

@@ -1,0 +1,58 @@
+# The doors of MentisSandbox. Every target does its own set-up, so each works on a fresh Debian machine (as
+# root): a Docker engine is installed and started when missing, images are built locally (no registry).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+CARGO ?= cargo
+export MENTIS_EXECUTOR_IMAGE ?= mentis/executor:latest
+TOOLS := $(CURDIR)/.tools/bin
+
+.PHONY: help setup tools executor image run test test-unit test-e2e lint fmt clean-sandboxes
+
+help:
+	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
+	@echo "make test   - set everything up, then run every test tier (unit, component, end-to-end)"
+	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint"
+	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
+
+setup:
+	@deploy/ensure-docker.sh
+
+tools:
+	@deploy/ensure-tools.sh
+
+# The executor runs inside the containers: a release build keeps it small and quick to start.
+executor:
+	$(CARGO) build --release -p mentis-executor
+
+image: setup executor
+	@deploy/build-executor-image.sh target/release/mentis-executor
+
+run: image tools
+	$(CARGO) build --release -p mentis-runtime
+	@echo "grpcurl is in $(TOOLS): export PATH=$(TOOLS):\$$PATH"
+	exec target/release/mentis-runtime
+
+# Unit and component tests need no Docker; the end-to-end tests need the engine and the image.
+test-unit:
+	$(CARGO) test --workspace --exclude mentis-e2e
+
+test-e2e: image
+	$(CARGO) test -p mentis-e2e -- --test-threads=2
+
+test: image tools
+	$(CARGO) test --workspace --no-fail-fast -- --test-threads=2
+	@tests/readme-walkthrough.sh
+
+lint: tools
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(TOOLS)/buf lint
+
+fmt:
+	$(CARGO) fmt --all
+
+# Removes every container and volume any MentisSandbox runtime on this machine created.
+clean-sandboxes:
+	-docker ps -aq --filter label=io.mentis.managed=true | xargs -r docker rm -f -v
+	-docker volume ls -q --filter label=io.mentis.managed=true | xargs -r docker volume rm -f

@@ -1,0 +1,132 @@
+//! Sandbox lifecycle: create → RUNNING with labels, limits, volume and a non-root executor; delete removes
+//! container and volume and is idempotent; reconciliation removes unknown labelled containers.
+
+use mentis_e2e::*;
+use mentis_proto::api;
+
+#[tokio::test]
+async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let sb = h
+        .create(api::SandboxSpec {
+            labels: [("team".to_owned(), "e2e".to_owned())].into(),
+            cpu_limit: 0.5,
+            memory_limit_mb: 256,
+            pids_limit: 128,
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(sb.state, api::SandboxState::Running as i32, "{sb:?}");
+    assert_eq!(sb.space_id, "default");
+    assert_eq!(sb.image, executor_image());
+    assert_eq!(sb.labels.get("team").map(String::as_str), Some("e2e"));
+    assert_eq!((sb.cpu_limit, sb.memory_limit_mb, sb.pids_limit), (0.5, 256, 128));
+
+    // Docker agrees: labels, limits, the network, the workspace volume.
+    let c = container_of(&sb.sandbox_id);
+    let labels = labels_of(&c)?;
+    assert_eq!(labels.get("io.mentis.managed").map(String::as_str), Some("true"));
+    assert_eq!(labels.get("io.mentis.sandbox-id"), Some(&sb.sandbox_id));
+    assert_eq!(labels.get("io.mentis.space-id").map(String::as_str), Some("default"));
+    assert_eq!(inspect(&c, "{{.HostConfig.NanoCpus}}")?, "500000000");
+    assert_eq!(inspect(&c, "{{.HostConfig.Memory}}")?, (256 * 1024 * 1024).to_string());
+    assert_eq!(inspect(&c, "{{.HostConfig.MemorySwap}}")?, (256 * 1024 * 1024).to_string());
+    assert_eq!(inspect(&c, "{{.HostConfig.PidsLimit}}")?, "128");
+    assert!(inspect(&c, "{{json .NetworkSettings.Networks}}")?.contains("mentis-net"));
+    let volume = format!("mentis-ws-{}", sb.sandbox_id);
+    assert!(h.guard.volumes().contains(&volume), "volume {volume} missing");
+    assert!(inspect(&c, "{{json .Mounts}}")?.contains("/workspace"));
+    let net_internal = docker(&["network", "inspect", "--format", "{{.Internal}} {{index .Options \"com.docker.network.bridge.enable_icc\"}}", "mentis-net"])?;
+    assert_eq!(net_internal.trim(), "true false");
+
+    // The executor and user code are not root, and the workspace is theirs.
+    let obs = h.sh(&sb.sandbox_id, "id -u; stat -c %u /workspace; pwd").await?;
+    assert_eq!(stdout(&obs), "1000\n1000\n/workspace\n");
+
+    // Get reports it; List finds it by label.
+    let got = h
+        .sandboxes
+        .get_sandbox(api::GetSandboxRequest { sandbox_id: sb.sandbox_id.clone() })
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap();
+    assert_eq!(got.state, api::SandboxState::Running as i32);
+    assert!(got.last_seq > 0);
+    let listed = h
+        .sandboxes
+        .list_sandboxes(api::ListSandboxesRequest {
+            labels: [("team".to_owned(), "e2e".to_owned())].into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(listed.sandboxes.len(), 1);
+
+    // Delete removes container and volume, and is idempotent.
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest { sandbox_id: sb.sandbox_id.clone() })
+        .await?;
+    assert!(h.guard.containers().is_empty(), "container left: {:?}", h.guard.containers());
+    assert!(h.guard.volumes().is_empty(), "volume left: {:?}", h.guard.volumes());
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest { sandbox_id: sb.sandbox_id.clone() })
+        .await?;
+    let got = h
+        .sandboxes
+        .get_sandbox(api::GetSandboxRequest { sandbox_id: sb.sandbox_id.clone() })
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap();
+    assert_eq!(got.state, api::SandboxState::Terminated as i32);
+    h.stop().await
+}
+
+#[tokio::test]
+async fn list_pages_through_sandboxes() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(h.create_default().await?.sandbox_id);
+    }
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = h
+            .sandboxes
+            .list_sandboxes(api::ListSandboxesRequest {
+                page_size: 2,
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        assert!(page.sandboxes.len() <= 2);
+        seen.extend(page.sandboxes.into_iter().map(|s| s.sandbox_id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(seen, ids, "pages return every sandbox once, oldest first");
+    h.stop().await
+}
+
+#[tokio::test]
+async fn start_removes_labelled_containers_it_does_not_know() -> anyhow::Result<()> {
+    // A sandbox left behind by an earlier run of this instance: container and volume.
+    let first = Harness::start().await?;
+    let instance = first.guard.instance.clone();
+    let mut first = first;
+    let sb = first.create_default().await?;
+    let rt = first.runtime.take().unwrap();
+    rt.stop().await?;
+    assert_eq!(first.guard.containers().len(), 1, "the stopped runtime leaves its sandbox");
+
+    let second = Harness::start_with(|c| c.docker.instance = instance.clone()).await?;
+    assert!(second.guard.containers().is_empty(), "unknown container of {} not removed", sb.sandbox_id);
+    assert!(second.guard.volumes().is_empty(), "unknown volume not removed");
+    drop(first);
+    second.stop().await
+}

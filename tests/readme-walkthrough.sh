@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs the README's grpcurl walk-through exactly as written (the block between the walkthrough markers)
+# against a freshly started mentis-runtime on 127.0.0.1:50051, and checks what it printed. This keeps the
+# front door honest: if the README's commands stop working, `make test` fails.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export PATH=$repo/.tools/bin:$PATH
+work=$(mktemp -d)
+instance="readme-$$"
+runtime_pid=
+cleanup() {
+  if [ -n "$runtime_pid" ]; then kill "$runtime_pid" 2>/dev/null || true; wait "$runtime_pid" 2>/dev/null || true; fi
+  docker ps -aq --filter "label=io.mentis.instance=$instance" | xargs -r docker rm -f -v >/dev/null
+  docker volume ls -q --filter "label=io.mentis.instance=$instance" | xargs -r docker volume rm -f >/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+if grpcurl -plaintext -max-time 1 127.0.0.1:50051 list >/dev/null 2>&1; then
+  echo "readme-walkthrough: something already serves on 127.0.0.1:50051; stop it first" >&2
+  exit 1
+fi
+cargo build -q -p mentis-runtime
+MENTIS_INSTANCE=$instance RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
+runtime_pid=$!
+for _ in $(seq 1 100); do
+  grpcurl -plaintext -max-time 1 127.0.0.1:50051 grpc.health.v1.Health/Check >/dev/null 2>&1 && break
+  kill -0 "$runtime_pid" 2>/dev/null || { cat "$work/runtime.log" >&2; exit 1; }
+  sleep 0.2
+done
+
+sed -n '/<!-- walkthrough:begin -->/,/<!-- walkthrough:end -->/p' README.md | sed '/^```/d; /^<!--/d' >"$work/walk.sh"
+if ! bash -euo pipefail "$work/walk.sh" >"$work/out" 2>&1; then
+  echo "readme-walkthrough: the README's commands failed:" >&2
+  cat "$work/out" "$work/runtime.log" >&2
+  exit 1
+fi
+fail=0
+for want in 'mentis.v1.SandboxService' 'mentis.v1.ActionService' 'grpc.health.v1.Health' \
+  'grpc.reflection.v1alpha.ServerReflection' '"cmdStart"' 'aGVsbG8K' 'd29ybGQK' '"exitCode": 3' \
+  'END_REASON_EXITED'; do
+  grep -qF -- "$want" "$work/out" || { echo "readme-walkthrough: output lacks $want" >&2; fail=1; }
+done
+[ "$(grep -c '"cmdEnd"' "$work/out")" = 1 ] || { echo "readme-walkthrough: expected exactly one cmdEnd" >&2; fail=1; }
+if [ -n "$(docker ps -aq --filter "label=io.mentis.instance=$instance")" ]; then
+  echo "readme-walkthrough: DeleteSandbox left a container behind" >&2; fail=1
+fi
+if [ "$fail" != 0 ]; then cat "$work/out" >&2; exit 1; fi
+echo "readme-walkthrough: 1 passed, 0 failed"
