@@ -93,6 +93,12 @@ else
 fi
 ln -sfn ../npm/node_modules/.bin/buf "$tools/bin/buf"
 
+# --- jq (Debian), used by the README's walk-through to pick fields out of grpcurl's JSON ----------------------------
+if ! command -v jq >/dev/null 2>&1; then
+  apt_install jq
+  installed+=("jq (Debian)")
+fi
+
 # --- check them ---------------------------------------------------------------------------------------------------
 grpcurl_version=$("$tools/bin/grpcurl" -version 2>&1) || die "$tools/bin/grpcurl does not run: $grpcurl_version"
 [ -x "$tools/bin/buf" ] || die "$tools/bin/buf does not point to an executable"

@@ -97,6 +97,11 @@ pub struct Harness {
 impl Harness {
     /// Starts a runtime with its own instance name; `tweak` may adjust the config.
     pub async fn start_with(tweak: impl FnOnce(&mut RuntimeConfig)) -> Result<Self> {
+        // RUST_LOG=debug shows what the runtime did, for a failing test.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         docker(&["info", "--format", "{{.ServerVersion}}"])
             .context("no Docker engine answers: run `make test`, which starts one")?;
         let image = executor_image();

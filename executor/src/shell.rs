@@ -114,7 +114,7 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
             &ctx.shutdown,
             &exited
         ),
-        output::pump(stdout, stderr, sink, &exited, &detach,),
+        output::pump(stdout, stderr, sink, &exited, &detach),
         stdin::feed(stdin_pipe, spec.stdin, ctx.stdin_writes, &exited),
     );
     // On a normal exit background processes (servers started with `&`) keep running by design; on the

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use mentis_e2e::*;
 use mentis_proto::api;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_scenario_streams_live_and_ends_once_with_exit_3() -> anyhow::Result<()> {
     let mut h = Harness::start().await?;
     let sb = h.create_default().await?;

@@ -11,20 +11,21 @@ use super::support::*;
 async fn output_streams_before_the_command_ends_and_the_exit_code_is_kept() {
     let executor = TestExecutor::start().await;
     let mut client = executor.client().await;
-    let command = "echo hello; while [ ! -e go ]; do sleep 0.05; done; echo world; exit 3";
+    let command = "printf hello; while [ ! -e go ]; do sleep 0.05; done; echo world; exit 3";
     let mut stream = start(&mut client, request(&action_id(), shell(command))).await;
 
     let started = expect_start(&mut stream).await;
     assert_eq!(started.command, command);
     assert!(started.pid > 0);
 
-    // "hello" must arrive while the command is still blocked on the gate: output is streamed.
+    // "hello" (no newline) must arrive while the command is still blocked on the gate: output is streamed
+    // as it is written, not by line.
     let first = next(&mut stream).await;
     assert_eq!(first.index, 2);
     match &first.kind {
         Some(run_response::Kind::CmdOutput(out)) => {
             assert_eq!(out.stream, OutputStream::Stdout as i32);
-            assert_eq!(&out.data[..], b"hello\n");
+            assert_eq!(&out.data[..], b"hello");
         }
         other => panic!("expected hello, got {other:?}"),
     }
@@ -41,7 +42,7 @@ async fn output_streams_before_the_command_ends_and_the_exit_code_is_kept() {
     ];
     all.append(&mut rest);
     let events = Events(all);
-    assert_eq!(events.stdout(), b"hello\nworld\n");
+    assert_eq!(events.stdout(), b"helloworld\n");
     let end = events.end();
     assert_eq!(reason(&end), EndReason::Exited);
     assert_eq!((end.exit_code, end.signal), (3, 0));
