@@ -106,7 +106,9 @@ impl Harness {
             .context("no Docker engine answers: run `make test`, which starts one")?;
         let image = executor_image();
         docker(&["image", "inspect", "--format", "{{.Id}}", &image]).with_context(|| {
-            format!("executor image {image} is missing: run `make test` (or `make image`) to build it")
+            format!(
+                "executor image {image} is missing: run `make test` (or `make image`) to build it"
+            )
         })?;
         let instance = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let guard = InstanceGuard {
@@ -142,7 +144,9 @@ impl Harness {
             .sandboxes
             .create_sandbox(api::CreateSandboxRequest { spec: Some(spec) })
             .await?;
-        resp.into_inner().sandbox.context("CreateSandbox returned no sandbox")
+        resp.into_inner()
+            .sandbox
+            .context("CreateSandbox returned no sandbox")
     }
 
     /// Creates a sandbox with the default spec.
@@ -151,7 +155,11 @@ impl Harness {
     }
 
     /// Runs `command` with Execute and collects every observation up to the end of the stream.
-    pub async fn exec(&mut self, sandbox: &str, shell: api::ShellAction) -> Result<Vec<api::Observation>> {
+    pub async fn exec(
+        &mut self,
+        sandbox: &str,
+        shell: api::ShellAction,
+    ) -> Result<Vec<api::Observation>> {
         let stream = self
             .actions
             .execute(api::ExecuteRequest {
@@ -241,7 +249,10 @@ pub fn terminals(obs: &[api::Observation]) -> Vec<&api::Observation> {
 pub fn cmd_end(obs: &[api::Observation]) -> Result<api::CmdEnd> {
     let t = terminals(obs);
     if t.len() != 1 {
-        bail!("expected exactly one terminal observation, got {}: {obs:#?}", t.len());
+        bail!(
+            "expected exactly one terminal observation, got {}: {obs:#?}",
+            t.len()
+        );
     }
     match &t[0].kind {
         Some(Kind::CmdEnd(e)) => Ok(e.clone()),
@@ -251,7 +262,9 @@ pub fn cmd_end(obs: &[api::Observation]) -> Result<api::CmdEnd> {
 
 /// Inspects a container with a Go template.
 pub fn inspect(container: &str, format: &str) -> Result<String> {
-    Ok(docker(&["inspect", "--format", format, container])?.trim().to_owned())
+    Ok(docker(&["inspect", "--format", format, container])?
+        .trim()
+        .to_owned())
 }
 
 /// The container name of a sandbox.

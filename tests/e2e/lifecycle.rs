@@ -5,7 +5,8 @@ use mentis_e2e::*;
 use mentis_proto::api;
 
 #[tokio::test]
-async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it() -> anyhow::Result<()> {
+async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it()
+-> anyhow::Result<()> {
     let mut h = Harness::start().await?;
     let sb = h
         .create(api::SandboxSpec {
@@ -20,33 +21,61 @@ async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it()
     assert_eq!(sb.space_id, "default");
     assert_eq!(sb.image, executor_image());
     assert_eq!(sb.labels.get("team").map(String::as_str), Some("e2e"));
-    assert_eq!((sb.cpu_limit, sb.memory_limit_mb, sb.pids_limit), (0.5, 256, 128));
+    assert_eq!(
+        (sb.cpu_limit, sb.memory_limit_mb, sb.pids_limit),
+        (0.5, 256, 128)
+    );
 
     // Docker agrees: labels, limits, the network, the workspace volume.
     let c = container_of(&sb.sandbox_id);
     let labels = labels_of(&c)?;
-    assert_eq!(labels.get("io.mentis.managed").map(String::as_str), Some("true"));
+    assert_eq!(
+        labels.get("io.mentis.managed").map(String::as_str),
+        Some("true")
+    );
     assert_eq!(labels.get("io.mentis.sandbox-id"), Some(&sb.sandbox_id));
-    assert_eq!(labels.get("io.mentis.space-id").map(String::as_str), Some("default"));
+    assert_eq!(
+        labels.get("io.mentis.space-id").map(String::as_str),
+        Some("default")
+    );
     assert_eq!(inspect(&c, "{{.HostConfig.NanoCpus}}")?, "500000000");
-    assert_eq!(inspect(&c, "{{.HostConfig.Memory}}")?, (256 * 1024 * 1024).to_string());
-    assert_eq!(inspect(&c, "{{.HostConfig.MemorySwap}}")?, (256 * 1024 * 1024).to_string());
+    assert_eq!(
+        inspect(&c, "{{.HostConfig.Memory}}")?,
+        (256 * 1024 * 1024).to_string()
+    );
+    assert_eq!(
+        inspect(&c, "{{.HostConfig.MemorySwap}}")?,
+        (256 * 1024 * 1024).to_string()
+    );
     assert_eq!(inspect(&c, "{{.HostConfig.PidsLimit}}")?, "128");
     assert!(inspect(&c, "{{json .NetworkSettings.Networks}}")?.contains("mentis-net"));
     let volume = format!("mentis-ws-{}", sb.sandbox_id);
-    assert!(h.guard.volumes().contains(&volume), "volume {volume} missing");
+    assert!(
+        h.guard.volumes().contains(&volume),
+        "volume {volume} missing"
+    );
     assert!(inspect(&c, "{{json .Mounts}}")?.contains("/workspace"));
-    let net_internal = docker(&["network", "inspect", "--format", "{{.Internal}} {{index .Options \"com.docker.network.bridge.enable_icc\"}}", "mentis-net"])?;
+    let net_internal = docker(&[
+        "network",
+        "inspect",
+        "--format",
+        "{{.Internal}} {{index .Options \"com.docker.network.bridge.enable_icc\"}}",
+        "mentis-net",
+    ])?;
     assert_eq!(net_internal.trim(), "true false");
 
     // The executor and user code are not root, and the workspace is theirs.
-    let obs = h.sh(&sb.sandbox_id, "id -u; stat -c %u /workspace; pwd").await?;
+    let obs = h
+        .sh(&sb.sandbox_id, "id -u; stat -c %u /workspace; pwd")
+        .await?;
     assert_eq!(stdout(&obs), "1000\n1000\n/workspace\n");
 
     // Get reports it; List finds it by label.
     let got = h
         .sandboxes
-        .get_sandbox(api::GetSandboxRequest { sandbox_id: sb.sandbox_id.clone() })
+        .get_sandbox(api::GetSandboxRequest {
+            sandbox_id: sb.sandbox_id.clone(),
+        })
         .await?
         .into_inner()
         .sandbox
@@ -65,16 +94,30 @@ async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it()
 
     // Delete removes container and volume, and is idempotent.
     h.sandboxes
-        .delete_sandbox(api::DeleteSandboxRequest { sandbox_id: sb.sandbox_id.clone() })
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: sb.sandbox_id.clone(),
+        })
         .await?;
-    assert!(h.guard.containers().is_empty(), "container left: {:?}", h.guard.containers());
-    assert!(h.guard.volumes().is_empty(), "volume left: {:?}", h.guard.volumes());
+    assert!(
+        h.guard.containers().is_empty(),
+        "container left: {:?}",
+        h.guard.containers()
+    );
+    assert!(
+        h.guard.volumes().is_empty(),
+        "volume left: {:?}",
+        h.guard.volumes()
+    );
     h.sandboxes
-        .delete_sandbox(api::DeleteSandboxRequest { sandbox_id: sb.sandbox_id.clone() })
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: sb.sandbox_id.clone(),
+        })
         .await?;
     let got = h
         .sandboxes
-        .get_sandbox(api::GetSandboxRequest { sandbox_id: sb.sandbox_id.clone() })
+        .get_sandbox(api::GetSandboxRequest {
+            sandbox_id: sb.sandbox_id.clone(),
+        })
         .await?
         .into_inner()
         .sandbox
@@ -122,11 +165,22 @@ async fn start_removes_labelled_containers_it_does_not_know() -> anyhow::Result<
     let sb = first.create_default().await?;
     let rt = first.runtime.take().unwrap();
     rt.stop().await?;
-    assert_eq!(first.guard.containers().len(), 1, "the stopped runtime leaves its sandbox");
+    assert_eq!(
+        first.guard.containers().len(),
+        1,
+        "the stopped runtime leaves its sandbox"
+    );
 
     let second = Harness::start_with(|c| c.docker.instance = instance.clone()).await?;
-    assert!(second.guard.containers().is_empty(), "unknown container of {} not removed", sb.sandbox_id);
-    assert!(second.guard.volumes().is_empty(), "unknown volume not removed");
+    assert!(
+        second.guard.containers().is_empty(),
+        "unknown container of {} not removed",
+        sb.sandbox_id
+    );
+    assert!(
+        second.guard.volumes().is_empty(),
+        "unknown volume not removed"
+    );
     drop(first);
     second.stop().await
 }

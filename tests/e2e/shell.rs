@@ -15,7 +15,9 @@ async fn readme_scenario_streams_live_and_ends_once_with_exit_3() -> anyhow::Res
         .actions
         .execute(api::ExecuteRequest {
             sandbox_id: sb.sandbox_id.clone(),
-            action: Some(shell_action(cmd("echo hello && sleep 1 && echo world && exit 3"))),
+            action: Some(shell_action(cmd(
+                "echo hello && sleep 1 && echo world && exit 3",
+            ))),
             action_id: String::new(),
         })
         .await?
@@ -35,18 +37,33 @@ async fn readme_scenario_streams_live_and_ends_once_with_exit_3() -> anyhow::Res
         }
         obs.push(o);
     }
-    assert!(matches!(obs[0].kind, Some(Kind::CmdStart(_))), "first is cmd_start: {obs:?}");
+    assert!(
+        matches!(obs[0].kind, Some(Kind::CmdStart(_))),
+        "first is cmd_start: {obs:?}"
+    );
     let out = stdout(&obs);
     assert_eq!(out, "hello\nworld\n");
     let end = cmd_end(&obs)?;
-    assert_eq!((end.exit_code, end.reason), (3, api::EndReason::Exited as i32));
-    assert!(matches!(obs.last().unwrap().kind, Some(Kind::CmdEnd(_))), "cmd_end is last");
+    assert_eq!(
+        (end.exit_code, end.reason),
+        (3, api::EndReason::Exited as i32)
+    );
+    assert!(
+        matches!(obs.last().unwrap().kind, Some(Kind::CmdEnd(_))),
+        "cmd_end is last"
+    );
     // Output arrives while the command runs, not at its end: hello came a good part of the sleep earlier.
     let gap = end_at.unwrap() - hello_at.expect("hello arrived");
-    assert!(gap >= Duration::from_millis(500), "hello arrived only {gap:?} before the end");
+    assert!(
+        gap >= Duration::from_millis(500),
+        "hello arrived only {gap:?} before the end"
+    );
     // seq strictly increasing, one action id throughout.
     assert!(obs.windows(2).all(|w| w[0].seq < w[1].seq));
-    assert!(obs.iter().all(|o| o.action_id == obs[0].action_id && !o.action_id.is_empty()));
+    assert!(
+        obs.iter()
+            .all(|o| o.action_id == obs[0].action_id && !o.action_id.is_empty())
+    );
     h.stop().await
 }
 
@@ -55,7 +72,11 @@ async fn stderr_env_workdir_and_binary_output() -> anyhow::Result<()> {
     let mut h = Harness::start().await?;
     let sb = h
         .create(api::SandboxSpec {
-            env: [("FROM_SANDBOX".to_owned(), "s".to_owned()), ("BOTH".to_owned(), "sandbox".to_owned())].into(),
+            env: [
+                ("FROM_SANDBOX".to_owned(), "s".to_owned()),
+                ("BOTH".to_owned(), "sandbox".to_owned()),
+            ]
+            .into(),
             ..Default::default()
         })
         .await?;
@@ -81,7 +102,11 @@ async fn stderr_env_workdir_and_binary_output() -> anyhow::Result<()> {
             api::ShellAction {
                 command: "pwd; echo $FROM_SANDBOX $BOTH $ONLY_ACTION".into(),
                 work_dir: "sub".into(),
-                env: [("BOTH".to_owned(), "action".to_owned()), ("ONLY_ACTION".to_owned(), "a".to_owned())].into(),
+                env: [
+                    ("BOTH".to_owned(), "action".to_owned()),
+                    ("ONLY_ACTION".to_owned(), "a".to_owned()),
+                ]
+                .into(),
                 ..Default::default()
             },
         )
@@ -103,11 +128,17 @@ async fn stderr_env_workdir_and_binary_output() -> anyhow::Result<()> {
 
     // Bytes that are not UTF-8 arrive exactly.
     let obs = h.sh(&id, r"printf '\xff\xfe\x00\x80abc'").await?;
-    assert_eq!(output(&obs, api::OutputStream::Stdout), b"\xff\xfe\x00\x80abc");
+    assert_eq!(
+        output(&obs, api::OutputStream::Stdout),
+        b"\xff\xfe\x00\x80abc"
+    );
 
     // 1 MiB of every byte value, intact and in order.
     let obs = h
-        .sh(&id, "python3 -c 'import sys; sys.stdout.buffer.write(bytes(range(256)) * 4096)'")
+        .sh(
+            &id,
+            "python3 -c 'import sys; sys.stdout.buffer.write(bytes(range(256)) * 4096)'",
+        )
         .await?;
     let expected: Vec<u8> = (0..4096).flat_map(|_| 0..=255u8).collect();
     let got = output(&obs, api::OutputStream::Stdout);
@@ -153,7 +184,10 @@ async fn three_commands_run_at_once() -> anyhow::Result<()> {
     assert_eq!((starts.len(), ends.len()), (3, 3));
     let last_start = starts.iter().max().unwrap();
     let first_end = ends.iter().min().unwrap();
-    assert!(last_start < first_end, "all three start before any ends: starts {starts:?} ends {ends:?}");
+    assert!(
+        last_start < first_end,
+        "all three start before any ends: starts {starts:?} ends {ends:?}"
+    );
     h.stop().await
 }
 
@@ -161,7 +195,14 @@ async fn three_commands_run_at_once() -> anyhow::Result<()> {
 async fn leftovers(h: &mut Harness, sandbox: &str, marker: &str) -> anyhow::Result<String> {
     // The pattern is split so it does not match this very command.
     let obs = h
-        .sh(sandbox, &format!("ps -eo pid,args | grep -F '{}''{}' | grep -v grep || true", &marker[..1], &marker[1..]))
+        .sh(
+            sandbox,
+            &format!(
+                "ps -eo pid,args | grep -F '{}''{}' | grep -v grep || true",
+                &marker[..1],
+                &marker[1..]
+            ),
+        )
         .await?;
     Ok(stdout(&obs))
 }
@@ -201,7 +242,9 @@ async fn cancel_kills_the_command_and_disconnect_does_not() -> anyhow::Result<()
         .actions
         .execute(api::ExecuteRequest {
             sandbox_id: id.clone(),
-            action: Some(shell_action(cmd("sleep 2; echo done > /workspace/marker; echo finished"))),
+            action: Some(shell_action(cmd(
+                "sleep 2; echo done > /workspace/marker; echo finished",
+            ))),
             action_id: action_id.clone(),
         })
         .await?
@@ -209,7 +252,10 @@ async fn cancel_kills_the_command_and_disconnect_does_not() -> anyhow::Result<()
     let first = stream.next().await.unwrap()?;
     assert!(matches!(
         first.kind,
-        Some(api::execute_response::Kind::Observation(api::Observation { kind: Some(Kind::CmdStart(_)), .. }))
+        Some(api::execute_response::Kind::Observation(api::Observation {
+            kind: Some(Kind::CmdStart(_)),
+            ..
+        }))
     ));
     drop(stream);
     let replay = h
@@ -223,7 +269,10 @@ async fn cancel_kills_the_command_and_disconnect_does_not() -> anyhow::Result<()
         .into_inner();
     let obs = collect_stream(replay).await?;
     let end = cmd_end(&obs)?;
-    assert_eq!((end.exit_code, end.reason), (0, api::EndReason::Exited as i32));
+    assert_eq!(
+        (end.exit_code, end.reason),
+        (0, api::EndReason::Exited as i32)
+    );
     assert_eq!(stdout(&obs), "finished\n");
     assert_eq!(stdout(&h.sh(&id, "cat /workspace/marker").await?), "done\n");
 
@@ -295,7 +344,11 @@ async fn stdin_inline_and_streamed_over_connect() -> anyhow::Result<()> {
         .into_inner();
     use api::connect_request::{Attach, Kind as Req, Stdin, Submit};
     let send = |k| api::ConnectRequest { kind: Some(k) };
-    tx.send(send(Req::Attach(Attach { sandbox_id: sb.sandbox_id.clone(), after_seq: None }))).await?;
+    tx.send(send(Req::Attach(Attach {
+        sandbox_id: sb.sandbox_id.clone(),
+        after_seq: None,
+    })))
+    .await?;
     let action_id = "stdin-action-1".to_owned();
     tx.send(send(Req::Submit(Submit {
         action: Some(shell_action(api::ShellAction {
@@ -310,7 +363,9 @@ async fn stdin_inline_and_streamed_over_connect() -> anyhow::Result<()> {
     let mut out = Vec::new();
     let mut sent = false;
     loop {
-        let m = tokio::time::timeout(Duration::from_secs(60), resp.next()).await?.unwrap()?;
+        let m = tokio::time::timeout(Duration::from_secs(60), resp.next())
+            .await?
+            .unwrap()?;
         match m.kind {
             Some(api::connect_response::Kind::Attached(_)) => {}
             Some(api::connect_response::Kind::Accepted(a)) => {
@@ -318,8 +373,18 @@ async fn stdin_inline_and_streamed_over_connect() -> anyhow::Result<()> {
                 accepted = true;
                 if !sent {
                     sent = true;
-                    tx.send(send(Req::Stdin(Stdin { action_id: action_id.clone(), data: "one ".into(), eof: false }))).await?;
-                    tx.send(send(Req::Stdin(Stdin { action_id: action_id.clone(), data: "two".into(), eof: true }))).await?;
+                    tx.send(send(Req::Stdin(Stdin {
+                        action_id: action_id.clone(),
+                        data: "one ".into(),
+                        eof: false,
+                    })))
+                    .await?;
+                    tx.send(send(Req::Stdin(Stdin {
+                        action_id: action_id.clone(),
+                        data: "two".into(),
+                        eof: true,
+                    })))
+                    .await?;
                 }
             }
             Some(api::connect_response::Kind::Rejected(r)) => anyhow::bail!("rejected: {r:?}"),

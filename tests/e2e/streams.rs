@@ -16,7 +16,12 @@ async fn next(resp: &mut tonic::Streaming<api::ConnectResponse>) -> anyhow::Resu
 }
 
 /// Reads `n` observations from StreamObservations after `after_seq`.
-async fn read_n(h: &mut Harness, sandbox: &str, after_seq: u64, n: usize) -> anyhow::Result<Vec<api::Observation>> {
+async fn read_n(
+    h: &mut Harness,
+    sandbox: &str,
+    after_seq: u64,
+    n: usize,
+) -> anyhow::Result<Vec<api::Observation>> {
     let mut s = h
         .actions
         .stream_observations(api::StreamObservationsRequest {
@@ -40,7 +45,8 @@ async fn read_n(h: &mut Harness, sandbox: &str, after_seq: u64, n: usize) -> any
 }
 
 #[tokio::test]
-async fn replay_after_seq_returns_exactly_the_missed_observations_then_live_ones() -> anyhow::Result<()> {
+async fn replay_after_seq_returns_exactly_the_missed_observations_then_live_ones()
+-> anyhow::Result<()> {
     let mut h = Harness::start().await?;
     let sb = h.create_default().await?;
     let id = sb.sandbox_id.clone();
@@ -72,7 +78,9 @@ async fn replay_after_seq_returns_exactly_the_missed_observations_then_live_ones
         .into_inner();
     let third = h.sh(&id, "echo four").await?;
     for expected in &third {
-        let m = tokio::time::timeout(Duration::from_secs(30), follower.next()).await?.unwrap()?;
+        let m = tokio::time::timeout(Duration::from_secs(30), follower.next())
+            .await?
+            .unwrap()?;
         let Some(api::stream_observations_response::Kind::Observation(o)) = m.kind else {
             anyhow::bail!("expected an observation");
         };
@@ -97,7 +105,10 @@ async fn connect_attach_replays_then_follows() -> anyhow::Result<()> {
         .into_inner();
     use api::connect_request::{Attach, Kind as Req, Submit};
     tx.send(api::ConnectRequest {
-        kind: Some(Req::Attach(Attach { sandbox_id: id.clone(), after_seq: Some(after_seq) })),
+        kind: Some(Req::Attach(Attach {
+            sandbox_id: id.clone(),
+            after_seq: Some(after_seq),
+        })),
     })
     .await?;
     let Some(Ok(Some(api::connect_response::Kind::Attached(a)))) = next(&mut resp).await? else {
@@ -105,13 +116,17 @@ async fn connect_attach_replays_then_follows() -> anyhow::Result<()> {
     };
     assert_eq!(a.last_seq, before.last().unwrap().seq);
     for expected in &before {
-        let Some(Ok(Some(api::connect_response::Kind::Observation(o)))) = next(&mut resp).await? else {
+        let Some(Ok(Some(api::connect_response::Kind::Observation(o)))) = next(&mut resp).await?
+        else {
             anyhow::bail!("expected replayed observation");
         };
         assert_eq!(&o, expected);
     }
     tx.send(api::ConnectRequest {
-        kind: Some(Req::Submit(Submit { action: Some(shell_action(cmd("echo live"))), action_id: String::new() })),
+        kind: Some(Req::Submit(Submit {
+            action: Some(shell_action(cmd("echo live"))),
+            action_id: String::new(),
+        })),
     })
     .await?;
     let mut live = Vec::new();
@@ -129,16 +144,26 @@ async fn connect_attach_replays_then_follows() -> anyhow::Result<()> {
         }
     }
     assert_eq!(stdout(&live), "live\n");
-    assert_eq!(live[0].seq, before.last().unwrap().seq + 1, "no gap, no duplicate");
+    assert_eq!(
+        live[0].seq,
+        before.last().unwrap().seq + 1,
+        "no gap, no duplicate"
+    );
 
     // A bad submit is rejected in-stream; the stream stays usable.
     tx.send(api::ConnectRequest {
-        kind: Some(Req::Submit(Submit { action: Some(shell_action(cmd(""))), action_id: "x1".into() })),
+        kind: Some(Req::Submit(Submit {
+            action: Some(shell_action(cmd(""))),
+            action_id: "x1".into(),
+        })),
     })
     .await?;
     let Some(Ok(Some(api::connect_response::Kind::Rejected(r)))) = next(&mut resp).await? else {
         anyhow::bail!("expected rejected");
     };
-    assert_eq!((r.action_id.as_str(), r.code.as_str()), ("x1", "INVALID_ARGUMENT"));
+    assert_eq!(
+        (r.action_id.as_str(), r.code.as_str()),
+        ("x1", "INVALID_ARGUMENT")
+    );
     h.stop().await
 }

@@ -6,7 +6,10 @@ use mentis_core::Error;
 pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
     matches!(
         e,
-        bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
     )
 }
 
@@ -14,12 +17,18 @@ pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
 pub(crate) fn to_core(what: &str, e: bollard::errors::Error) -> Error {
     use bollard::errors::Error as B;
     match e {
-        B::DockerResponseServerError { status_code, message } if status_code >= 500 => {
+        B::DockerResponseServerError {
+            status_code,
+            message,
+        } if status_code >= 500 => {
             Error::Unavailable(format!("Docker failed to {what}: {message}"))
         }
-        B::DockerResponseServerError { status_code, message } => {
-            Error::Internal(format!("Docker refused to {what} ({status_code}): {message}"))
-        }
+        B::DockerResponseServerError {
+            status_code,
+            message,
+        } => Error::Internal(format!(
+            "Docker refused to {what} ({status_code}): {message}"
+        )),
         B::RequestTimeoutError => Error::Unavailable(format!("Docker did not {what} in time")),
         B::IOError { .. } | B::HyperResponseError { .. } | B::HyperLegacyError { .. } => {
             Error::Unavailable(format!("cannot reach the Docker engine to {what}: {e}"))

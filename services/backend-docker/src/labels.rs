@@ -10,7 +10,11 @@ pub const LABEL_SPACE_ID: &str = "io.mentis.space-id";
 pub const LABEL_INSTANCE: &str = "io.mentis.instance";
 
 /// Labels of a sandbox's container and volume.
-pub(crate) fn for_sandbox(instance: &str, id: SandboxId, space: &SpaceId) -> HashMap<String, String> {
+pub(crate) fn for_sandbox(
+    instance: &str,
+    id: SandboxId,
+    space: &SpaceId,
+) -> HashMap<String, String> {
     HashMap::from([
         (LABEL_MANAGED.to_owned(), "true".to_owned()),
         (LABEL_SANDBOX_ID.to_owned(), id.to_string()),
@@ -32,7 +36,9 @@ pub(crate) fn instance_filter(instance: &str) -> HashMap<String, Vec<String>> {
 
 /// The sandbox id an object is labelled with, when it is well-formed.
 pub(crate) fn sandbox_id(labels: &HashMap<String, String>) -> Option<SandboxId> {
-    labels.get(LABEL_SANDBOX_ID).and_then(|s| SandboxId::parse(s).ok())
+    labels
+        .get(LABEL_SANDBOX_ID)
+        .and_then(|s| SandboxId::parse(s).ok())
 }
 
 #[cfg(test)]

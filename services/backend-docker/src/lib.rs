@@ -10,12 +10,16 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig, VolumeCreateRequest};
+use bollard::models::{
+    ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig, VolumeCreateRequest,
+};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
     RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
 };
-use mentis_core::{BackendSandbox, BackendSpec, Endpoint, Error, Result, SandboxBackend, SandboxId};
+use mentis_core::{
+    BackendSandbox, BackendSpec, Endpoint, Error, Result, SandboxBackend, SandboxId,
+};
 
 pub use config::DockerConfig;
 use error::{DockerCallExt, is_not_found};
@@ -34,7 +38,9 @@ pub struct DockerBackend {
 
 impl std::fmt::Debug for DockerBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DockerBackend").field("config", &self.config).finish()
+        f.debug_struct("DockerBackend")
+            .field("config", &self.config)
+            .finish()
     }
 }
 
@@ -126,9 +132,13 @@ impl DockerBackend {
         )
         .await
         .map_err(|e| match &e {
-            bollard::errors::Error::DockerResponseServerError { status_code: 404, message } => {
-                Error::FailedPrecondition(format!("image {} is not available: {message}", spec.image))
-            }
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                message,
+            } => Error::FailedPrecondition(format!(
+                "image {} is not available: {message}",
+                spec.image
+            )),
             _ => error::to_core("create the container", e),
         })?;
         self.call("start container", self.docker.start_container(&name, None))
@@ -136,7 +146,10 @@ impl DockerBackend {
             .docker_ctx("start the container")?;
 
         let info = self
-            .call("inspect container", self.docker.inspect_container(&name, None))
+            .call(
+                "inspect container",
+                self.docker.inspect_container(&name, None),
+            )
             .await
             .docker_ctx("inspect the container")?;
         let ip = info
@@ -181,7 +194,12 @@ impl SandboxBackend for DockerBackend {
                 "remove container",
                 self.docker.remove_container(
                     &name,
-                    Some(RemoveContainerOptionsBuilder::default().force(true).v(true).build()),
+                    Some(
+                        RemoveContainerOptionsBuilder::default()
+                            .force(true)
+                            .v(true)
+                            .build(),
+                    ),
                 ),
             )
             .await
@@ -233,8 +251,11 @@ impl SandboxBackend for DockerBackend {
         let volumes = self
             .call(
                 "list volumes",
-                self.docker
-                    .list_volumes(Some(ListVolumesOptionsBuilder::default().filters(&filters).build())),
+                self.docker.list_volumes(Some(
+                    ListVolumesOptionsBuilder::default()
+                        .filters(&filters)
+                        .build(),
+                )),
             )
             .await
             .docker_ctx("list volumes")?;

@@ -38,7 +38,10 @@ pub(crate) async fn ensure(docker: &Docker, config: &DockerConfig) -> Result<()>
             "com.docker.network.bridge.enable_icc".to_owned(),
             "false".to_owned(),
         )])),
-        labels: Some(HashMap::from([(LABEL_MANAGED.to_owned(), "true".to_owned())])),
+        labels: Some(HashMap::from([(
+            LABEL_MANAGED.to_owned(),
+            "true".to_owned(),
+        )])),
         ..Default::default()
     };
     match docker.create_network(request).await {
@@ -47,7 +50,9 @@ pub(crate) async fn ensure(docker: &Docker, config: &DockerConfig) -> Result<()>
             Ok(())
         }
         // Another runtime instance created it at the same moment.
-        Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409, ..
+        }) => Ok(()),
         Err(e) => Err(to_core("create the executor network", e)),
     }
 }

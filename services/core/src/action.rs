@@ -87,7 +87,9 @@ impl ShellAction {
             )));
         }
         if command.contains('\0') || work_dir.contains('\0') {
-            return Err(Error::invalid("shell.command and shell.work_dir may not contain NUL"));
+            return Err(Error::invalid(
+                "shell.command and shell.work_dir may not contain NUL",
+            ));
         }
         if stdin.len() > MAX_INLINE_STDIN {
             return Err(Error::invalid(format!(
@@ -129,7 +131,14 @@ mod tests {
     use super::*;
 
     fn shell(cmd: &str, timeout: u32) -> Result<ShellAction, Error> {
-        ShellAction::validate(cmd.into(), String::new(), BTreeMap::new(), timeout, Bytes::new(), false)
+        ShellAction::validate(
+            cmd.into(),
+            String::new(),
+            BTreeMap::new(),
+            timeout,
+            Bytes::new(),
+            false,
+        )
     }
 
     #[test]
@@ -137,7 +146,10 @@ mod tests {
         assert!(matches!(shell("", 0), Err(Error::InvalidArgument(_))));
         assert!(matches!(shell("   \n", 0), Err(Error::InvalidArgument(_))));
         assert_eq!(shell("true", 0).map(|a| a.timeout), Ok(DEFAULT_TIMEOUT));
-        assert_eq!(shell("true", 5).map(|a| a.timeout), Ok(Duration::from_secs(5)));
+        assert_eq!(
+            shell("true", 5).map(|a| a.timeout),
+            Ok(Duration::from_secs(5))
+        );
         assert!(shell("true", u32::MAX).is_err());
         assert!(shell(&"x".repeat(MAX_CODE_BYTES + 1), 0).is_err());
     }

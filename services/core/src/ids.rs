@@ -138,8 +138,14 @@ mod tests {
     fn sandbox_id_round_trips_and_rejects_garbage() {
         let id = SandboxId::new();
         assert_eq!(SandboxId::parse(&id.to_string()), Ok(id));
-        assert!(matches!(SandboxId::parse(""), Err(Error::InvalidArgument(_))));
-        assert!(matches!(SandboxId::parse("nope"), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            SandboxId::parse(""),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            SandboxId::parse("nope"),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 
     #[test]
@@ -148,12 +154,20 @@ mod tests {
         assert!(ActionId::parse("has space").is_err());
         assert!(ActionId::parse(&"x".repeat(129)).is_err());
         assert!(ActionId::parse("").is_err());
-        assert!(!ActionId::parse_or_generate("").unwrap_or_else(|_| ActionId::generate()).as_str().is_empty());
+        assert!(
+            !ActionId::parse_or_generate("")
+                .unwrap_or_else(|_| ActionId::generate())
+                .as_str()
+                .is_empty()
+        );
     }
 
     #[test]
     fn space_id_rules() {
-        assert_eq!(SpaceId::parse_or_default("").map(|s| s.to_string()), Ok("default".into()));
+        assert_eq!(
+            SpaceId::parse_or_default("").map(|s| s.to_string()),
+            Ok("default".into())
+        );
         assert!(SpaceId::parse_or_default("team-a1").is_ok());
         assert!(SpaceId::parse_or_default("Team").is_err());
         assert!(SpaceId::parse_or_default("-a").is_err());

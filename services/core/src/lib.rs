@@ -14,7 +14,7 @@ pub use backend::{BackendSandbox, BackendSpec, Endpoint, SandboxBackend};
 pub use error::{Error, Result};
 pub use ids::{ActionId, SandboxId, SpaceId};
 pub use observation::{
-    ActionKind, CmdEnd, EndReason, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus, Observation,
-    ObservationKind, OutputStream,
+    ActionKind, CmdEnd, EndReason, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus,
+    Observation, ObservationKind, OutputStream,
 };
 pub use sandbox::{Limits, LimitsPolicy, Sandbox, SandboxRequest, SandboxSpec, SandboxState};

@@ -88,14 +88,29 @@ pub struct IPythonResult {
 /// What happened.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObservationKind {
-    CmdStart { command: String, pid: i32 },
-    CmdOutput { stream: OutputStream, data: Bytes },
+    CmdStart {
+        command: String,
+        pid: i32,
+    },
+    CmdOutput {
+        stream: OutputStream,
+        data: Bytes,
+    },
     CmdEnd(CmdEnd),
-    IPythonStart { code: String, execution_count: i32 },
+    IPythonStart {
+        code: String,
+        execution_count: i32,
+    },
     IPythonOutput(IPythonOutput),
     IPythonResult(IPythonResult),
-    Error { message: String, details: BTreeMap<String, String> },
-    AgentState { message: String, details: BTreeMap<String, String> },
+    Error {
+        message: String,
+        details: BTreeMap<String, String>,
+    },
+    AgentState {
+        message: String,
+        details: BTreeMap<String, String>,
+    },
 }
 
 impl ObservationKind {
@@ -107,7 +122,9 @@ impl ObservationKind {
     /// Approximate memory held by this observation, for the log's byte bound.
     pub fn approx_bytes(&self) -> usize {
         const BASE: usize = 96;
-        let map = |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| k.len() + v.len() + 48).sum::<usize>();
+        let map = |m: &BTreeMap<String, String>| {
+            m.iter().map(|(k, v)| k.len() + v.len() + 48).sum::<usize>()
+        };
         BASE + match self {
             Self::CmdStart { command, .. } => command.len(),
             Self::CmdOutput { data, .. } => data.len(),
@@ -175,12 +192,27 @@ mod tests {
         let shell = ObservationKind::lost(ActionKind::Shell, "gone", Duration::ZERO);
         let cell = ObservationKind::lost(ActionKind::IPython, "gone", Duration::ZERO);
         assert!(shell.is_terminal() && cell.is_terminal());
-        assert!(matches!(shell, ObservationKind::CmdEnd(CmdEnd { reason: EndReason::Lost, .. })));
+        assert!(matches!(
+            shell,
+            ObservationKind::CmdEnd(CmdEnd {
+                reason: EndReason::Lost,
+                ..
+            })
+        ));
         assert!(matches!(
             cell,
-            ObservationKind::IPythonResult(IPythonResult { status: IPythonStatus::Aborted, .. })
+            ObservationKind::IPythonResult(IPythonResult {
+                status: IPythonStatus::Aborted,
+                ..
+            })
         ));
-        assert!(!ObservationKind::CmdStart { command: "x".into(), pid: 1 }.is_terminal());
+        assert!(
+            !ObservationKind::CmdStart {
+                command: "x".into(),
+                pid: 1
+            }
+            .is_terminal()
+        );
     }
 
     #[test]

@@ -197,7 +197,9 @@ fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), Error> {
     }
     for (k, v) in labels {
         if k.is_empty() || k.len() > MAX_KEY_LEN || k.chars().any(char::is_control) {
-            return Err(Error::invalid(format!("spec.labels: {k:?} is not a valid key")));
+            return Err(Error::invalid(format!(
+                "spec.labels: {k:?} is not a valid key"
+            )));
         }
         if k.starts_with(RESERVED_LABEL_PREFIX) {
             return Err(Error::invalid(format!(

@@ -52,7 +52,9 @@ pub struct ConfigError {
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
-            listen: DEFAULT_LISTEN.parse().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 50051))),
+            listen: DEFAULT_LISTEN
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 50051))),
             executor_image: DEFAULT_EXECUTOR_IMAGE.into(),
             data_dir: PathBuf::from("mentis-data"),
             docker: DockerConfig::default(),
@@ -87,9 +89,14 @@ impl RuntimeConfig {
         if let Some(v) = get("MENTIS_INSTANCE") {
             let ok = !v.is_empty()
                 && v.len() <= 63
-                && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
             if !ok {
-                return Err(err("MENTIS_INSTANCE", &v, "use 1-63 letters, digits, '-' or '_'"));
+                return Err(err(
+                    "MENTIS_INSTANCE",
+                    &v,
+                    "use 1-63 letters, digits, '-' or '_'",
+                ));
             }
             c.docker.instance = v;
         }
@@ -109,7 +116,8 @@ impl RuntimeConfig {
             c.max_actions_per_sandbox = positive("MENTIS_MAX_ACTIONS_PER_SANDBOX", &v)?;
         }
         if let Some(v) = get("MENTIS_READY_TIMEOUT_SECS") {
-            c.ready_timeout = Duration::from_secs(positive("MENTIS_READY_TIMEOUT_SECS", &v)? as u64);
+            c.ready_timeout =
+                Duration::from_secs(positive("MENTIS_READY_TIMEOUT_SECS", &v)? as u64);
         }
         Ok(c)
     }
@@ -127,7 +135,9 @@ fn parse<T: std::str::FromStr>(var: &'static str, value: &str) -> Result<T, Conf
 where
     T::Err: std::fmt::Display,
 {
-    value.parse().map_err(|e: T::Err| err(var, value, e.to_string()))
+    value
+        .parse()
+        .map_err(|e: T::Err| err(var, value, e.to_string()))
 }
 
 fn positive(var: &'static str, value: &str) -> Result<usize, ConfigError> {
@@ -143,7 +153,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<RuntimeConfig, ConfigError> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
         RuntimeConfig::from_lookup(|k| m.get(k).cloned())
     }
 
@@ -152,7 +165,11 @@ mod tests {
         let c = cfg(&[]).expect("defaults");
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(c.executor_image, DEFAULT_EXECUTOR_IMAGE);
-        let c = cfg(&[("MENTIS_LISTEN", "127.0.0.1:0"), ("MENTIS_EXECUTOR_IMAGE", "x:y")]).expect("ok");
+        let c = cfg(&[
+            ("MENTIS_LISTEN", "127.0.0.1:0"),
+            ("MENTIS_EXECUTOR_IMAGE", "x:y"),
+        ])
+        .expect("ok");
         assert_eq!(c.listen.port(), 0);
         assert_eq!(c.executor_image, "x:y");
     }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use mentis_core::{Action, ActionId, Endpoint, Error};
 use mentis_proto::executor::{
-    CancelRequest, RunRequest, RunResponse, WriteStdinRequest, executor_service_client::ExecutorServiceClient,
+    CancelRequest, RunRequest, RunResponse, WriteStdinRequest,
+    executor_service_client::ExecutorServiceClient,
 };
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -95,7 +96,9 @@ impl ExecutorClient {
     ) -> Result<T, Error> {
         match tokio::time::timeout(self.call_timeout, fut).await {
             Ok(r) => r.map_err(status_to_error),
-            Err(_) => Err(Error::Unavailable("the executor did not answer in time".into())),
+            Err(_) => Err(Error::Unavailable(
+                "the executor did not answer in time".into(),
+            )),
         }
     }
 
@@ -112,7 +115,9 @@ impl ExecutorClient {
             env: env.clone().into_iter().collect(),
         };
         let mut rpc = self.rpc.clone();
-        self.timed(rpc.run(req)).await.map(tonic::Response::into_inner)
+        self.timed(rpc.run(req))
+            .await
+            .map(tonic::Response::into_inner)
     }
 
     /// Asks the executor to cancel an action.
@@ -126,7 +131,12 @@ impl ExecutorClient {
     }
 
     /// Writes to an action's stdin.
-    pub async fn write_stdin(&self, action_id: &ActionId, data: Bytes, eof: bool) -> Result<(), Error> {
+    pub async fn write_stdin(
+        &self,
+        action_id: &ActionId,
+        data: Bytes,
+        eof: bool,
+    ) -> Result<(), Error> {
         let mut rpc = self.rpc.clone();
         self.timed(rpc.write_stdin(WriteStdinRequest {
             action_id: action_id.to_string(),

@@ -31,14 +31,21 @@ impl Default for LogLimits {
 pub enum LogItem {
     Observation(Arc<Observation>),
     /// Entries after `after_seq` were trimmed before they were read; reading resumes at `first_available_seq`.
-    Gap { after_seq: u64, first_available_seq: u64 },
+    Gap {
+        after_seq: u64,
+        first_available_seq: u64,
+    },
 }
 
 enum Read {
     Items(Vec<Arc<Observation>>),
-    Gap { first_available_seq: u64 },
+    Gap {
+        first_available_seq: u64,
+    },
     /// Nothing new; `closed` says whether anything ever will be.
-    Empty { closed: bool },
+    Empty {
+        closed: bool,
+    },
 }
 
 struct Inner {
@@ -111,7 +118,8 @@ impl ObservationLog {
             inner.bytes += size;
             // Trim the oldest entries, but always keep the newest one so followers can see it.
             while inner.entries.len() > 1
-                && (inner.entries.len() > self.limits.max_entries || inner.bytes > self.limits.max_bytes)
+                && (inner.entries.len() > self.limits.max_entries
+                    || inner.bytes > self.limits.max_bytes)
             {
                 if let Some(old) = inner.entries.pop_front() {
                     inner.bytes -= old.kind.approx_bytes();
@@ -149,12 +157,22 @@ impl ObservationLog {
                 closed: inner.closed,
             };
         }
-        Read::Items(inner.entries.range(start..).take(READ_BATCH).cloned().collect())
+        Read::Items(
+            inner
+                .entries
+                .range(start..)
+                .take(READ_BATCH)
+                .cloned()
+                .collect(),
+        )
     }
 
     /// Every observation with seq > `after_seq` (or a gap first, when some were trimmed), then live ones,
     /// until the log closes.
-    pub fn follow(self: &Arc<Self>, after_seq: u64) -> impl Stream<Item = LogItem> + Send + 'static {
+    pub fn follow(
+        self: &Arc<Self>,
+        after_seq: u64,
+    ) -> impl Stream<Item = LogItem> + Send + 'static {
         struct State {
             log: Arc<ObservationLog>,
             cursor: u64,
@@ -178,7 +196,9 @@ impl ObservationLog {
                 st.rx.borrow_and_update();
                 match st.log.read_after(st.cursor) {
                     Read::Items(items) => st.batch.extend(items),
-                    Read::Gap { first_available_seq } => {
+                    Read::Gap {
+                        first_available_seq,
+                    } => {
                         let after_seq = st.cursor;
                         st.cursor = first_available_seq - 1;
                         return Some((

@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use mentis_core::observation::ActionKind;
 use mentis_core::{
-    Action, ActionId, BackendSpec, Error, ObservationKind, Result, Sandbox, SandboxBackend, SandboxId,
-    SandboxRequest, SandboxState,
+    Action, ActionId, BackendSpec, Error, ObservationKind, Result, Sandbox, SandboxBackend,
+    SandboxId, SandboxRequest, SandboxState,
 };
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -64,7 +64,11 @@ fn random_token() -> String {
 }
 
 impl Manager {
-    pub fn new(config: Arc<RuntimeConfig>, backend: Arc<dyn SandboxBackend>, shutdown: CancellationToken) -> Arc<Self> {
+    pub fn new(
+        config: Arc<RuntimeConfig>,
+        backend: Arc<dyn SandboxBackend>,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
         Arc::new(Self {
             config,
             backend,
@@ -118,7 +122,10 @@ impl Manager {
             id,
             space_id: spec.space_id.clone(),
             state: SandboxState::Creating,
-            image: spec.image.clone().unwrap_or_else(|| self.config.executor_image.clone()),
+            image: spec
+                .image
+                .clone()
+                .unwrap_or_else(|| self.config.executor_image.clone()),
             labels: spec.labels.clone(),
             limits: spec.limits,
             created_at: now,
@@ -160,7 +167,8 @@ impl Manager {
         let started = tokio::time::Instant::now();
         let result = async {
             let endpoint = self.backend.create(&spec).await?;
-            let client = ExecutorClient::new(&endpoint, &spec.token, self.config.executor_call_timeout)?;
+            let client =
+                ExecutorClient::new(&endpoint, &spec.token, self.config.executor_call_timeout)?;
             if let Err(e) = client.wait_ready(self.config.ready_timeout).await {
                 let _ = self.backend.delete(spec.id).await;
                 return Err(e);
@@ -179,7 +187,10 @@ impl Manager {
                         details: [("state".to_owned(), "RUNNING".to_owned())].into(),
                     },
                 );
-                tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "sandbox running");
+                tracing::info!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "sandbox running"
+                );
                 Ok(h.snapshot())
             }
             Err(e) => {
@@ -204,7 +215,11 @@ impl Manager {
             .read()
             .values()
             .map(|h| (h.snapshot(), h.log.last_seq()))
-            .filter(|(s, _)| q.space_id.as_deref().is_none_or(|sp| s.space_id.as_str() == sp))
+            .filter(|(s, _)| {
+                q.space_id
+                    .as_deref()
+                    .is_none_or(|sp| s.space_id.as_str() == sp)
+            })
             .filter(|(s, _)| q.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
             .collect();
         all.sort_by(|(a, _), (b, _)| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
@@ -213,7 +228,9 @@ impl Manager {
                 Some(i) => i + 1,
                 None => {
                     // The cursor's sandbox is gone: resume after where it would sort.
-                    all.iter().position(|(s, _)| s.id > after).unwrap_or(all.len())
+                    all.iter()
+                        .position(|(s, _)| s.id > after)
+                        .unwrap_or(all.len())
                 }
             },
             None => 0,
@@ -241,7 +258,10 @@ impl Manager {
                     }
                     h.cancel.cancel();
                     h.tasks.close();
-                    if tokio::time::timeout(PUMP_DRAIN, h.tasks.wait()).await.is_err() {
+                    if tokio::time::timeout(PUMP_DRAIN, h.tasks.wait())
+                        .await
+                        .is_err()
+                    {
                         tracing::warn!("action pumps did not finish in time");
                     }
                     this.backend.delete(id).await?;
@@ -291,7 +311,11 @@ impl Manager {
         let h = self.handle(sandbox)?;
         let client = h.running_executor()?;
         let id = action_id.unwrap_or_else(ActionId::generate);
-        h.reserve_action(&id, ActionKind::from(&action), self.config.max_actions_per_sandbox)?;
+        h.reserve_action(
+            &id,
+            ActionKind::from(&action),
+            self.config.max_actions_per_sandbox,
+        )?;
         let after_seq = h.log.last_seq();
         let (tx, rx) = oneshot::channel();
         let span = tracing::info_span!("action", sandbox_id = %sandbox, action_id = %id, kind = action.kind_name());
@@ -300,7 +324,9 @@ impl Manager {
         match rx.await {
             Ok(Ok(())) => Ok((id, after_seq)),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::Internal("the action task ended before answering".into())),
+            Err(_) => Err(Error::Internal(
+                "the action task ended before answering".into(),
+            )),
         }
     }
 
@@ -308,7 +334,9 @@ impl Manager {
     pub async fn cancel(&self, sandbox: SandboxId, action: &ActionId) -> Result<()> {
         let h = self.handle(sandbox)?;
         match h.action_status(action) {
-            ActionStatus::Unknown => Err(Error::NotFound(format!("action {action} not found in sandbox {sandbox}"))),
+            ActionStatus::Unknown => Err(Error::NotFound(format!(
+                "action {action} not found in sandbox {sandbox}"
+            ))),
             ActionStatus::Finished => Ok(()),
             ActionStatus::Running => match h.running_executor()?.cancel(action).await {
                 // It ended between our look and the executor's.
@@ -319,11 +347,21 @@ impl Manager {
     }
 
     /// Writes to a running action's stdin.
-    pub async fn write_stdin(&self, sandbox: SandboxId, action: &ActionId, data: Bytes, eof: bool) -> Result<()> {
+    pub async fn write_stdin(
+        &self,
+        sandbox: SandboxId,
+        action: &ActionId,
+        data: Bytes,
+        eof: bool,
+    ) -> Result<()> {
         let h = self.handle(sandbox)?;
         match h.action_status(action) {
-            ActionStatus::Unknown => Err(Error::NotFound(format!("action {action} not found in sandbox {sandbox}"))),
-            ActionStatus::Finished => Err(Error::FailedPrecondition(format!("action {action} has ended"))),
+            ActionStatus::Unknown => Err(Error::NotFound(format!(
+                "action {action} not found in sandbox {sandbox}"
+            ))),
+            ActionStatus::Finished => Err(Error::FailedPrecondition(format!(
+                "action {action} has ended"
+            ))),
             ActionStatus::Running => h.running_executor()?.write_stdin(action, data, eof).await,
         }
     }

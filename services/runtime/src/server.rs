@@ -22,7 +22,10 @@ use crate::sandboxes::Manager;
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("backend: {0}")]
     Backend(#[from] mentis_core::Error),
     #[error("reflection: {0}")]
@@ -43,12 +46,13 @@ pub struct Runtime {
 impl Runtime {
     /// Connects the backend, reconciles, binds `config.listen` and serves in the background.
     pub async fn start(config: RuntimeConfig) -> Result<Self, ServeError> {
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| ServeError::Listen {
-                addr: config.listen,
-                source,
-            })?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ServeError::Listen {
+                    addr: config.listen,
+                    source,
+                })?;
         let addr = listener.local_addr().map_err(|source| ServeError::Listen {
             addr: config.listen,
             source,
@@ -60,7 +64,11 @@ impl Runtime {
         manager.start().await?;
         let task = tokio::spawn(serve(manager, listener, shutdown.clone()));
         tracing::info!(%addr, image = %config.executor_image, instance = %config.docker.instance, "mentis-runtime serving");
-        Ok(Self { addr, shutdown, task })
+        Ok(Self {
+            addr,
+            shutdown,
+            task,
+        })
     }
 
     /// Stops accepting calls, ends open streams and waits for the server to finish.
@@ -92,7 +100,11 @@ impl Runtime {
     }
 }
 
-async fn serve(manager: Arc<Manager>, listener: TcpListener, shutdown: CancellationToken) -> Result<(), ServeError> {
+async fn serve(
+    manager: Arc<Manager>,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<SandboxServiceServer<SandboxApi>>()

@@ -87,7 +87,9 @@ impl ActionService for ActionApi {
         let stream = only_action(handle.log.follow(after), id)
             .map(|item| {
                 let kind = match item {
-                    LogItem::Observation(o) => api::execute_response::Kind::Observation(observation_to_proto(&o)),
+                    LogItem::Observation(o) => {
+                        api::execute_response::Kind::Observation(observation_to_proto(&o))
+                    }
                     LogItem::Gap {
                         after_seq,
                         first_available_seq,
@@ -116,12 +118,17 @@ impl ActionService for ActionApi {
             .map(|item| {
                 let kind = match item {
                     LogItem::Observation(o) => {
-                        api::stream_observations_response::Kind::Observation(observation_to_proto(&o))
+                        api::stream_observations_response::Kind::Observation(observation_to_proto(
+                            &o,
+                        ))
                     }
                     LogItem::Gap {
                         after_seq,
                         first_available_seq,
-                    } => api::stream_observations_response::Kind::Gap(gap(after_seq, first_available_seq)),
+                    } => api::stream_observations_response::Kind::Gap(gap(
+                        after_seq,
+                        first_available_seq,
+                    )),
                 };
                 Ok(api::StreamObservationsResponse { kind: Some(kind) })
             })
@@ -136,7 +143,10 @@ impl ActionService for ActionApi {
         let r = req.into_inner();
         let sandbox = SandboxId::parse(&r.sandbox_id).map_err(to_status)?;
         let action = ActionId::parse(&r.action_id).map_err(to_status)?;
-        self.manager.cancel(sandbox, &action).await.map_err(to_status)?;
+        self.manager
+            .cancel(sandbox, &action)
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(api::CancelActionResponse {}))
     }
 }

@@ -27,11 +27,13 @@ fn msg(kind: connect_response::Kind) -> Result<api::ConnectResponse, Status> {
 }
 
 fn rejected(action_id: &str, e: &Error) -> Result<api::ConnectResponse, Status> {
-    msg(connect_response::Kind::Rejected(connect_response::Rejected {
-        action_id: action_id.to_owned(),
-        code: code_name(e).to_owned(),
-        message: client_message(e),
-    }))
+    msg(connect_response::Kind::Rejected(
+        connect_response::Rejected {
+            action_id: action_id.to_owned(),
+            code: code_name(e).to_owned(),
+            message: client_message(e),
+        },
+    ))
 }
 
 impl ActionApi {
@@ -63,26 +65,33 @@ impl ActionApi {
             })) => a,
             Ok(Some(_)) => {
                 let _ = tx
-                    .send(Err(Status::invalid_argument("the first Connect message must be attach")))
+                    .send(Err(Status::invalid_argument(
+                        "the first Connect message must be attach",
+                    )))
                     .await;
                 return;
             }
             Ok(None) | Err(_) => return,
         };
-        let handle = match SandboxId::parse(&attach.sandbox_id).and_then(|id| self.manager.handle(id)) {
-            Ok(h) => h,
-            Err(e) => {
-                let _ = tx.send(Err(to_status(e))).await;
-                return;
-            }
-        };
+        let handle =
+            match SandboxId::parse(&attach.sandbox_id).and_then(|id| self.manager.handle(id)) {
+                Ok(h) => h,
+                Err(e) => {
+                    let _ = tx.send(Err(to_status(e))).await;
+                    return;
+                }
+            };
         let sandbox = handle.id;
         let last_seq = handle.log.last_seq();
         let attached = connect_response::Attached {
             sandbox_id: sandbox.to_string(),
             last_seq,
         };
-        if tx.send(msg(connect_response::Kind::Attached(attached))).await.is_err() {
+        if tx
+            .send(msg(connect_response::Kind::Attached(attached)))
+            .await
+            .is_err()
+        {
             return;
         }
         let mut follow = pin!(handle.log.follow(attach.after_seq.unwrap_or(last_seq)));
@@ -105,10 +114,10 @@ impl ActionApi {
                 },
                 () = tx.closed() => return,
             };
-            if let Some(out) = out {
-                if tx.send(out).await.is_err() {
-                    return;
-                }
+            if let Some(out) = out
+                && tx.send(out).await.is_err()
+            {
+                return;
             }
         }
     }
@@ -128,9 +137,11 @@ impl ActionApi {
                 }
                 .await;
                 Some(match result {
-                    Ok((id, _)) => msg(connect_response::Kind::Accepted(connect_response::Accepted {
-                        action_id: id.to_string(),
-                    })),
+                    Ok((id, _)) => msg(connect_response::Kind::Accepted(
+                        connect_response::Accepted {
+                            action_id: id.to_string(),
+                        },
+                    )),
                     Err(e) => rejected(&s.action_id, &e),
                 })
             }
@@ -150,7 +161,10 @@ impl ActionApi {
                 .await;
                 result.err().map(|e| rejected(&s.action_id, &e))
             }
-            Some(Kind::Attach(_)) => Some(rejected("", &Error::invalid("this stream is already attached"))),
+            Some(Kind::Attach(_)) => Some(rejected(
+                "",
+                &Error::invalid("this stream is already attached"),
+            )),
             None => Some(rejected("", &Error::invalid("empty Connect message"))),
         }
     }

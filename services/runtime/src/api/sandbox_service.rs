@@ -62,10 +62,11 @@ impl SandboxService for SandboxApi {
         let after = if r.page_token.is_empty() {
             None
         } else {
-            Some(
-                SandboxId::parse(&r.page_token)
-                    .map_err(|_| to_status(Error::invalid("page_token is not one this service gave out")))?,
-            )
+            Some(SandboxId::parse(&r.page_token).map_err(|_| {
+                to_status(Error::invalid(
+                    "page_token is not one this service gave out",
+                ))
+            })?)
         };
         let query = ListQuery {
             space_id: (!r.space_id.is_empty()).then_some(r.space_id),
@@ -75,12 +76,17 @@ impl SandboxService for SandboxApi {
         };
         let (page, more) = self.manager.list(&query);
         let next_page_token = if more {
-            page.last().map(|(s, _)| s.id.to_string()).unwrap_or_default()
+            page.last()
+                .map(|(s, _)| s.id.to_string())
+                .unwrap_or_default()
         } else {
             String::new()
         };
         Ok(Response::new(api::ListSandboxesResponse {
-            sandboxes: page.iter().map(|(s, seq)| sandbox_to_proto(s, *seq)).collect(),
+            sandboxes: page
+                .iter()
+                .map(|(s, seq)| sandbox_to_proto(s, *seq))
+                .collect(),
             next_page_token,
         }))
     }

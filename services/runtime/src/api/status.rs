@@ -56,6 +56,9 @@ mod tests {
         assert_eq!(s.code(), Code::Internal);
         assert!(!s.message().contains("secret"));
         let s = to_status(Error::NotFound("sandbox x not found".into()));
-        assert_eq!((s.code(), s.message()), (Code::NotFound, "sandbox x not found"));
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::NotFound, "sandbox x not found")
+        );
     }
 }

@@ -39,14 +39,35 @@ mod tests {
         let log = ObservationLog::new(SandboxId::new(), Default::default());
         let a = ActionId::generate();
         let b = ActionId::generate();
-        log.append(Some(b.clone()), ObservationKind::CmdStart { command: "b".into(), pid: 1 });
-        log.append(Some(a.clone()), ObservationKind::CmdStart { command: "a".into(), pid: 2 });
-        log.append(Some(a.clone()), ObservationKind::lost(ActionKind::Shell, "x", Duration::ZERO));
+        log.append(
+            Some(b.clone()),
+            ObservationKind::CmdStart {
+                command: "b".into(),
+                pid: 1,
+            },
+        );
+        log.append(
+            Some(a.clone()),
+            ObservationKind::CmdStart {
+                command: "a".into(),
+                pid: 2,
+            },
+        );
+        log.append(
+            Some(a.clone()),
+            ObservationKind::lost(ActionKind::Shell, "x", Duration::ZERO),
+        );
         // The log stays open: the stream must end on its own after a's terminal.
-        let got: Vec<_> = tokio::time::timeout(Duration::from_secs(5), only_action(log.follow(0), a.clone()).collect::<Vec<_>>())
-            .await
-            .expect("stream ends after the terminal observation");
+        let got: Vec<_> = tokio::time::timeout(
+            Duration::from_secs(5),
+            only_action(log.follow(0), a.clone()).collect::<Vec<_>>(),
+        )
+        .await
+        .expect("stream ends after the terminal observation");
         assert_eq!(got.len(), 2);
-        assert!(got.iter().all(|i| matches!(i, LogItem::Observation(o) if o.action_id.as_ref() == Some(&a))));
+        assert!(
+            got.iter()
+                .all(|i| matches!(i, LogItem::Observation(o) if o.action_id.as_ref() == Some(&a)))
+        );
     }
 }

@@ -48,7 +48,10 @@ mod tests {
 
     #[test]
     fn missing_action_is_invalid() {
-        assert!(matches!(action_from_proto(None), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            action_from_proto(None),
+            Err(Error::InvalidArgument(_))
+        ));
         assert!(matches!(
             action_from_proto(Some(api::Action { kind: None })),
             Err(Error::InvalidArgument(_))

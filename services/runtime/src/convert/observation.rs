@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use mentis_core::{
-    CmdEnd, EndReason, Error, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus, Observation,
-    ObservationKind, OutputStream,
+    CmdEnd, EndReason, Error, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus,
+    Observation, ObservationKind, OutputStream,
 };
 use mentis_proto::{api, executor};
 
@@ -19,7 +19,8 @@ fn duration_to_proto(d: Duration) -> prost_types::Duration {
 }
 
 fn duration_from_proto(d: Option<prost_types::Duration>) -> Duration {
-    d.and_then(|d| Duration::try_from(d).ok()).unwrap_or_default()
+    d.and_then(|d| Duration::try_from(d).ok())
+        .unwrap_or_default()
 }
 
 fn map<K: Ord, V>(m: impl IntoIterator<Item = (K, V)>) -> BTreeMap<K, V> {
@@ -27,9 +28,12 @@ fn map<K: Ord, V>(m: impl IntoIterator<Item = (K, V)>) -> BTreeMap<K, V> {
 }
 
 /// The domain kind of an executor event. An event without a kind is a protocol error of the executor.
-pub fn kind_from_executor(kind: Option<executor::run_response::Kind>) -> Result<ObservationKind, Error> {
+pub fn kind_from_executor(
+    kind: Option<executor::run_response::Kind>,
+) -> Result<ObservationKind, Error> {
     use executor::run_response::Kind as K;
-    let kind = kind.ok_or_else(|| Error::Internal("executor sent an event without a kind".into()))?;
+    let kind =
+        kind.ok_or_else(|| Error::Internal("executor sent an event without a kind".into()))?;
     Ok(match kind {
         K::CmdStart(s) => ObservationKind::CmdStart {
             command: s.command,
@@ -64,7 +68,9 @@ pub fn kind_from_executor(kind: Option<executor::run_response::Kind>) -> Result<
                 Ok(api::IpythonOutputKind::StreamStderr) => IPythonOutputKind::Stderr,
                 Ok(api::IpythonOutputKind::DisplayData) => IPythonOutputKind::DisplayData,
                 Ok(api::IpythonOutputKind::ExecuteResult) => IPythonOutputKind::ExecuteResult,
-                Ok(api::IpythonOutputKind::UpdateDisplayData) => IPythonOutputKind::UpdateDisplayData,
+                Ok(api::IpythonOutputKind::UpdateDisplayData) => {
+                    IPythonOutputKind::UpdateDisplayData
+                }
                 _ => IPythonOutputKind::Stdout,
             },
             text: o.text,
@@ -167,7 +173,11 @@ pub fn observation_to_proto(o: &Observation) -> api::Observation {
     api::Observation {
         seq: o.seq,
         sandbox_id: o.sandbox_id.to_string(),
-        action_id: o.action_id.as_ref().map(ToString::to_string).unwrap_or_default(),
+        action_id: o
+            .action_id
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
         time: Some(timestamp(o.time)),
         kind: Some(kind_to_proto(&o.kind)),
     }

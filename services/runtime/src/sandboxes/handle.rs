@@ -54,7 +54,9 @@ pub struct SandboxHandle {
 
 impl std::fmt::Debug for SandboxHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SandboxHandle").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("SandboxHandle")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -120,14 +122,21 @@ impl SandboxHandle {
                 state_name(state)
             )));
         }
-        self.executor
-            .get()
-            .cloned()
-            .ok_or_else(|| Error::Internal(format!("sandbox {} is RUNNING without an executor", self.id)))
+        self.executor.get().cloned().ok_or_else(|| {
+            Error::Internal(format!(
+                "sandbox {} is RUNNING without an executor",
+                self.id
+            ))
+        })
     }
 
     /// Registers a new action; refuses a known id and a full table.
-    pub fn reserve_action(&self, id: &ActionId, kind: ActionKind, max_running: usize) -> Result<(), Error> {
+    pub fn reserve_action(
+        &self,
+        id: &ActionId,
+        kind: ActionKind,
+        max_running: usize,
+    ) -> Result<(), Error> {
         let mut t = lock(&self.actions);
         if t.entries.contains_key(id) {
             return Err(Error::AlreadyExists(format!(
@@ -140,7 +149,13 @@ impl SandboxHandle {
                 self.id
             )));
         }
-        t.entries.insert(id.clone(), ActionEntry { kind, running: true });
+        t.entries.insert(
+            id.clone(),
+            ActionEntry {
+                kind,
+                running: true,
+            },
+        );
         t.running += 1;
         Ok(())
     }
@@ -148,10 +163,10 @@ impl SandboxHandle {
     /// Forgets an action that was never accepted.
     pub fn unreserve_action(&self, id: &ActionId) {
         let mut t = lock(&self.actions);
-        if let Some(e) = t.entries.remove(id) {
-            if e.running {
-                t.running -= 1;
-            }
+        if let Some(e) = t.entries.remove(id)
+            && e.running
+        {
+            t.running -= 1;
         }
     }
 
