@@ -7,11 +7,12 @@ CARGO ?= cargo
 export MENTIS_EXECUTOR_IMAGE ?= mentis/executor:latest
 TOOLS := $(CURDIR)/.tools/bin
 
-.PHONY: help setup tools executor image run test test-unit test-e2e lint fmt clean-sandboxes
+.PHONY: help setup tools executor image run demo test test-unit test-e2e lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
 	@echo "make test   - set everything up, then run every test tier (unit, component, end-to-end)"
+	@echo "make demo   - set everything up, start a runtime, run the README walk-through and show its output"
 	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
 
@@ -32,6 +33,9 @@ run: image tools
 	$(CARGO) build --release -p mentis-runtime
 	@echo "grpcurl is in $(TOOLS): export PATH=$(TOOLS):\$$PATH"
 	exec target/release/mentis-runtime
+
+demo: image tools
+	@tests/readme-walkthrough.sh --show
 
 # Unit and component tests need no Docker; the end-to-end tests need the engine and the image.
 test-unit:

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the README's grpcurl walk-through exactly as written (the block between the walkthrough markers)
 # against a freshly started mentis-runtime on 127.0.0.1:50051, and checks what it printed. This keeps the
-# front door honest: if the README's commands stop working, `make test` fails.
+# front door honest: if the README's commands stop working, `make test` fails. With --show (`make demo`) it
+# also prints what the walk-through printed.
 set -euo pipefail
+show=${1:-}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 export PATH=$repo/.tools/bin:$PATH
@@ -47,4 +49,5 @@ if [ -n "$(docker ps -aq --filter "label=io.mentis.instance=$instance")" ]; then
   echo "readme-walkthrough: DeleteSandbox left a container behind" >&2; fail=1
 fi
 if [ "$fail" != 0 ]; then cat "$work/out" >&2; exit 1; fi
+if [ "$show" = --show ]; then cat "$work/out"; fi
 echo "readme-walkthrough: 1 passed, 0 failed"

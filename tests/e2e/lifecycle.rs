@@ -70,6 +70,41 @@ async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it()
         .await?;
     assert_eq!(stdout(&obs), "1000\n1000\n/workspace\n");
 
+    // The executor answers health to anyone on its network, but runs nothing without the sandbox's token.
+    let ip = inspect(
+        &c,
+        "{{(index .NetworkSettings.Networks \"mentis-net\").IPAddress}}",
+    )?;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{ip}:50052"))?
+        .connect()
+        .await?;
+    let health = tonic_health::pb::health_client::HealthClient::new(channel.clone())
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        health.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    let mut exec =
+        mentis_proto::executor::executor_service_client::ExecutorServiceClient::new(channel);
+    let run = mentis_proto::executor::RunRequest {
+        action_id: "intruder".into(),
+        action: Some(shell_action(cmd("touch /workspace/pwned"))),
+        env: Default::default(),
+    };
+    let err = exec.run(run.clone()).await.expect_err("no token, no run");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    let mut forged = tonic::Request::new(run);
+    forged
+        .metadata_mut()
+        .insert("authorization", "Bearer not-the-token".parse()?);
+    let err = exec.run(forged).await.expect_err("wrong token, no run");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    assert_eq!(stdout(&h.sh(&sb.sandbox_id, "ls /workspace").await?), "");
+
     // Get reports it; List finds it by label.
     let got = h
         .sandboxes
@@ -183,4 +218,41 @@ async fn start_removes_labelled_containers_it_does_not_know() -> anyhow::Result<
     );
     drop(first);
     second.stop().await
+}
+
+#[tokio::test]
+async fn deleting_a_sandbox_ends_its_running_actions_with_one_lost_terminal() -> anyhow::Result<()>
+{
+    use futures::StreamExt;
+    let mut h = Harness::start().await?;
+    let sb = h.create_default().await?;
+    let mut stream = h
+        .actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: sb.sandbox_id.clone(),
+            action: Some(shell_action(cmd("echo started; sleep 1000"))),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    // Wait until it runs (its output arrived), then delete the sandbox under it.
+    let mut seen = Vec::new();
+    while !stdout(&seen).contains("started") {
+        let m = tokio::time::timeout(std::time::Duration::from_secs(30), stream.next())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("stream ended early"))??;
+        if let Some(api::execute_response::Kind::Observation(o)) = m.kind {
+            seen.push(o);
+        }
+    }
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: sb.sandbox_id.clone(),
+        })
+        .await?;
+    seen.extend(collect(stream, std::time::Duration::from_secs(30)).await?);
+    let end = cmd_end(&seen)?;
+    assert_eq!(end.reason, api::EndReason::Lost as i32, "{end:?}");
+    assert!(h.guard.containers().is_empty());
+    h.stop().await
 }

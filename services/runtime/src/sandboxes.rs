@@ -10,7 +10,6 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use mentis_core::observation::ActionKind;
 use mentis_core::{
     Action, ActionId, BackendSpec, Error, ObservationKind, Result, Sandbox, SandboxBackend,
     SandboxId, SandboxRequest, SandboxState,
@@ -311,11 +310,7 @@ impl Manager {
         let h = self.handle(sandbox)?;
         let client = h.running_executor()?;
         let id = action_id.unwrap_or_else(ActionId::generate);
-        h.reserve_action(
-            &id,
-            ActionKind::from(&action),
-            self.config.max_actions_per_sandbox,
-        )?;
+        h.reserve_action(&id, self.config.max_actions_per_sandbox)?;
         let after_seq = h.log.last_seq();
         let (tx, rx) = oneshot::channel();
         let span = tracing::info_span!("action", sandbox_id = %sandbox, action_id = %id, kind = action.kind_name());

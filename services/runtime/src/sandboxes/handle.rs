@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
-use mentis_core::{ActionId, Error, Sandbox, SandboxId, SandboxState, observation::ActionKind};
+use mentis_core::{ActionId, Error, Sandbox, SandboxId, SandboxState};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -17,8 +17,6 @@ const REMEMBERED_FINISHED: usize = 10_000;
 
 #[derive(Debug)]
 struct ActionEntry {
-    #[allow(dead_code)]
-    kind: ActionKind,
     running: bool,
 }
 
@@ -131,12 +129,7 @@ impl SandboxHandle {
     }
 
     /// Registers a new action; refuses a known id and a full table.
-    pub fn reserve_action(
-        &self,
-        id: &ActionId,
-        kind: ActionKind,
-        max_running: usize,
-    ) -> Result<(), Error> {
+    pub fn reserve_action(&self, id: &ActionId, max_running: usize) -> Result<(), Error> {
         let mut t = lock(&self.actions);
         if t.entries.contains_key(id) {
             return Err(Error::AlreadyExists(format!(
@@ -149,13 +142,7 @@ impl SandboxHandle {
                 self.id
             )));
         }
-        t.entries.insert(
-            id.clone(),
-            ActionEntry {
-                kind,
-                running: true,
-            },
-        );
+        t.entries.insert(id.clone(), ActionEntry { running: true });
         t.running += 1;
         Ok(())
     }
