@@ -12,7 +12,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     let fds = protox::compile(files, ["."])?;
     // compile_fds() does not honour file_descriptor_set_path(): write the set ourselves for reflection.
-    std::fs::write(out.join("mentis_descriptor.bin"), fds.encode_to_vec())?;
+    // Reflection shows only the public API, so its set leaves the internal executor protos out.
+    let public = protox::compile(files.iter().filter(|f| f.starts_with("mentis/v1/")), ["."])?;
+    std::fs::write(out.join("mentis_v1_descriptor.bin"), public.encode_to_vec())?;
     // build_transport(false): the generated `connect` constructor would clash with ActionService.Connect.
     // bytes("."): output chunks are shared between log readers, so they are `Bytes` (cheap clones).
     tonic_prost_build::configure()

@@ -44,6 +44,7 @@ for want in 'mentis.v1.SandboxService' 'mentis.v1.ActionService' 'grpc.health.v1
   'END_REASON_EXITED'; do
   grep -qF -- "$want" "$work/out" || { echo "readme-walkthrough: output lacks $want" >&2; fail=1; }
 done
+if grep -qF mentis.executor "$work/out"; then echo "readme-walkthrough: reflection shows the internal API" >&2; fail=1; fi
 [ "$(grep -c '"cmdEnd"' "$work/out")" = 1 ] || { echo "readme-walkthrough: expected exactly one cmdEnd" >&2; fail=1; }
 if [ -n "$(docker ps -aq --filter "label=io.mentis.instance=$instance")" ]; then
   echo "readme-walkthrough: DeleteSandbox left a container behind" >&2; fail=1

@@ -16,5 +16,6 @@ pub mod mentis {
 pub use mentis::executor::v1 as executor;
 pub use mentis::v1 as api;
 
-/// Encoded FileDescriptorSet of every proto above (with its imports), for gRPC server reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("mentis_descriptor");
+/// Encoded FileDescriptorSet of the public `mentis.v1` protos (with their imports), for server reflection.
+pub const PUBLIC_FILE_DESCRIPTOR_SET: &[u8] =
+    tonic::include_file_descriptor_set!("mentis_v1_descriptor");

@@ -113,11 +113,11 @@ async fn serve(
         .set_serving::<ActionServiceServer<ActionApi>>()
         .await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(mentis_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(mentis_proto::PUBLIC_FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(mentis_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(mentis_proto::PUBLIC_FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
