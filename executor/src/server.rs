@@ -133,4 +133,18 @@ impl ExecutorService for ExecutorApi {
         self.actions.write_stdin(&action_id, data, eof).await?;
         Ok(Response::new(WriteStdinResponse {}))
     }
+
+    async fn reset_kernel(
+        &self,
+        _request: Request<mentis_proto::executor::ResetKernelRequest>,
+    ) -> Result<Response<mentis_proto::executor::ResetKernelResponse>, Status> {
+        Err(Status::unimplemented("IPython arrives in a later release"))
+    }
+
+    async fn inspect_variables(
+        &self,
+        _request: Request<mentis_proto::executor::InspectVariablesRequest>,
+    ) -> Result<Response<mentis_proto::executor::InspectVariablesResponse>, Status> {
+        Err(Status::unimplemented("IPython arrives in a later release"))
+    }
 }

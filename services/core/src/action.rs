@@ -51,6 +51,8 @@ pub struct ShellAction {
 pub struct IPythonAction {
     pub code: String,
     pub timeout: Duration,
+    /// Remove the names a failing cell created.
+    pub rollback_on_error: bool,
 }
 
 /// Turns a client's timeout (0 = default) into a duration, rejecting absurd ones.
@@ -110,7 +112,11 @@ impl ShellAction {
 
 impl IPythonAction {
     /// Validates a cell as a client sent it.
-    pub fn validate(code: String, timeout_seconds: u32) -> Result<Self, Error> {
+    pub fn validate(
+        code: String,
+        timeout_seconds: u32,
+        rollback_on_error: bool,
+    ) -> Result<Self, Error> {
         if code.trim().is_empty() {
             return Err(Error::invalid("ipython.code is empty"));
         }
@@ -122,6 +128,7 @@ impl IPythonAction {
         Ok(Self {
             code,
             timeout: resolve_timeout(timeout_seconds)?,
+            rollback_on_error,
         })
     }
 }
@@ -156,7 +163,7 @@ mod tests {
 
     #[test]
     fn ipython_validation() {
-        assert!(IPythonAction::validate(String::new(), 0).is_err());
-        assert!(IPythonAction::validate("1+1".into(), 0).is_ok());
+        assert!(IPythonAction::validate(String::new(), 0, true).is_err());
+        assert!(IPythonAction::validate("1+1".into(), 0, true).is_ok());
     }
 }

@@ -6,6 +6,7 @@ pub mod action;
 pub mod backend;
 pub mod error;
 pub mod ids;
+pub mod kernel;
 pub mod observation;
 pub mod sandbox;
 
@@ -13,6 +14,7 @@ pub use action::{Action, IPythonAction, ShellAction};
 pub use backend::{BackendSandbox, BackendSpec, Endpoint, SandboxBackend};
 pub use error::{Error, Result};
 pub use ids::{ActionId, SandboxId, SpaceId};
+pub use kernel::VariableSummary;
 pub use observation::{
     ActionKind, CmdEnd, EndReason, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus,
     Observation, ObservationKind, OutputStream,

@@ -2,9 +2,11 @@
 //! client. Validation happens here too: a proto value that converts is a valid domain value.
 
 mod action;
+mod kernel;
 mod observation;
 mod sandbox;
 
 pub use action::{action_from_proto, action_to_proto};
+pub use kernel::{summary_from_proto, summary_to_proto};
 pub use observation::{kind_from_executor, kind_to_proto, observation_to_proto, timestamp};
 pub use sandbox::{request_from_proto, sandbox_to_proto};

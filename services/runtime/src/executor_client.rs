@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mentis_core::{Action, ActionId, Endpoint, Error};
+use mentis_core::{Action, ActionId, Endpoint, Error, VariableSummary};
 use mentis_proto::executor::{
-    CancelRequest, RunRequest, RunResponse, WriteStdinRequest,
-    executor_service_client::ExecutorServiceClient,
+    CancelRequest, InspectVariablesRequest, ResetKernelRequest, RunRequest, RunResponse,
+    WriteStdinRequest, executor_service_client::ExecutorServiceClient,
 };
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -145,6 +145,38 @@ impl ExecutorClient {
         }))
         .await
         .map(drop)
+    }
+}
+
+impl ExecutorClient {
+    /// Replaces the sandbox's kernel with a fresh one.
+    pub async fn reset_kernel(&self) -> Result<(), Error> {
+        let mut rpc = self.rpc.clone();
+        self.timed(rpc.reset_kernel(ResetKernelRequest {}))
+            .await
+            .map(drop)
+    }
+
+    /// Summarises kernel variables. It waits for its turn between cells, so it gets more time than other
+    /// unary calls.
+    pub async fn inspect_variables(
+        &self,
+        names: Vec<String>,
+    ) -> Result<Vec<VariableSummary>, Error> {
+        let mut rpc = self.rpc.clone();
+        let call = rpc.inspect_variables(InspectVariablesRequest { names });
+        match tokio::time::timeout(self.call_timeout * 2, call).await {
+            Ok(Ok(r)) => Ok(r
+                .into_inner()
+                .variables
+                .into_iter()
+                .map(crate::convert::summary_from_proto)
+                .collect()),
+            Ok(Err(s)) => Err(status_to_error(s)),
+            Err(_) => Err(Error::Unavailable(
+                "the executor did not answer in time".into(),
+            )),
+        }
     }
 }
 

@@ -361,6 +361,25 @@ impl Manager {
         }
     }
 
+    /// Replaces a sandbox's kernel with a fresh one.
+    pub async fn reset_kernel(&self, sandbox: SandboxId) -> Result<()> {
+        self.handle(sandbox)?
+            .running_executor()?
+            .reset_kernel()
+            .await
+    }
+
+    /// Summarises variables of a sandbox's kernel.
+    pub async fn inspect_variables(
+        &self,
+        sandbox: SandboxId,
+        names: Vec<String>,
+    ) -> Result<Vec<mentis_core::VariableSummary>> {
+        mentis_core::kernel::validate_names(&names)?;
+        let client = self.handle(sandbox)?.running_executor()?;
+        client.inspect_variables(names).await
+    }
+
     /// Stops accepting work and waits for running operations to finish their bookkeeping.
     pub async fn shutdown(&self) {
         self.shutdown.cancel();

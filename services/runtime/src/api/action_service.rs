@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::status::to_status;
 use super::streams::only_action;
-use crate::convert::{action_from_proto, observation_to_proto};
+use crate::convert::{action_from_proto, observation_to_proto, summary_to_proto};
 use crate::observations::LogItem;
 use crate::sandboxes::Manager;
 
@@ -148,5 +148,33 @@ impl ActionService for ActionApi {
             .await
             .map_err(to_status)?;
         Ok(Response::new(api::CancelActionResponse {}))
+    }
+
+    async fn reset_kernel(
+        &self,
+        req: Request<api::ResetKernelRequest>,
+    ) -> Result<Response<api::ResetKernelResponse>, Status> {
+        let sandbox = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
+        self.manager
+            .reset_kernel(sandbox)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::ResetKernelResponse {}))
+    }
+
+    async fn inspect_variables(
+        &self,
+        req: Request<api::InspectVariablesRequest>,
+    ) -> Result<Response<api::InspectVariablesResponse>, Status> {
+        let r = req.into_inner();
+        let sandbox = SandboxId::parse(&r.sandbox_id).map_err(to_status)?;
+        let vars = self
+            .manager
+            .inspect_variables(sandbox, r.names)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::InspectVariablesResponse {
+            variables: vars.iter().map(summary_to_proto).collect(),
+        }))
     }
 }

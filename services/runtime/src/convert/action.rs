@@ -17,9 +17,11 @@ pub fn action_from_proto(action: Option<api::Action>) -> Result<Action, Error> {
             s.stdin,
             s.keep_stdin_open,
         )?),
-        api::action::Kind::Ipython(c) => {
-            Action::IPython(IPythonAction::validate(c.code, c.timeout_seconds)?)
-        }
+        api::action::Kind::Ipython(c) => Action::IPython(IPythonAction::validate(
+            c.code,
+            c.timeout_seconds,
+            c.rollback_on_error.unwrap_or(true),
+        )?),
     })
 }
 
@@ -37,6 +39,7 @@ pub fn action_to_proto(action: &Action) -> api::Action {
         Action::IPython(c) => api::action::Kind::Ipython(api::IPythonAction {
             code: c.code.clone(),
             timeout_seconds: u32::try_from(c.timeout.as_secs()).unwrap_or(u32::MAX),
+            rollback_on_error: Some(c.rollback_on_error),
         }),
     };
     api::Action { kind: Some(kind) }

@@ -94,6 +94,10 @@ pub fn kind_from_executor(
             message: e.message,
             details: map(e.details),
         },
+        K::AgentState(a) => ObservationKind::AgentState {
+            message: a.message,
+            details: map(a.details),
+        },
     })
 }
 

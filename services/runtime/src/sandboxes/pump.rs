@@ -47,7 +47,9 @@ pub(super) async fn pump(
                 Ok(Some(ev)) => match kind_from_executor(ev.kind) {
                     Ok(k) => {
                         let terminal = k.is_terminal();
-                        h.log.append(Some(id.clone()), k);
+                        // Sandbox-level events (a kernel restart) seen during the action belong to no action.
+                        let owner = (!matches!(k, ObservationKind::AgentState { .. })).then(|| id.clone());
+                        h.log.append(owner, k);
                         if terminal {
                             h.finish_action(&id);
                             return;
