@@ -7,12 +7,13 @@ CARGO ?= cargo
 export MENTIS_EXECUTOR_IMAGE ?= mentis/executor:latest
 TOOLS := $(CURDIR)/.tools/bin
 
-.PHONY: help setup tools executor image run demo test test-unit test-e2e lint fmt clean-sandboxes
+.PHONY: help setup tools executor image run demo bench test test-unit test-e2e lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
 	@echo "make test   - set everything up, then run every test tier (unit, component, end-to-end)"
 	@echo "make demo   - set everything up, start a runtime, run the README walk-through and show its output"
+	@echo "make bench  - measure round trips through the whole chain (median, p95; JSON in target/bench.json)"
 	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
 
@@ -36,6 +37,10 @@ run: image tools
 
 demo: image tools
 	@tests/readme-walkthrough.sh --show
+
+# Round trips through the whole chain (median and p95), also written to target/bench.json.
+bench: image
+	$(CARGO) run --release -p mentis-e2e --bin mentis-bench
 
 # Unit and component tests need no Docker; the end-to-end tests need the engine and the image.
 test-unit:

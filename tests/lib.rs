@@ -277,3 +277,93 @@ pub fn labels_of(container: &str) -> Result<HashMap<String, String>> {
     let json = inspect(container, "{{json .Config.Labels}}")?;
     Ok(serde_json::from_str(&json)?)
 }
+
+/// An IPython action running `code`.
+pub fn cell(code: &str) -> api::Action {
+    cell_with(api::IPythonAction {
+        code: code.to_owned(),
+        ..Default::default()
+    })
+}
+
+/// Wraps an IPython action.
+pub fn cell_with(c: api::IPythonAction) -> api::Action {
+    api::Action {
+        kind: Some(api::action::Kind::Ipython(c)),
+    }
+}
+
+impl Harness {
+    /// Runs a cell with Execute and collects its observations.
+    pub async fn run_cell(
+        &mut self,
+        sandbox: &str,
+        c: api::IPythonAction,
+    ) -> Result<Vec<api::Observation>> {
+        let stream = self
+            .actions
+            .execute(api::ExecuteRequest {
+                sandbox_id: sandbox.to_owned(),
+                action: Some(cell_with(c)),
+                action_id: String::new(),
+            })
+            .await?
+            .into_inner();
+        collect(stream, Duration::from_secs(180)).await
+    }
+
+    /// Runs a plain cell with Execute.
+    pub async fn py(&mut self, sandbox: &str, code: &str) -> Result<Vec<api::Observation>> {
+        self.run_cell(
+            sandbox,
+            api::IPythonAction {
+                code: code.to_owned(),
+                ..Default::default()
+            },
+        )
+        .await
+    }
+}
+
+/// The one ipython_result of `obs`; fails unless there is exactly one terminal observation.
+pub fn ipython_result(obs: &[api::Observation]) -> Result<api::IPythonResult> {
+    let t = terminals(obs);
+    if t.len() != 1 {
+        bail!(
+            "expected exactly one terminal observation, got {}: {obs:#?}",
+            t.len()
+        );
+    }
+    match &t[0].kind {
+        Some(Kind::IpythonResult(r)) => Ok(r.clone()),
+        other => bail!("terminal is not ipython_result: {other:?}"),
+    }
+}
+
+/// The ipython_output observations of one kind.
+pub fn ipython_outputs(
+    obs: &[api::Observation],
+    kind: api::IpythonOutputKind,
+) -> Vec<api::IPythonOutput> {
+    obs.iter()
+        .filter_map(|o| match &o.kind {
+            Some(Kind::IpythonOutput(out)) if out.kind == kind as i32 => Some(out.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Concatenated stdout stream text of a cell.
+pub fn cell_stdout(obs: &[api::Observation]) -> String {
+    ipython_outputs(obs, api::IpythonOutputKind::StreamStdout)
+        .into_iter()
+        .map(|o| o.text)
+        .collect()
+}
+
+/// The text/plain of a cell's execute_result.
+pub fn cell_value(obs: &[api::Observation]) -> Option<String> {
+    ipython_outputs(obs, api::IpythonOutputKind::ExecuteResult)
+        .first()
+        .and_then(|o| o.data.get("text/plain").cloned())
+}

@@ -176,15 +176,23 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
         Code::InvalidArgument
     );
 
-    // A reused action id is refused.
+    // A retried submission (same id, same action) does not run again: it replays; another action under the
+    // same id is refused.
     let once = api::ExecuteRequest {
         sandbox_id: id.clone(),
-        action: Some(shell_action(cmd("true"))),
+        action: Some(shell_action(cmd("echo ran >> /workspace/count; echo once"))),
         action_id: "once".into(),
     };
-    let s = h.actions.execute(once.clone()).await?.into_inner();
-    collect(s, std::time::Duration::from_secs(60)).await?;
-    assert_eq!(code(h.actions.execute(once).await), Code::AlreadyExists);
+    let first = collect(h.actions.execute(once.clone()).await?.into_inner(), std::time::Duration::from_secs(60)).await?;
+    let retry = collect(h.actions.execute(once).await?.into_inner(), std::time::Duration::from_secs(60)).await?;
+    assert_eq!(first, retry, "the retry replays the same observations");
+    assert_eq!(stdout(&h.sh(&id, "wc -l < /workspace/count").await?), "1\n", "the command ran once");
+    let other = api::ExecuteRequest {
+        sandbox_id: id.clone(),
+        action: Some(shell_action(cmd("echo different"))),
+        action_id: "once".into(),
+    };
+    assert_eq!(code(h.actions.execute(other).await), Code::AlreadyExists);
 
     // A failing command is data, not an error.
     let obs = h.sh(&id, "exit 7").await?;

@@ -18,13 +18,22 @@ pub const MAX_CODE_BYTES: usize = 4 * 1024 * 1024;
 pub const MAX_INLINE_STDIN: usize = 4 * 1024 * 1024;
 
 /// One unit of work for a sandbox.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Action {
     Shell(ShellAction),
     IPython(IPythonAction),
 }
 
 impl Action {
+    /// A digest of the whole request, to tell a retry of the same submission from a different action that
+    /// reuses its id.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.hash(&mut h);
+        h.finish()
+    }
+
     /// Short name for logs and metrics.
     pub fn kind_name(&self) -> &'static str {
         match self {
@@ -35,7 +44,7 @@ impl Action {
 }
 
 /// `/bin/bash -c command` in the sandbox.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ShellAction {
     pub command: String,
     /// Empty = the workspace root.
@@ -47,7 +56,7 @@ pub struct ShellAction {
 }
 
 /// A cell for the sandbox's Jupyter kernel.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IPythonAction {
     pub code: String,
     pub timeout: Duration,

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-pub use handle::{ActionStatus, SandboxHandle, state_name};
+pub use handle::{ActionStatus, Reserved, SandboxHandle, state_name};
 
 use crate::config::RuntimeConfig;
 use crate::executor_client::ExecutorClient;
@@ -29,6 +29,16 @@ use crate::observations::ObservationLog;
 const KEPT_ENDED: usize = 256;
 /// How long a delete waits for the action pumps to write their terminal observations.
 const PUMP_DRAIN: Duration = Duration::from_secs(10);
+
+/// An accepted submission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    pub id: ActionId,
+    /// The action's observations have seqs above this.
+    pub after_seq: u64,
+    /// A retry of an earlier submission: nothing was run this time.
+    pub resumed: bool,
+}
 
 /// Filter and page of a listing.
 #[derive(Debug, Clone, Default)]
@@ -299,25 +309,55 @@ impl Manager {
         }
     }
 
-    /// Accepts an action: the executor has it and its observations will follow in the log. Returns its id
-    /// and the seq after which they appear.
+    /// Accepts an action: the executor has it and its observations will follow in the log. A retry of an
+    /// accepted submission (same client-chosen id, same action) is not run again. Returns the action's id,
+    /// the seq after which its observations appear, and whether it was such a retry.
     pub async fn submit(
         &self,
         sandbox: SandboxId,
         action_id: Option<ActionId>,
         action: Action,
-    ) -> Result<(ActionId, u64)> {
+    ) -> Result<Submitted> {
         let h = self.handle(sandbox)?;
-        let client = h.running_executor()?;
         let id = action_id.unwrap_or_else(ActionId::generate);
-        h.reserve_action(&id, self.config.max_actions_per_sandbox)?;
-        let after_seq = h.log.last_seq();
+        // A retry is answered from the log even when the sandbox has ended since.
+        let client = match h.running_executor() {
+            Ok(c) => c,
+            Err(e) => {
+                return match h.known_action(&id, action.fingerprint()) {
+                    Some(after_seq) => Ok(Submitted {
+                        id,
+                        after_seq,
+                        resumed: true,
+                    }),
+                    None => Err(e),
+                };
+            }
+        };
+        let after_seq = match h.reserve_action(
+            &id,
+            action.fingerprint(),
+            self.config.max_actions_per_sandbox,
+        )? {
+            Reserved::Known { after_seq } => {
+                return Ok(Submitted {
+                    id,
+                    after_seq,
+                    resumed: true,
+                });
+            }
+            Reserved::New { after_seq } => after_seq,
+        };
         let (tx, rx) = oneshot::channel();
         let span = tracing::info_span!("action", sandbox_id = %sandbox, action_id = %id, kind = action.kind_name());
         h.tasks
             .spawn(pump::pump(Arc::clone(&h), client, id.clone(), action, tx).instrument(span));
         match rx.await {
-            Ok(Ok(())) => Ok((id, after_seq)),
+            Ok(Ok(())) => Ok(Submitted {
+                id,
+                after_seq,
+                resumed: false,
+            }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::Internal(
                 "the action task ended before answering".into(),

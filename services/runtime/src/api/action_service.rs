@@ -79,12 +79,13 @@ impl ActionService for ActionApi {
         let action = action_from_proto(r.action).map_err(to_status)?;
         let action_id = parse_action_id(&r.action_id).map_err(to_status)?;
         let handle = self.manager.handle(sandbox).map_err(to_status)?;
-        let (id, after) = self
+        let sub = self
             .manager
             .submit(sandbox, action_id, action)
             .await
             .map_err(to_status)?;
-        let stream = only_action(handle.log.follow(after), id)
+        // A retry of an accepted submission replays the same action's observations from its start.
+        let stream = only_action(handle.log.follow(sub.after_seq), sub.id)
             .map(|item| {
                 let kind = match item {
                     LogItem::Observation(o) => {

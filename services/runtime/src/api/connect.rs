@@ -137,9 +137,10 @@ impl ActionApi {
                 }
                 .await;
                 Some(match result {
-                    Ok((id, _)) => msg(connect_response::Kind::Accepted(
+                    Ok(sub) => msg(connect_response::Kind::Accepted(
                         connect_response::Accepted {
-                            action_id: id.to_string(),
+                            action_id: sub.id.to_string(),
+                            resumed: sub.resumed,
                         },
                     )),
                     Err(e) => rejected(&s.action_id, &e),

@@ -18,6 +18,10 @@ const REMEMBERED_FINISHED: usize = 10_000;
 #[derive(Debug)]
 struct ActionEntry {
     running: bool,
+    /// Digest of the submitted action: a retry must match it.
+    fingerprint: u64,
+    /// The action's observations come after this seq.
+    after_seq: u64,
 }
 
 #[derive(Debug, Default)]
@@ -25,6 +29,15 @@ struct ActionTable {
     entries: HashMap<ActionId, ActionEntry>,
     finished: VecDeque<ActionId>,
     running: usize,
+}
+
+/// Outcome of registering a submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserved {
+    /// A new action: start it.
+    New { after_seq: u64 },
+    /// A retry of an accepted submission: do not run it again, follow its observations.
+    Known { after_seq: u64 },
 }
 
 /// What the table knows of an action.
@@ -128,12 +141,24 @@ impl SandboxHandle {
         })
     }
 
-    /// Registers a new action; refuses a known id and a full table.
-    pub fn reserve_action(&self, id: &ActionId, max_running: usize) -> Result<(), Error> {
+    /// Registers a new action and returns the seq after which its observations appear. A retry of a known
+    /// submission (same id, same action) is not registered again: `Reserved::Known` tells where its
+    /// observations start. The same id with another action is AlreadyExists.
+    pub fn reserve_action(
+        &self,
+        id: &ActionId,
+        fingerprint: u64,
+        max_running: usize,
+    ) -> Result<Reserved, Error> {
         let mut t = lock(&self.actions);
-        if t.entries.contains_key(id) {
+        if let Some(e) = t.entries.get(id) {
+            if e.fingerprint == fingerprint {
+                return Ok(Reserved::Known {
+                    after_seq: e.after_seq,
+                });
+            }
             return Err(Error::AlreadyExists(format!(
-                "action {id} was already submitted to this sandbox; follow it with StreamObservations"
+                "action id {id} is already used in this sandbox by another action"
             )));
         }
         if t.running >= max_running {
@@ -142,9 +167,18 @@ impl SandboxHandle {
                 self.id
             )));
         }
-        t.entries.insert(id.clone(), ActionEntry { running: true });
+        // Taken under the table's lock, so no observation of this action can precede it.
+        let after_seq = self.log.last_seq();
+        t.entries.insert(
+            id.clone(),
+            ActionEntry {
+                running: true,
+                fingerprint,
+                after_seq,
+            },
+        );
         t.running += 1;
-        Ok(())
+        Ok(Reserved::New { after_seq })
     }
 
     /// Forgets an action that was never accepted.
@@ -176,6 +210,15 @@ impl SandboxHandle {
                 }
             }
         }
+    }
+
+    /// Where a known submission's observations start, when `fingerprint` matches it.
+    pub fn known_action(&self, id: &ActionId, fingerprint: u64) -> Option<u64> {
+        lock(&self.actions)
+            .entries
+            .get(id)
+            .filter(|e| e.fingerprint == fingerprint)
+            .map(|e| e.after_seq)
     }
 
     pub fn action_status(&self, id: &ActionId) -> ActionStatus {
