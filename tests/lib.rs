@@ -120,6 +120,8 @@ impl Harness {
             ..RuntimeConfig::default()
         };
         config.docker.instance = instance;
+        // Tests read streams strictly; a test about keepalives shortens this.
+        config.stream.keepalive = Duration::from_secs(600);
         tweak(&mut config);
         let runtime = Runtime::start(config).await?;
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", runtime.addr))?
@@ -212,6 +214,7 @@ pub async fn collect(
             match msg?.kind {
                 Some(api::execute_response::Kind::Observation(o)) => out.push(o),
                 Some(api::execute_response::Kind::Gap(g)) => bail!("unexpected gap {g:?}"),
+                Some(api::execute_response::Kind::Keepalive(_)) => {}
                 None => bail!("empty ExecuteResponse"),
             }
         }

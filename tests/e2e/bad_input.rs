@@ -183,10 +183,22 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
         action: Some(shell_action(cmd("echo ran >> /workspace/count; echo once"))),
         action_id: "once".into(),
     };
-    let first = collect(h.actions.execute(once.clone()).await?.into_inner(), std::time::Duration::from_secs(60)).await?;
-    let retry = collect(h.actions.execute(once).await?.into_inner(), std::time::Duration::from_secs(60)).await?;
+    let first = collect(
+        h.actions.execute(once.clone()).await?.into_inner(),
+        std::time::Duration::from_secs(60),
+    )
+    .await?;
+    let retry = collect(
+        h.actions.execute(once).await?.into_inner(),
+        std::time::Duration::from_secs(60),
+    )
+    .await?;
     assert_eq!(first, retry, "the retry replays the same observations");
-    assert_eq!(stdout(&h.sh(&id, "wc -l < /workspace/count").await?), "1\n", "the command ran once");
+    assert_eq!(
+        stdout(&h.sh(&id, "wc -l < /workspace/count").await?),
+        "1\n",
+        "the command ran once"
+    );
     let other = api::ExecuteRequest {
         sandbox_id: id.clone(),
         action: Some(shell_action(cmd("echo different"))),

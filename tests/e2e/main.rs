@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod bad_input;
+mod faults;
 mod lifecycle;
 mod shell;
 mod streams;

@@ -416,6 +416,7 @@ pub async fn collect_stream(
         while let Some(m) = s.next().await {
             match m?.kind {
                 Some(api::stream_observations_response::Kind::Observation(o)) => out.push(o),
+                Some(api::stream_observations_response::Kind::Keepalive(_)) => {}
                 other => anyhow::bail!("unexpected {other:?}"),
             }
         }

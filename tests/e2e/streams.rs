@@ -38,6 +38,7 @@ async fn read_n(
             .ok_or_else(|| anyhow::anyhow!("stream ended early"))??;
         match m.kind {
             Some(api::stream_observations_response::Kind::Observation(o)) => out.push(o),
+            Some(api::stream_observations_response::Kind::Keepalive(_)) => {}
             other => anyhow::bail!("unexpected {other:?}"),
         }
     }

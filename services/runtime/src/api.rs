@@ -3,6 +3,7 @@
 
 mod action_service;
 mod connect;
+pub mod outbound;
 mod sandbox_service;
 pub mod status;
 mod streams;

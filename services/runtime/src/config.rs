@@ -8,6 +8,7 @@ use std::time::Duration;
 use mentis_backend_docker::DockerConfig;
 use mentis_core::LimitsPolicy;
 
+use crate::api::outbound::StreamPolicy;
 use crate::observations::LogLimits;
 
 /// Default address of the public gRPC API.
@@ -38,6 +39,11 @@ pub struct RuntimeConfig {
     pub ready_timeout: Duration,
     /// Upper bound of unary executor calls.
     pub executor_call_timeout: Duration,
+    /// `MENTIS_EXECUTOR_KEEPALIVE_SECS`: HTTP/2 ping interval (and ping timeout) towards executors.
+    pub executor_keepalive: Duration,
+    /// `MENTIS_STREAM_KEEPALIVE_SECS`, `MENTIS_STREAM_STALL_SECS`: keepalives on idle streams, and how long
+    /// a client may stop reading before it is cut off.
+    pub stream: StreamPolicy,
 }
 
 /// A setting that could not be used.
@@ -64,6 +70,8 @@ impl Default for RuntimeConfig {
             max_actions_per_sandbox: 64,
             ready_timeout: Duration::from_secs(60),
             executor_call_timeout: Duration::from_secs(30),
+            executor_keepalive: Duration::from_secs(10),
+            stream: StreamPolicy::default(),
         }
     }
 }
@@ -115,6 +123,15 @@ impl RuntimeConfig {
         if let Some(v) = get("MENTIS_MAX_ACTIONS_PER_SANDBOX") {
             c.max_actions_per_sandbox = positive("MENTIS_MAX_ACTIONS_PER_SANDBOX", &v)?;
         }
+        if let Some(v) = get("MENTIS_EXECUTOR_KEEPALIVE_SECS") {
+            c.executor_keepalive = secs("MENTIS_EXECUTOR_KEEPALIVE_SECS", &v)?;
+        }
+        if let Some(v) = get("MENTIS_STREAM_KEEPALIVE_SECS") {
+            c.stream.keepalive = secs("MENTIS_STREAM_KEEPALIVE_SECS", &v)?;
+        }
+        if let Some(v) = get("MENTIS_STREAM_STALL_SECS") {
+            c.stream.stall = secs("MENTIS_STREAM_STALL_SECS", &v)?;
+        }
         if let Some(v) = get("MENTIS_READY_TIMEOUT_SECS") {
             c.ready_timeout =
                 Duration::from_secs(positive("MENTIS_READY_TIMEOUT_SECS", &v)? as u64);
@@ -138,6 +155,10 @@ where
     value
         .parse()
         .map_err(|e: T::Err| err(var, value, e.to_string()))
+}
+
+fn secs(var: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    Ok(Duration::from_secs(positive(var, value)? as u64))
 }
 
 fn positive(var: &'static str, value: &str) -> Result<usize, ConfigError> {

@@ -45,13 +45,20 @@ impl std::fmt::Debug for ExecutorClient {
 
 impl ExecutorClient {
     /// A lazily connecting client; nothing is sent until the first call.
-    pub fn new(endpoint: &Endpoint, token: &str, call_timeout: Duration) -> Result<Self, Error> {
+    pub fn new(
+        endpoint: &Endpoint,
+        token: &str,
+        call_timeout: Duration,
+        keepalive: Duration,
+    ) -> Result<Self, Error> {
         let channel = tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
             .map_err(|e| Error::Internal(format!("bad executor endpoint {}: {e}", endpoint.uri)))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(15))
-            .keep_alive_timeout(Duration::from_secs(10))
+            // An executor that stops answering pings (killed, paused, network gone) fails its streams within
+            // about two keepalive periods, and its actions then end LOST.
+            .http2_keep_alive_interval(keepalive)
+            .keep_alive_timeout(keepalive)
             .keep_alive_while_idle(true)
             .connect_lazy();
         let value: MetadataValue<Ascii> = format!("Bearer {token}")

@@ -87,6 +87,11 @@ impl Manager {
         })
     }
 
+    /// The runtime's configuration.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SandboxId, Arc<SandboxHandle>>> {
         self.sandboxes.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -176,8 +181,12 @@ impl Manager {
         let started = tokio::time::Instant::now();
         let result = async {
             let endpoint = self.backend.create(&spec).await?;
-            let client =
-                ExecutorClient::new(&endpoint, &spec.token, self.config.executor_call_timeout)?;
+            let client = ExecutorClient::new(
+                &endpoint,
+                &spec.token,
+                self.config.executor_call_timeout,
+                self.config.executor_keepalive,
+            )?;
             if let Err(e) = client.wait_ready(self.config.ready_timeout).await {
                 let _ = self.backend.delete(spec.id).await;
                 return Err(e);

@@ -123,7 +123,12 @@ async fn serve(
 
     let sessions = TaskTracker::new();
     let sandbox_api = SandboxApi::new(Arc::clone(&manager));
-    let action_api = ActionApi::new(Arc::clone(&manager), shutdown.clone(), sessions.clone());
+    let action_api = ActionApi::new(
+        Arc::clone(&manager),
+        shutdown.clone(),
+        sessions.clone(),
+        manager.config().stream,
+    );
 
     let result = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))

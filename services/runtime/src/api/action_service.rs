@@ -4,21 +4,19 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use mentis_core::{ActionId, Error, SandboxId};
 use mentis_proto::api::{self, action_service_server::ActionService};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::outbound::{self, Guarded, Outgoing, StreamPolicy};
 use super::status::to_status;
 use super::streams::only_action;
 use crate::convert::{action_from_proto, observation_to_proto, summary_to_proto};
 use crate::observations::LogItem;
-use crate::sandboxes::Manager;
-
-pub(super) type BoxStreamPub<T> = BoxStream<T>;
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+use crate::sandboxes::{Manager, SandboxHandle};
 
 /// Implementation of `mentis.v1.ActionService`.
 #[derive(Debug, Clone)]
@@ -26,17 +24,52 @@ pub struct ActionApi {
     pub(super) manager: Arc<Manager>,
     /// Ends every open stream when the runtime shuts down, so the server can drain.
     pub(super) shutdown: CancellationToken,
-    /// Owns the Connect session tasks.
+    /// Owns the Connect session tasks and the stream tasks.
     pub(super) sessions: TaskTracker,
+    /// Keepalive and stall timing of outgoing streams.
+    pub(super) policy: StreamPolicy,
 }
 
 impl ActionApi {
-    pub fn new(manager: Arc<Manager>, shutdown: CancellationToken, sessions: TaskTracker) -> Self {
+    pub fn new(
+        manager: Arc<Manager>,
+        shutdown: CancellationToken,
+        sessions: TaskTracker,
+        policy: StreamPolicy,
+    ) -> Self {
         Self {
             manager,
             shutdown,
             sessions,
+            policy,
         }
+    }
+}
+
+impl ActionApi {
+    /// Streams log items to the client through a guarded channel (keepalives, stall cut-off).
+    fn follow<T, S, F>(&self, items: S, handle: &SandboxHandle, map: F) -> Guarded<T>
+    where
+        T: Send + 'static,
+        S: Stream<Item = LogItem> + Send + 'static,
+        F: Fn(Outgoing) -> T + Send + 'static,
+    {
+        outbound::follow(
+            items,
+            Arc::clone(&handle.log),
+            self.policy,
+            &self.sessions,
+            self.shutdown.clone(),
+            map,
+        )
+    }
+}
+
+/// A keepalive of the public API.
+pub(super) fn keepalive(last_seq: u64) -> api::Keepalive {
+    api::Keepalive {
+        last_seq,
+        time: Some(crate::convert::timestamp(std::time::SystemTime::now())),
     }
 }
 
@@ -59,9 +92,9 @@ pub(super) fn parse_action_id(s: &str) -> Result<Option<ActionId>, Error> {
 
 #[tonic::async_trait]
 impl ActionService for ActionApi {
-    type ConnectStream = BoxStream<api::ConnectResponse>;
-    type ExecuteStream = BoxStream<api::ExecuteResponse>;
-    type StreamObservationsStream = BoxStream<api::StreamObservationsResponse>;
+    type ConnectStream = Guarded<api::ConnectResponse>;
+    type ExecuteStream = Guarded<api::ExecuteResponse>;
+    type StreamObservationsStream = Guarded<api::StreamObservationsResponse>;
 
     async fn connect(
         &self,
@@ -85,21 +118,20 @@ impl ActionService for ActionApi {
             .await
             .map_err(to_status)?;
         // A retry of an accepted submission replays the same action's observations from its start.
-        let stream = only_action(handle.log.follow(sub.after_seq), sub.id)
-            .map(|item| {
-                let kind = match item {
-                    LogItem::Observation(o) => {
-                        api::execute_response::Kind::Observation(observation_to_proto(&o))
-                    }
-                    LogItem::Gap {
-                        after_seq,
-                        first_available_seq,
-                    } => api::execute_response::Kind::Gap(gap(after_seq, first_available_seq)),
-                };
-                Ok(api::ExecuteResponse { kind: Some(kind) })
-            })
-            .take_until(self.shutdown.clone().cancelled_owned());
-        Ok(Response::new(Box::pin(stream)))
+        let items = only_action(handle.log.follow(sub.after_seq), sub.id);
+        let stream = self.follow(items, &handle, |out| {
+            use api::execute_response::Kind as K;
+            let kind = match out {
+                Outgoing::Item(LogItem::Observation(o)) => K::Observation(observation_to_proto(&o)),
+                Outgoing::Item(LogItem::Gap {
+                    after_seq,
+                    first_available_seq,
+                }) => K::Gap(gap(after_seq, first_available_seq)),
+                Outgoing::Keepalive { last_seq } => K::Keepalive(keepalive(last_seq)),
+            };
+            api::ExecuteResponse { kind: Some(kind) }
+        });
+        Ok(Response::new(stream))
     }
 
     async fn stream_observations(
@@ -115,26 +147,19 @@ impl ActionService for ActionApi {
             Some(id) => Box::pin(only_action(items, id)),
             None => Box::pin(items),
         };
-        let stream = items
-            .map(|item| {
-                let kind = match item {
-                    LogItem::Observation(o) => {
-                        api::stream_observations_response::Kind::Observation(observation_to_proto(
-                            &o,
-                        ))
-                    }
-                    LogItem::Gap {
-                        after_seq,
-                        first_available_seq,
-                    } => api::stream_observations_response::Kind::Gap(gap(
-                        after_seq,
-                        first_available_seq,
-                    )),
-                };
-                Ok(api::StreamObservationsResponse { kind: Some(kind) })
-            })
-            .take_until(self.shutdown.clone().cancelled_owned());
-        Ok(Response::new(Box::pin(stream)))
+        let stream = self.follow(items, &handle, |out| {
+            use api::stream_observations_response::Kind as K;
+            let kind = match out {
+                Outgoing::Item(LogItem::Observation(o)) => K::Observation(observation_to_proto(&o)),
+                Outgoing::Item(LogItem::Gap {
+                    after_seq,
+                    first_available_seq,
+                }) => K::Gap(gap(after_seq, first_available_seq)),
+                Outgoing::Keepalive { last_seq } => K::Keepalive(keepalive(last_seq)),
+            };
+            api::StreamObservationsResponse { kind: Some(kind) }
+        });
+        Ok(Response::new(stream))
     }
 
     async fn cancel_action(

@@ -8,19 +8,15 @@ use std::pin::pin;
 use futures::StreamExt;
 use mentis_core::{ActionId, Error, SandboxId};
 use mentis_proto::api::{self, connect_request, connect_response};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use super::action_service::{ActionApi, gap, parse_action_id};
+use super::action_service::{ActionApi, gap, keepalive, parse_action_id};
+use super::outbound::{self, Guarded, Outbound};
 use super::status::{client_message, code_name, to_status};
 use crate::convert::{action_from_proto, observation_to_proto};
 use crate::observations::LogItem;
 
-/// Responses buffered per session before the session waits for the client to read.
-const SESSION_BUFFER: usize = 64;
-
-type Tx = mpsc::Sender<Result<api::ConnectResponse, Status>>;
+type Tx = Outbound<api::ConnectResponse>;
 
 fn msg(kind: connect_response::Kind) -> Result<api::ConnectResponse, Status> {
     Ok(api::ConnectResponse { kind: Some(kind) })
@@ -40,8 +36,8 @@ impl ActionApi {
     pub(super) fn start_session(
         &self,
         inbound: Streaming<api::ConnectRequest>,
-    ) -> super::action_service::BoxStreamPub<api::ConnectResponse> {
-        let (tx, rx) = mpsc::channel(SESSION_BUFFER);
+    ) -> Guarded<api::ConnectResponse> {
+        let (tx, rx) = outbound::channel(self.policy);
         let api = self.clone();
         self.sessions.spawn(async move {
             tokio::select! {
@@ -51,7 +47,7 @@ impl ActionApi {
                 }
             }
         });
-        Box::pin(ReceiverStream::new(rx))
+        rx
     }
 
     async fn session(&self, mut inbound: Streaming<api::ConnectRequest>, tx: &Tx) {
@@ -64,11 +60,10 @@ impl ActionApi {
                 kind: Some(connect_request::Kind::Attach(a)),
             })) => a,
             Ok(Some(_)) => {
-                let _ = tx
-                    .send(Err(Status::invalid_argument(
-                        "the first Connect message must be attach",
-                    )))
-                    .await;
+                tx.send(Err(Status::invalid_argument(
+                    "the first Connect message must be attach",
+                )))
+                .await;
                 return;
             }
             Ok(None) | Err(_) => return,
@@ -77,7 +72,7 @@ impl ActionApi {
             match SandboxId::parse(&attach.sandbox_id).and_then(|id| self.manager.handle(id)) {
                 Ok(h) => h,
                 Err(e) => {
-                    let _ = tx.send(Err(to_status(e))).await;
+                    tx.send(Err(to_status(e))).await;
                     return;
                 }
             };
@@ -87,10 +82,9 @@ impl ActionApi {
             sandbox_id: sandbox.to_string(),
             last_seq,
         };
-        if tx
+        if !tx
             .send(msg(connect_response::Kind::Attached(attached)))
             .await
-            .is_err()
         {
             return;
         }
@@ -113,9 +107,12 @@ impl ActionApi {
                     None => return,
                 },
                 () = tx.closed() => return,
+                () = tokio::time::sleep(self.policy.keepalive) => {
+                    Some(msg(connect_response::Kind::Keepalive(keepalive(handle.log.last_seq()))))
+                }
             };
             if let Some(out) = out
-                && tx.send(out).await.is_err()
+                && !tx.send(out).await
             {
                 return;
             }

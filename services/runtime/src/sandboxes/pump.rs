@@ -3,11 +3,15 @@
 //! terminal observation: the executor's own, or a synthesized LOST/ABORTED one.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use mentis_core::observation::ActionKind;
 use mentis_core::{Action, ActionId, Error, ObservationKind};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+
+/// How long after a shell action's timeout the control plane stops waiting for the executor's end.
+const DEADLINE_GRACE: Duration = Duration::from_secs(30);
 
 use super::handle::SandboxHandle;
 use crate::convert::kind_from_executor;
@@ -38,11 +42,21 @@ pub(super) async fn pump(
     };
     // The submitter may have gone away; the action runs (and is logged) regardless.
     let _ = accepted.send(Ok(()));
+    // The executor ends a shell action at its timeout; if no end arrives well after that, the executor is
+    // unreachable in a way the connection has not noticed (yet). Cells wait in the kernel's queue for an
+    // unknown time before their timeout starts, so for them the connection's keepalive is the guard.
+    let deadline = match &action {
+        Action::Shell(s) => started + s.timeout + DEADLINE_GRACE,
+        Action::IPython(_) => started + Duration::from_secs(365 * 24 * 3600),
+    };
 
     let lost_reason = loop {
         tokio::select! {
             biased;
             () = h.cancel.cancelled() => break "the sandbox was deleted while the action ran".to_owned(),
+            () = tokio::time::sleep_until(deadline) => {
+                break "the action's timeout passed without an end from the executor".to_owned();
+            }
             msg = stream.message() => match msg {
                 Ok(Some(ev)) => match kind_from_executor(ev.kind) {
                     Ok(k) => {

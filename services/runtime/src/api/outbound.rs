@@ -1,0 +1,218 @@
+//! The server side of every observation stream: a bounded channel between the task that reads the log and
+//! the client. It adds keepalives when the stream is idle, and when the client stops reading for the stall
+//! timeout it cuts the client off with RESOURCE_EXHAUSTED instead of letting anything pile up: the log keeps
+//! the observations, and the client resumes from the last seq it received.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::Status;
+
+use crate::observations::{LogItem, ObservationLog};
+
+/// Timing and bounds of outgoing streams.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamPolicy {
+    /// Idle time after which a keepalive is sent.
+    pub keepalive: Duration,
+    /// How long a client may leave a full buffer unread before it is cut off.
+    pub stall: Duration,
+    /// Messages buffered per stream.
+    pub buffer: usize,
+}
+
+impl Default for StreamPolicy {
+    fn default() -> Self {
+        Self {
+            keepalive: Duration::from_secs(15),
+            stall: Duration::from_secs(60),
+            buffer: 64,
+        }
+    }
+}
+
+/// The sending half, owned by the task that produces the stream.
+pub struct Outbound<T> {
+    tx: mpsc::Sender<Result<T, Status>>,
+    cut_off: Mutex<Option<oneshot::Sender<Status>>>,
+    stall: Duration,
+}
+
+/// The receiving half, handed to tonic as the response stream. A cut-off status overtakes buffered messages.
+pub struct Guarded<T> {
+    rx: mpsc::Receiver<Result<T, Status>>,
+    cut_off: Option<oneshot::Receiver<Status>>,
+}
+
+/// A new outgoing stream.
+pub fn channel<T>(policy: StreamPolicy) -> (Outbound<T>, Guarded<T>) {
+    let (tx, rx) = mpsc::channel(policy.buffer);
+    let (cut_tx, cut_rx) = oneshot::channel();
+    (
+        Outbound {
+            tx,
+            cut_off: Mutex::new(Some(cut_tx)),
+            stall: policy.stall,
+        },
+        Guarded {
+            rx,
+            cut_off: Some(cut_rx),
+        },
+    )
+}
+
+impl<T> Outbound<T> {
+    /// Sends a message; false when the client is gone or was cut off (stop producing then).
+    pub async fn send(&self, msg: Result<T, Status>) -> bool {
+        match self.tx.send_timeout(msg, self.stall).await {
+            Ok(()) => true,
+            Err(mpsc::error::SendTimeoutError::Closed(_)) => false,
+            Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                let cut = self
+                    .cut_off
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                if let Some(cut) = cut {
+                    tracing::info!(
+                        stall_secs = self.stall.as_secs(),
+                        "cutting off a client that stopped reading"
+                    );
+                    let _ = cut.send(Status::resource_exhausted(format!(
+                        "the client stopped reading for {}s; reconnect with after_seq = the last seq received",
+                        self.stall.as_secs()
+                    )));
+                }
+                false
+            }
+        }
+    }
+
+    /// Resolves when the client has gone away.
+    pub async fn closed(&self) {
+        self.tx.closed().await;
+    }
+}
+
+impl<T> Stream for Guarded<T> {
+    type Item = Result<T, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(cut) = self.cut_off.as_mut() {
+            match Pin::new(cut).poll(cx) {
+                Poll::Ready(Ok(status)) => {
+                    self.cut_off = None;
+                    self.rx.close();
+                    // Drop what was buffered: the client resumes from its last seq anyway.
+                    while self.rx.try_recv().is_ok() {}
+                    return Poll::Ready(Some(Err(status)));
+                }
+                // The producer finished without cutting off.
+                Poll::Ready(Err(_)) => self.cut_off = None,
+                Poll::Pending => {}
+            }
+        }
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// What a follow stream sends: a log item, or a keepalive carrying the newest seq.
+#[derive(Debug)]
+pub enum Outgoing {
+    Item(LogItem),
+    Keepalive { last_seq: u64 },
+}
+
+/// Streams `items` to the client through a guarded channel, in a task owned by `tasks`, with keepalives
+/// when idle; ends with the items, when the client leaves, or at shutdown.
+pub fn follow<T, S, F>(
+    items: S,
+    log: Arc<ObservationLog>,
+    policy: StreamPolicy,
+    tasks: &TaskTracker,
+    shutdown: CancellationToken,
+    map: F,
+) -> Guarded<T>
+where
+    T: Send + 'static,
+    S: Stream<Item = LogItem> + Send + 'static,
+    F: Fn(Outgoing) -> T + Send + 'static,
+{
+    let (out, guarded) = channel(policy);
+    tasks.spawn(async move {
+        let mut items = std::pin::pin!(items);
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                () = out.closed() => break,
+                item = items.next() => match item {
+                    Some(item) => Outgoing::Item(item),
+                    None => break,
+                },
+                () = tokio::time::sleep(policy.keepalive) => Outgoing::Keepalive { last_seq: log.last_seq() },
+            };
+            if !out.send(Ok(map(next))).await {
+                break;
+            }
+        }
+    });
+    guarded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_is_cut_off_with_a_status() {
+        let policy = StreamPolicy {
+            keepalive: Duration::from_secs(3600),
+            stall: Duration::from_millis(100),
+            buffer: 2,
+        };
+        let (out, mut guarded) = channel::<u32>(policy);
+        assert!(out.send(Ok(1)).await);
+        assert!(out.send(Ok(2)).await);
+        // The buffer is full and nobody reads: the third send gives up after the stall timeout.
+        assert!(!out.send(Ok(3)).await);
+        let first = guarded.next().await.expect("an item");
+        assert_eq!(
+            first.expect_err("cut off").code(),
+            tonic::Code::ResourceExhausted
+        );
+        assert!(guarded.next().await.is_none(), "nothing after the cut-off");
+    }
+
+    #[tokio::test]
+    async fn idle_streams_carry_keepalives() {
+        let log = ObservationLog::new(mentis_core::SandboxId::new(), Default::default());
+        let policy = StreamPolicy {
+            keepalive: Duration::from_millis(20),
+            stall: Duration::from_secs(5),
+            buffer: 4,
+        };
+        let tasks = TaskTracker::new();
+        let mut s = follow(
+            log.follow(0),
+            Arc::clone(&log),
+            policy,
+            &tasks,
+            CancellationToken::new(),
+            |o| o,
+        );
+        let first = tokio::time::timeout(Duration::from_secs(5), s.next())
+            .await
+            .expect("in time");
+        assert!(
+            matches!(first, Some(Ok(Outgoing::Keepalive { last_seq: 0 }))),
+            "{first:?}"
+        );
+    }
+}

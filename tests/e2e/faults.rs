@@ -1,0 +1,329 @@
+//! Observation guarantees under faults (DESIGN.md invariants 1-2, 6): exactly one terminal observation when
+//! the executor or its container dies or freezes under an action, resumable streams with no loss and no
+//! duplicates, explicit gaps, keepalives, several subscribers, and a consumer that never reads.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use mentis_e2e::*;
+use mentis_proto::api;
+
+/// Starts `command` with Execute and returns its stream once the command has printed `ready`.
+async fn start_until_ready(
+    h: &mut Harness,
+    sandbox: &str,
+    command: &str,
+) -> anyhow::Result<(
+    tonic::Streaming<api::ExecuteResponse>,
+    Vec<api::Observation>,
+)> {
+    let mut stream = h
+        .actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: sandbox.to_owned(),
+            action: Some(shell_action(cmd(command))),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let mut seen = Vec::new();
+    while !stdout(&seen).contains("ready") {
+        let m = tokio::time::timeout(Duration::from_secs(60), stream.next())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("stream ended early"))??;
+        if let Some(api::execute_response::Kind::Observation(o)) = m.kind {
+            seen.push(o);
+        }
+    }
+    Ok((stream, seen))
+}
+
+/// Injects `fault` (a docker command on the sandbox's container) under a running command and checks that
+/// the command ends with exactly one LOST terminal.
+async fn lost_under(fault: &[&str], keepalive: Duration) -> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| c.executor_keepalive = keepalive).await?;
+    let sb = h.create_default().await?;
+    let container = container_of(&sb.sandbox_id);
+    let (stream, mut seen) =
+        start_until_ready(&mut h, &sb.sandbox_id, "echo ready; sleep 1000").await?;
+    // `docker VERB CONTAINER ARGS...`: the container goes right after the verb.
+    let mut args = vec![fault[0], container.as_str()];
+    args.extend_from_slice(&fault[1..]);
+    docker(&args)?;
+    seen.extend(collect(stream, Duration::from_secs(120)).await?);
+    let end = cmd_end(&seen)?;
+    assert_eq!(end.reason, api::EndReason::Lost as i32, "{end:?}");
+    assert!(!end.message.is_empty());
+    if fault[0] == "pause" {
+        docker(&["unpause", &container])?;
+    }
+    h.stop().await
+}
+
+#[tokio::test]
+async fn killing_the_executor_process_ends_the_action_lost() -> anyhow::Result<()> {
+    lost_under(
+        &["exec", "pkill", "-9", "mentis-executor"],
+        Duration::from_secs(10),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn killing_the_container_ends_the_action_lost() -> anyhow::Result<()> {
+    lost_under(&["kill"], Duration::from_secs(10)).await
+}
+
+#[tokio::test]
+async fn pausing_the_container_ends_the_action_lost() -> anyhow::Result<()> {
+    // The frozen executor answers no pings: the connection fails after about two keepalive periods.
+    lost_under(&["pause"], Duration::from_secs(2)).await
+}
+
+#[tokio::test]
+async fn a_dropped_stream_resumes_with_every_observation_once() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let sb = h.create_default().await?;
+    let id = sb.sandbox_id.clone();
+    let action_id = "resume-me".to_owned();
+    let first = h
+        .actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.clone(),
+            action: Some(shell_action(cmd(
+                "for i in $(seq 1 100); do echo $i; sleep 0.02; done",
+            ))),
+            action_id: action_id.clone(),
+        })
+        .await?
+        .into_inner();
+    // Read a few, then drop the connection mid-stream.
+    let mut got: Vec<api::Observation> = first
+        .take(5)
+        .filter_map(|m| async move {
+            match m.ok()?.kind? {
+                api::execute_response::Kind::Observation(o) => Some(o),
+                _ => None,
+            }
+        })
+        .collect()
+        .await;
+    let last = got.last().unwrap().seq;
+    // Resume from the last seq received, on a new stream filtered to the action.
+    let resumed = h
+        .actions
+        .stream_observations(api::StreamObservationsRequest {
+            sandbox_id: id.clone(),
+            after_seq: last,
+            action_id: action_id.clone(),
+        })
+        .await?
+        .into_inner();
+    let mut rest = Vec::new();
+    let mut resumed = resumed;
+    while let Some(m) = tokio::time::timeout(Duration::from_secs(60), resumed.next()).await? {
+        match m?.kind {
+            Some(api::stream_observations_response::Kind::Observation(o)) => rest.push(o),
+            Some(api::stream_observations_response::Kind::Keepalive(_)) => {}
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+    }
+    got.extend(rest);
+    let seqs: Vec<u64> = got.iter().map(|o| o.seq).collect();
+    let first_seq = seqs[0];
+    assert_eq!(
+        seqs,
+        (first_seq..first_seq + seqs.len() as u64).collect::<Vec<_>>(),
+        "contiguous, no duplicates"
+    );
+    assert_eq!(
+        stdout(&got),
+        (1..=100).map(|i| format!("{i}\n")).collect::<String>()
+    );
+    cmd_end(&got)?;
+    // Retrying the whole submission does not run it again: it replays the same observations.
+    let retry = h
+        .actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.clone(),
+            action: Some(shell_action(cmd(
+                "for i in $(seq 1 100); do echo $i; sleep 0.02; done",
+            ))),
+            action_id,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(collect(retry, Duration::from_secs(60)).await?, got);
+    h.stop().await
+}
+
+#[tokio::test]
+async fn a_trimmed_log_reports_an_explicit_gap() -> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| c.log_limits.max_entries = 20).await?;
+    let sb = h.create_default().await?;
+    // 50 separate output chunks (the sleeps keep them apart).
+    h.sh(
+        &sb.sandbox_id,
+        "for i in $(seq 1 50); do echo $i; sleep 0.01; done",
+    )
+    .await?;
+    let mut s = h
+        .actions
+        .stream_observations(api::StreamObservationsRequest {
+            sandbox_id: sb.sandbox_id.clone(),
+            after_seq: 0,
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(30), s.next())
+        .await?
+        .unwrap()?;
+    let Some(api::stream_observations_response::Kind::Gap(g)) = first.kind else {
+        anyhow::bail!("expected a gap first, got {first:?}");
+    };
+    assert_eq!(g.after_seq, 0);
+    assert!(g.first_available_seq > 1);
+    let next = tokio::time::timeout(Duration::from_secs(30), s.next())
+        .await?
+        .unwrap()?;
+    let Some(api::stream_observations_response::Kind::Observation(o)) = next.kind else {
+        anyhow::bail!("expected an observation after the gap");
+    };
+    assert_eq!(
+        o.seq, g.first_available_seq,
+        "the stream continues at the first kept seq"
+    );
+    h.stop().await
+}
+
+#[tokio::test]
+async fn idle_streams_carry_keepalives_and_subscribers_see_one_sequence() -> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| c.stream.keepalive = Duration::from_secs(1)).await?;
+    let sb = h.create_default().await?;
+    let id = sb.sandbox_id.clone();
+    let follow = |mut actions: api::action_service_client::ActionServiceClient<
+        tonic::transport::Channel,
+    >,
+                  id: String| async move {
+        let mut s = actions
+            .stream_observations(api::StreamObservationsRequest {
+                sandbox_id: id,
+                after_seq: 0,
+                action_id: String::new(),
+            })
+            .await?
+            .into_inner();
+        let (mut seqs, mut keepalives) = (Vec::new(), 0);
+        while let Some(m) = tokio::time::timeout(Duration::from_secs(30), s.next()).await? {
+            match m?.kind {
+                Some(api::stream_observations_response::Kind::Observation(o)) => {
+                    let end = matches!(o.kind, Some(Kind::CmdEnd(_)));
+                    seqs.push(o.seq);
+                    if end {
+                        break;
+                    }
+                }
+                Some(api::stream_observations_response::Kind::Keepalive(_)) => keepalives += 1,
+                other => anyhow::bail!("unexpected {other:?}"),
+            }
+        }
+        anyhow::Ok((seqs, keepalives))
+    };
+    let a = tokio::spawn(follow(h.actions.clone(), id.clone()));
+    let b = tokio::spawn(follow(h.actions.clone(), id.clone()));
+    // Idle for a while, then one command.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.sh(&id, "echo one; echo two").await?;
+    let (sa, ka) = a.await??;
+    let (sb_, kb) = b.await??;
+    assert_eq!(sa, sb_, "both subscribers see the same sequence");
+    assert!(
+        ka >= 1 && kb >= 1,
+        "keepalives on the idle stream: {ka} {kb}"
+    );
+    h.stop().await
+}
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_never_reads_costs_bounded_memory_and_is_cut_off() -> anyhow::Result<()> {
+    const LOG_BYTES: usize = 8 * 1024 * 1024;
+    let mut h = Harness::start_with(|c| {
+        c.log_limits.max_bytes = LOG_BYTES;
+        c.stream.stall = Duration::from_secs(3);
+    })
+    .await?;
+    let sb = h.create_default().await?;
+    let id = sb.sandbox_id.clone();
+    // A subscriber that opens the stream and never reads.
+    let mut stalled = h
+        .actions
+        .stream_observations(api::StreamObservationsRequest {
+            sandbox_id: id.clone(),
+            after_seq: 0,
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let before = rss_bytes();
+    // Meanwhile 128 MiB of output flows to a client that does read.
+    let mut reader = h
+        .actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.clone(),
+            action: Some(shell_action(cmd("head -c 134217728 /dev/zero"))),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let (mut received, mut end) = (0usize, None);
+    while let Some(m) = tokio::time::timeout(Duration::from_secs(120), reader.next()).await? {
+        // Gaps are fine here: a reader that lags behind the small log is told what it missed.
+        if let Some(api::execute_response::Kind::Observation(o)) = m?.kind {
+            match o.kind {
+                Some(Kind::CmdOutput(c)) => received += c.data.len(),
+                Some(Kind::CmdEnd(e)) => end = Some(e),
+                _ => {}
+            }
+        }
+    }
+    let after = rss_bytes();
+    assert_eq!(end.expect("the reading client got the end").exit_code, 0);
+    assert!(
+        received > 64 * 1024 * 1024,
+        "the reading client kept receiving: {received} bytes"
+    );
+    let growth = after.saturating_sub(before);
+    assert!(
+        growth < 96 * 1024 * 1024,
+        "RSS grew by {} MiB while 128 MiB flowed",
+        growth / (1024 * 1024)
+    );
+    // Stay away longer than the stall timeout; the client is then told, when it finally reads, that it was
+    // cut off.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut cut = None;
+    let mut n = 0;
+    while let Some(m) = tokio::time::timeout(Duration::from_secs(30), stalled.next())
+        .await
+        .map_err(|e| anyhow::anyhow!("after {n} messages: {e}"))?
+    {
+        n += 1;
+        if let Err(status) = m {
+            cut = Some(status);
+            break;
+        }
+    }
+    let cut = cut.expect("the stalled stream ends with a status");
+    assert_eq!(cut.code(), tonic::Code::ResourceExhausted, "{cut:?}");
+    h.stop().await
+}
