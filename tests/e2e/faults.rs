@@ -327,3 +327,86 @@ async fn a_consumer_that_never_reads_costs_bounded_memory_and_is_cut_off() -> an
     assert_eq!(cut.code(), tonic::Code::ResourceExhausted, "{cut:?}");
     h.stop().await
 }
+
+#[tokio::test]
+async fn a_dead_executor_makes_the_sandbox_unhealthy_then_it_recovers() -> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| {
+        c.health_interval = Duration::from_secs(1);
+        c.executor_keepalive = Duration::from_secs(2);
+    })
+    .await?;
+    let sb = h.create_default().await?;
+    let id = sb.sandbox_id.clone();
+    h.sh(&id, "echo kept > /workspace/file").await?;
+    // The executor dies; with it tini and the container stop.
+    let _ = docker(&["exec", &container_of(&id), "pkill", "-9", "mentis-executor"]);
+    let state = |h: &mut Harness| {
+        let mut sandboxes = h.sandboxes.clone();
+        let id = id.clone();
+        async move {
+            let s = sandboxes
+                .get_sandbox(api::GetSandboxRequest { sandbox_id: id })
+                .await?
+                .into_inner();
+            anyhow::Ok(s.sandbox.unwrap().state)
+        }
+    };
+    let (mut saw_unhealthy, mut running_again) = (false, false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while tokio::time::Instant::now() < deadline {
+        let s = state(&mut h).await?;
+        if s == api::SandboxState::Unhealthy as i32 {
+            saw_unhealthy = true;
+            // Meanwhile actions are refused as unavailable, not lost silently.
+            let r = h
+                .actions
+                .execute(api::ExecuteRequest {
+                    sandbox_id: id.clone(),
+                    action: Some(shell_action(cmd("true"))),
+                    action_id: String::new(),
+                })
+                .await;
+            if let Err(status) = r {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            }
+        }
+        if saw_unhealthy && s == api::SandboxState::Running as i32 {
+            running_again = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(saw_unhealthy, "the sandbox never became UNHEALTHY");
+    assert!(running_again, "the sandbox did not recover");
+    // The workspace survived and the sandbox works.
+    assert_eq!(stdout(&h.sh(&id, "cat /workspace/file").await?), "kept\n");
+    // Both transitions are in the log as sandbox-level observations.
+    let mut s = h
+        .actions
+        .stream_observations(api::StreamObservationsRequest {
+            sandbox_id: id.clone(),
+            after_seq: 0,
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let mut messages = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(2), s.next()).await {
+        if let Some(api::stream_observations_response::Kind::Observation(o)) = m?.kind
+            && let Some(Kind::AgentState(a)) = o.kind
+        {
+            messages.push(a.message);
+        }
+    }
+    assert!(
+        messages.iter().any(|m| m.contains("unreachable")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("recovered") || m.contains("reachable again")),
+        "{messages:?}"
+    );
+    h.stop().await
+}

@@ -145,10 +145,15 @@ impl DockerBackend {
             .await
             .docker_ctx("start the container")?;
 
+        self.endpoint_of(&name).await
+    }
+
+    /// The executor endpoint of a running container.
+    async fn endpoint_of(&self, name: &str) -> Result<Endpoint> {
         let info = self
             .call(
                 "inspect container",
-                self.docker.inspect_container(&name, None),
+                self.docker.inspect_container(name, None),
             )
             .await
             .docker_ctx("inspect the container")?;
@@ -232,6 +237,43 @@ impl SandboxBackend for DockerBackend {
                 Err(e) => return Err(error::to_core("remove the workspace volume", e)),
             }
         }
+    }
+
+    async fn ensure_running(&self, id: SandboxId) -> Result<Endpoint> {
+        use bollard::models::ContainerStateStatusEnum as S;
+        let name = Self::container_name(id);
+        let info = match self
+            .call(
+                "inspect container",
+                self.docker.inspect_container(&name, None),
+            )
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if is_not_found(&e) => {
+                return Err(Error::NotFound(format!(
+                    "the container of sandbox {id} is gone"
+                )));
+            }
+            Err(e) => return Err(error::to_core("inspect the container", e)),
+        };
+        match info.state.and_then(|s| s.status) {
+            Some(S::RUNNING) => {}
+            Some(S::PAUSED) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "the container of sandbox {id} is paused"
+                )));
+            }
+            // Exited or created: the executor died and took the container with it; start it again (the
+            // workspace volume and the token in its env are unchanged).
+            _ => {
+                tracing::info!(sandbox_id = %id, "starting the sandbox's stopped container again");
+                self.call("start container", self.docker.start_container(&name, None))
+                    .await
+                    .docker_ctx("start the container")?;
+            }
+        }
+        self.endpoint_of(&name).await
     }
 
     async fn list(&self) -> Result<Vec<BackendSandbox>> {

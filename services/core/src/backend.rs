@@ -58,6 +58,11 @@ pub trait SandboxBackend: Send + Sync + 'static {
     /// Removes the sandbox and its workspace. Idempotent: succeeds when it is already gone.
     async fn delete(&self, id: SandboxId) -> Result<()>;
 
+    /// Makes sure the sandbox's container runs (starting it again when it stopped) and returns its
+    /// executor's endpoint, which may have changed. NotFound when the sandbox is gone from the backend;
+    /// FailedPrecondition when it is paused.
+    async fn ensure_running(&self, id: SandboxId) -> Result<Endpoint>;
+
     /// Every sandbox of this control-plane instance that the backend holds.
     async fn list(&self) -> Result<Vec<BackendSandbox>>;
 }

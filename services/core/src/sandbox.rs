@@ -16,6 +16,8 @@ pub enum SandboxState {
     Terminating,
     Terminated,
     Failed,
+    /// The executor does not answer; the control plane is bringing it back.
+    Unhealthy,
 }
 
 impl SandboxState {

@@ -41,6 +41,8 @@ pub struct RuntimeConfig {
     pub executor_call_timeout: Duration,
     /// `MENTIS_EXECUTOR_KEEPALIVE_SECS`: HTTP/2 ping interval (and ping timeout) towards executors.
     pub executor_keepalive: Duration,
+    /// `MENTIS_HEALTH_INTERVAL_SECS`: how often each sandbox's executor is health-checked.
+    pub health_interval: Duration,
     /// `MENTIS_STREAM_KEEPALIVE_SECS`, `MENTIS_STREAM_STALL_SECS`: keepalives on idle streams, and how long
     /// a client may stop reading before it is cut off.
     pub stream: StreamPolicy,
@@ -71,6 +73,7 @@ impl Default for RuntimeConfig {
             ready_timeout: Duration::from_secs(60),
             executor_call_timeout: Duration::from_secs(30),
             executor_keepalive: Duration::from_secs(10),
+            health_interval: Duration::from_secs(5),
             stream: StreamPolicy::default(),
         }
     }
@@ -125,6 +128,9 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_EXECUTOR_KEEPALIVE_SECS") {
             c.executor_keepalive = secs("MENTIS_EXECUTOR_KEEPALIVE_SECS", &v)?;
+        }
+        if let Some(v) = get("MENTIS_HEALTH_INTERVAL_SECS") {
+            c.health_interval = secs("MENTIS_HEALTH_INTERVAL_SECS", &v)?;
         }
         if let Some(v) = get("MENTIS_STREAM_KEEPALIVE_SECS") {
             c.stream.keepalive = secs("MENTIS_STREAM_KEEPALIVE_SECS", &v)?;

@@ -71,20 +71,36 @@ impl ExecutorClient {
         })
     }
 
+    /// One health check, bounded by `within`.
+    pub async fn check(&self, within: Duration) -> Result<(), Error> {
+        let mut health = self.health.clone();
+        let check = health.check(HealthCheckRequest {
+            service: String::new(),
+        });
+        match tokio::time::timeout(within, check).await {
+            Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
+            Ok(Ok(r)) => Err(Error::Unavailable(format!(
+                "the executor reports status {}",
+                r.get_ref().status
+            ))),
+            Ok(Err(s)) => Err(Error::Unavailable(format!(
+                "the executor does not answer: {}",
+                s.message()
+            ))),
+            Err(_) => Err(Error::Unavailable(
+                "the executor's health check timed out".into(),
+            )),
+        }
+    }
+
     /// Waits until the executor reports SERVING, polling until `within` has passed.
     pub async fn wait_ready(&self, within: Duration) -> Result<(), Error> {
         let deadline = tokio::time::Instant::now() + within;
         let mut delay = Duration::from_millis(20);
         loop {
-            let mut health = self.health.clone();
-            let check = health.check(HealthCheckRequest {
-                service: String::new(),
-            });
-            let last = match tokio::time::timeout(Duration::from_secs(2), check).await {
-                Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => return Ok(()),
-                Ok(Ok(r)) => format!("status {}", r.get_ref().status),
-                Ok(Err(s)) => s.message().to_owned(),
-                Err(_) => "health check timed out".to_owned(),
+            let last = match self.check(Duration::from_secs(2)).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e.to_string(),
             };
             if tokio::time::Instant::now() + delay > deadline {
                 return Err(Error::Unavailable(format!(

@@ -3,6 +3,7 @@
 //! never leaves a half-created container or an action without its terminal observation.
 
 mod handle;
+mod health;
 mod pump;
 
 use std::collections::HashMap;
@@ -150,6 +151,7 @@ impl Manager {
             record.clone(),
             spec.env.clone(),
             ObservationLog::new(id, self.config.log_limits),
+            random_token(),
         ));
         {
             let mut map = self.write();
@@ -166,7 +168,7 @@ impl Manager {
             space_id: record.space_id.clone(),
             image: record.image.clone(),
             limits: record.limits,
-            token: random_token(),
+            token: handle.token.clone(),
         };
         let this = Arc::clone(self);
         let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
@@ -208,6 +210,14 @@ impl Manager {
                 tracing::info!(
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "sandbox running"
+                );
+                h.tasks.spawn(
+                    health::watch(
+                        Arc::clone(&h),
+                        Arc::clone(&self.backend),
+                        Arc::clone(&self.config),
+                    )
+                    .instrument(tracing::info_span!("health", sandbox_id = %h.id)),
                 );
                 Ok(h.snapshot())
             }

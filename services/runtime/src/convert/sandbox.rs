@@ -27,6 +27,7 @@ fn state_to_proto(s: SandboxState) -> api::SandboxState {
         SandboxState::Terminating => api::SandboxState::Terminating,
         SandboxState::Terminated => api::SandboxState::Terminated,
         SandboxState::Failed => api::SandboxState::Failed,
+        SandboxState::Unhealthy => api::SandboxState::Unhealthy,
     }
 }
 

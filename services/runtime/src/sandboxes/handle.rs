@@ -2,7 +2,7 @@
 //! table of its actions.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use mentis_core::{ActionId, Error, Sandbox, SandboxId, SandboxState};
@@ -55,7 +55,10 @@ pub struct SandboxHandle {
     /// The sandbox's env, applied to every action.
     pub env: BTreeMap<String, String>,
     pub log: Arc<ObservationLog>,
-    executor: OnceLock<ExecutorClient>,
+    /// The executor's client; replaced when the executor comes back at a new address.
+    executor: Mutex<Option<ExecutorClient>>,
+    /// The secret the executor requires (kept to reconnect after a restart). Never logged.
+    pub(crate) token: String,
     actions: Mutex<ActionTable>,
     /// Owns the action pumps of this sandbox.
     pub tasks: TaskTracker,
@@ -77,13 +80,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl SandboxHandle {
-    pub fn new(record: Sandbox, env: BTreeMap<String, String>, log: Arc<ObservationLog>) -> Self {
+    pub fn new(
+        record: Sandbox,
+        env: BTreeMap<String, String>,
+        log: Arc<ObservationLog>,
+        token: String,
+    ) -> Self {
         Self {
             id: record.id,
             record: Mutex::new(record),
             env,
             log,
-            executor: OnceLock::new(),
+            executor: Mutex::new(None),
+            token,
             actions: Mutex::new(ActionTable::default()),
             tasks: TaskTracker::new(),
             cancel: CancellationToken::new(),
@@ -119,13 +128,40 @@ impl SandboxHandle {
     }
 
     pub fn set_executor(&self, client: ExecutorClient) {
-        // Set once, when the sandbox first becomes ready.
-        let _ = self.executor.set(client);
+        *lock(&self.executor) = Some(client);
+    }
+
+    /// The executor's client, whatever the state.
+    pub fn executor(&self) -> Option<ExecutorClient> {
+        lock(&self.executor).clone()
+    }
+
+    /// Moves from one of `from` to `to`; false (and no change) when the sandbox is in another state.
+    pub fn transition(
+        &self,
+        from: &[SandboxState],
+        to: SandboxState,
+        reason: impl Into<String>,
+    ) -> bool {
+        let mut r = lock(&self.record);
+        if !from.contains(&r.state) {
+            return false;
+        }
+        r.state = to;
+        r.state_reason = reason.into();
+        r.updated_at = SystemTime::now();
+        true
     }
 
     /// The executor client of a RUNNING sandbox; FailedPrecondition in any other state.
     pub fn running_executor(&self) -> Result<ExecutorClient, Error> {
         let state = self.state();
+        if state == SandboxState::Unhealthy {
+            return Err(Error::Unavailable(format!(
+                "the executor of sandbox {} does not answer; the runtime is bringing it back",
+                self.id
+            )));
+        }
         if state != SandboxState::Running {
             return Err(Error::FailedPrecondition(format!(
                 "sandbox {} is {}, not RUNNING",
@@ -133,7 +169,7 @@ impl SandboxHandle {
                 state_name(state)
             )));
         }
-        self.executor.get().cloned().ok_or_else(|| {
+        self.executor().ok_or_else(|| {
             Error::Internal(format!(
                 "sandbox {} is RUNNING without an executor",
                 self.id
@@ -239,5 +275,6 @@ pub fn state_name(s: SandboxState) -> &'static str {
         SandboxState::Terminating => "TERMINATING",
         SandboxState::Terminated => "TERMINATED",
         SandboxState::Failed => "FAILED",
+        SandboxState::Unhealthy => "UNHEALTHY",
     }
 }

@@ -1,0 +1,136 @@
+//! The health watch of one sandbox: a periodic check of its executor. Two failed checks in a row make the
+//! sandbox UNHEALTHY (with an agent_state observation); the watch then brings the executor back — starting
+//! its container again when it stopped, reconnecting when its address changed — and the sandbox is RUNNING
+//! again (another agent_state). A container that is gone for good makes the sandbox FAILED.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mentis_core::{Error, ObservationKind, SandboxBackend, SandboxState};
+
+use super::handle::SandboxHandle;
+use crate::config::RuntimeConfig;
+use crate::executor_client::ExecutorClient;
+
+/// Failed checks in a row before a sandbox is UNHEALTHY (one miss can be a hiccup).
+const FAILURES_BEFORE_UNHEALTHY: u32 = 2;
+/// Upper bound of one health check.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn agent_state(h: &SandboxHandle, message: &str, details: &[(&str, String)]) {
+    h.log.append(
+        None,
+        ObservationKind::AgentState {
+            message: message.to_owned(),
+            details: details
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
+        },
+    );
+}
+
+/// Watches `h` until it is deleted.
+pub(super) async fn watch(
+    h: Arc<SandboxHandle>,
+    backend: Arc<dyn SandboxBackend>,
+    config: Arc<RuntimeConfig>,
+) {
+    let mut failures = 0u32;
+    loop {
+        tokio::select! {
+            () = h.cancel.cancelled() => return,
+            () = tokio::time::sleep(config.health_interval) => {}
+        }
+        let state = h.state();
+        if !matches!(state, SandboxState::Running | SandboxState::Unhealthy) {
+            continue;
+        }
+        let Some(client) = h.executor() else { continue };
+        let checked = tokio::select! {
+            () = h.cancel.cancelled() => return,
+            r = client.check(CHECK_TIMEOUT) => r,
+        };
+        match checked {
+            Ok(()) => {
+                failures = 0;
+                if h.transition(&[SandboxState::Unhealthy], SandboxState::Running, "") {
+                    tracing::info!("executor answers again");
+                    agent_state(
+                        &h,
+                        "executor reachable again",
+                        &[("state", "RUNNING".into())],
+                    );
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                if failures >= FAILURES_BEFORE_UNHEALTHY
+                    && h.transition(
+                        &[SandboxState::Running],
+                        SandboxState::Unhealthy,
+                        e.to_string(),
+                    )
+                {
+                    tracing::warn!(error = %e, "executor unreachable");
+                    agent_state(
+                        &h,
+                        "executor unreachable",
+                        &[("state", "UNHEALTHY".into()), ("reason", e.to_string())],
+                    );
+                }
+                if h.state() == SandboxState::Unhealthy {
+                    let recovered = tokio::select! {
+                        () = h.cancel.cancelled() => return,
+                        r = recover(&h, backend.as_ref(), &config) => r,
+                    };
+                    match recovered {
+                        Ok(()) => failures = 0,
+                        Err(Error::NotFound(reason)) => {
+                            if h.transition(
+                                &[SandboxState::Unhealthy],
+                                SandboxState::Failed,
+                                reason.clone(),
+                            ) {
+                                tracing::warn!(%reason, "sandbox lost");
+                                agent_state(
+                                    &h,
+                                    "sandbox lost",
+                                    &[("state", "FAILED".into()), ("reason", reason)],
+                                );
+                            }
+                            return;
+                        }
+                        Err(e) => tracing::debug!(error = %e, "executor not back yet"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Brings the executor back: its container running, a client for its (possibly new) address, healthy.
+async fn recover(
+    h: &SandboxHandle,
+    backend: &dyn SandboxBackend,
+    config: &RuntimeConfig,
+) -> Result<(), Error> {
+    let endpoint = backend.ensure_running(h.id).await?;
+    let client = ExecutorClient::new(
+        &endpoint,
+        &h.token,
+        config.executor_call_timeout,
+        config.executor_keepalive,
+    )?;
+    client.wait_ready(config.ready_timeout).await?;
+    h.set_executor(client);
+    if h.transition(&[SandboxState::Unhealthy], SandboxState::Running, "") {
+        tracing::info!(endpoint = %endpoint.uri, "executor recovered");
+        agent_state(
+            h,
+            "executor recovered",
+            &[("state", "RUNNING".into()), ("endpoint", endpoint.uri)],
+        );
+    }
+    Ok(())
+}
