@@ -8,6 +8,8 @@ use futures::StreamExt;
 use mentis_e2e::*;
 use mentis_proto::api;
 
+use crate::shell;
+
 /// Starts `command` with Execute and returns its stream once the command has printed `ready`.
 async fn start_until_ready(
     h: &mut Harness,
@@ -408,5 +410,46 @@ async fn a_dead_executor_makes_the_sandbox_unhealthy_then_it_recovers() -> anyho
             .any(|m| m.contains("recovered") || m.contains("reachable again")),
         "{messages:?}"
     );
+    h.stop().await
+}
+
+#[tokio::test]
+async fn a_deleted_sandbox_stays_readable_for_the_retention_time() -> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| c.ended_retention = Duration::from_secs(3)).await?;
+    let sb = h.create_default().await?;
+    let id = sb.sandbox_id.clone();
+    let ran = h.sh(&id, "echo before delete").await?;
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?;
+    // Still readable: the action's observations replay, then the stream ends (the log is closed).
+    let s = h
+        .actions
+        .stream_observations(api::StreamObservationsRequest {
+            sandbox_id: id.clone(),
+            after_seq: 0,
+            action_id: ran[0].action_id.clone(),
+        })
+        .await?
+        .into_inner();
+    let replay = shell::collect_stream(s).await?;
+    assert_eq!(replay, ran);
+    // After the retention time it is forgotten.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = h
+            .sandboxes
+            .get_sandbox(api::GetSandboxRequest {
+                sandbox_id: id.clone(),
+            })
+            .await;
+        if matches!(&r, Err(s) if s.code() == tonic::Code::NotFound) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still there: {r:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     h.stop().await
 }

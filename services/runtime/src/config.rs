@@ -43,6 +43,8 @@ pub struct RuntimeConfig {
     pub executor_keepalive: Duration,
     /// `MENTIS_HEALTH_INTERVAL_SECS`: how often each sandbox's executor is health-checked.
     pub health_interval: Duration,
+    /// `MENTIS_ENDED_RETENTION_SECS`: how long a deleted or failed sandbox stays readable (Get, its log).
+    pub ended_retention: Duration,
     /// `MENTIS_STREAM_KEEPALIVE_SECS`, `MENTIS_STREAM_STALL_SECS`: keepalives on idle streams, and how long
     /// a client may stop reading before it is cut off.
     pub stream: StreamPolicy,
@@ -74,6 +76,7 @@ impl Default for RuntimeConfig {
             executor_call_timeout: Duration::from_secs(30),
             executor_keepalive: Duration::from_secs(10),
             health_interval: Duration::from_secs(5),
+            ended_retention: Duration::from_secs(3600),
             stream: StreamPolicy::default(),
         }
     }
@@ -131,6 +134,9 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_HEALTH_INTERVAL_SECS") {
             c.health_interval = secs("MENTIS_HEALTH_INTERVAL_SECS", &v)?;
+        }
+        if let Some(v) = get("MENTIS_ENDED_RETENTION_SECS") {
+            c.ended_retention = secs("MENTIS_ENDED_RETENTION_SECS", &v)?;
         }
         if let Some(v) = get("MENTIS_STREAM_KEEPALIVE_SECS") {
             c.stream.keepalive = secs("MENTIS_STREAM_KEEPALIVE_SECS", &v)?;

@@ -103,7 +103,8 @@ impl Manager {
 
     /// Prepares the backend and removes what a previous run of this instance left behind. With no durable
     /// store yet, every sandbox found belongs to no one.
-    pub async fn start(&self) -> Result<()> {
+    pub async fn start(self: &Arc<Self>) -> Result<()> {
+        self.spawn_sweeper();
         self.backend.prepare().await?;
         let found = self.backend.list().await?;
         let known: Vec<SandboxId> = self.read().keys().copied().collect();
@@ -312,6 +313,8 @@ impl Manager {
             .map_err(|e| Error::Internal(format!("delete task failed: {e}")))?
     }
 
+    /// Forgets ended sandboxes (and their logs) once they have been ended for the retention time, and the
+    /// oldest ones beyond a count bound.
     fn forget_old_ended(&self) {
         let mut map = self.write();
         let mut ended: Vec<(SystemTime, SandboxId)> = map
@@ -320,12 +323,33 @@ impl Manager {
             .filter(|s| s.state.is_final())
             .map(|s| (s.updated_at, s.id))
             .collect();
-        if ended.len() > KEPT_ENDED {
-            ended.sort();
-            for (_, id) in ended.iter().take(ended.len() - KEPT_ENDED) {
-                map.remove(id);
-            }
+        ended.sort();
+        let now = SystemTime::now();
+        let expired = ended
+            .iter()
+            .filter(|(t, _)| {
+                now.duration_since(*t).unwrap_or_default() > self.config.ended_retention
+            })
+            .count();
+        let excess = ended.len().saturating_sub(KEPT_ENDED);
+        for (_, id) in ended.iter().take(expired.max(excess)) {
+            map.remove(id);
         }
+    }
+
+    /// Runs `forget_old_ended` now and then until shutdown.
+    fn spawn_sweeper(self: &Arc<Self>) {
+        let this = Arc::clone(self);
+        let every = (self.config.ended_retention / 10)
+            .clamp(Duration::from_secs(1), Duration::from_secs(60));
+        self.tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = this.shutdown.cancelled() => return,
+                    () = tokio::time::sleep(every) => this.forget_old_ended(),
+                }
+            }
+        });
     }
 
     /// Accepts an action: the executor has it and its observations will follow in the log. A retry of an
