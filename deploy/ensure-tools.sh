@@ -8,7 +8,7 @@
 #   .tools/bin/buf       buf (npm @bufbuild/buf), for `buf lint` / `buf format` / `buf breaking`; works offline.
 #   .tools/venv          a Python venv with grpcio and grpcio-tools (to generate and run the Python client), and
 #                        ipykernel + numpy/pandas/matplotlib: the executor's component tests start a real Jupyter
-#                        kernel with this python (MENTIS_KERNEL_PYTHON), with the libraries the sandbox image offers.
+#                        kernel with this python, with the libraries the sandbox image offers.
 # Idempotent: when everything is already at the pinned versions it only checks and returns in well under a second.
 #
 # Usage: deploy/ensure-tools.sh        (progress on stderr; add .tools/bin to PATH or call the tools by path)

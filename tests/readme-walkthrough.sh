@@ -38,10 +38,18 @@ if ! bash -euo pipefail "$work/walk.sh" >"$work/out" 2>&1; then
   cat "$work/out" "$work/runtime.log" >&2
   exit 1
 fi
+sed -n '/<!-- python:begin -->/,/<!-- python:end -->/p' README.md | sed '/^```/d; /^<!--/d' >"$work/python.sh"
+if ! bash -euo pipefail "$work/python.sh" >"$work/python.out" 2>&1; then
+  echo "readme-walkthrough: the README's Python client failed:" >&2
+  cat "$work/python.out" "$work/runtime.log" >&2
+  exit 1
+fi
+cat "$work/python.out" >>"$work/out"
 fail=0
 for want in 'mentis.v1.SandboxService' 'mentis.v1.ActionService' 'grpc.health.v1.Health' \
   'grpc.reflection.v1alpha.ServerReflection' '"cmdStart"' 'aGVsbG8K' 'd29ybGQK' '"exitCode": 3' \
-  'END_REASON_EXITED'; do
+  'END_REASON_EXITED' '"ipythonResult"' 'IPYTHON_STATUS_OK' '"text/html"' 'sum 10' '"shape"' \
+  'cell 2 IPYTHON_STATUS_OK'; do
   grep -qF -- "$want" "$work/out" || { echo "readme-walkthrough: output lacks $want" >&2; fail=1; }
 done
 if grep -qF mentis.executor "$work/out"; then echo "readme-walkthrough: reflection shows the internal API" >&2; fail=1; fi

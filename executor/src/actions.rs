@@ -1,5 +1,6 @@
-//! Action dispatch: turns a validated spec into a running task of the right kind (shell today; IPython is
-//! the next kind to add here), and routes Cancel / WriteStdin to running actions.
+//! Action dispatch: turns a validated spec into a running task of the right kind (a shell command, or an
+//! IPython cell queued for the kernel), routes Cancel / WriteStdin to running actions, and hands kernel
+//! control (reset, inspect) to the IPython side.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::error::Error;
 use crate::events::EventSink;
+use crate::ipython::{CellSpec, IPython};
 use crate::registry::Registry;
 use crate::shell::stdin::{STDIN_QUEUE, StdinWrite};
 use crate::shell::{self, ShellContext, ShellSpec};
@@ -23,8 +25,7 @@ use crate::shell::{self, ShellContext, ShellSpec};
 #[derive(Debug, Clone)]
 pub(crate) enum ActionSpec {
     Shell(ShellSpec),
-    /// Recognised but not run yet: the IPython runner (kernel, queue) will take its spec here.
-    IPython,
+    IPython(CellSpec),
 }
 
 /// The executor's running work: owns every action task and the registry that finds them.
@@ -35,16 +36,23 @@ pub(crate) struct Actions {
     shutdown: CancellationToken,
     workspace: Arc<Path>,
     default_timeout: Duration,
+    ipython: IPython,
 }
 
 impl Actions {
     pub(crate) fn new(config: &Config, shutdown: CancellationToken) -> Self {
+        let tracker = TaskTracker::new();
+        let ipython = IPython::new(config, tracker.clone(), shutdown.clone());
+        if config.kernel.eager {
+            ipython.start_eagerly();
+        }
         Self {
             registry: Registry::new(config.max_actions),
-            tracker: TaskTracker::new(),
+            tracker,
             shutdown,
             workspace: Arc::from(config.workspace.as_path()),
             default_timeout: config.default_timeout,
+            ipython,
         }
     }
 
@@ -59,10 +67,27 @@ impl Actions {
         }
         match spec {
             ActionSpec::Shell(spec) => self.start_shell(action_id, spec),
-            ActionSpec::IPython => Err(Error::Unimplemented(
-                "IPython arrives in a later release".to_owned(),
-            )),
+            ActionSpec::IPython(spec) => self.ipython.submit(action_id, spec, &self.registry),
         }
+    }
+
+    /// Replaces the kernel with a fresh one (ResetKernel).
+    pub(crate) async fn reset_kernel(&self) -> Result<(), Error> {
+        if self.shutdown.is_cancelled() {
+            return Err(Error::ShuttingDown);
+        }
+        self.ipython.reset().await
+    }
+
+    /// Summarises kernel variables between cells (InspectVariables): the helper's JSON answer.
+    pub(crate) async fn inspect_variables(
+        &self,
+        names: Vec<String>,
+    ) -> Result<serde_json::Value, Error> {
+        if self.shutdown.is_cancelled() {
+            return Err(Error::ShuttingDown);
+        }
+        self.ipython.inspect(names).await
     }
 
     fn start_shell(
@@ -95,7 +120,8 @@ impl Actions {
         Ok(events)
     }
 
-    /// Kills a running action (its stream then ends with CANCELLED).
+    /// Kills a running shell action (its stream then ends with CANCELLED), interrupts a running cell or
+    /// drops a queued one (ABORTED).
     pub(crate) fn cancel(&self, action_id: &str) -> Result<(), Error> {
         self.registry.cancel(action_id)
     }
@@ -124,7 +150,8 @@ impl Actions {
         }
     }
 
-    /// Kills every running action and waits (bounded) for their tasks to finish.
+    /// Kills every running action and the kernel (running and queued cells end ABORTED) and waits
+    /// (bounded) for their tasks to finish.
     pub(crate) async fn shutdown(&self, grace: Duration) {
         self.shutdown.cancel();
         self.tracker.close();

@@ -16,6 +16,10 @@ pub const TOKEN_ENV: &str = "MENTIS_EXECUTOR_TOKEN";
 pub const WORKSPACE_ENV: &str = "MENTIS_WORKSPACE";
 /// Upper bound on actions running at the same time.
 pub const MAX_ACTIONS_ENV: &str = "MENTIS_EXECUTOR_MAX_ACTIONS";
+/// The python that runs the Jupyter kernel (`python -m ipykernel_launcher`).
+pub const KERNEL_PYTHON_ENV: &str = "MENTIS_KERNEL_PYTHON";
+/// `1` starts the kernel when the executor starts instead of at the first cell.
+pub const KERNEL_EAGER_ENV: &str = "MENTIS_KERNEL_EAGER";
 
 /// Default listen address: every interface, because the control plane reaches us over the sandbox network.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:50052";
@@ -25,6 +29,41 @@ pub const DEFAULT_WORKSPACE: &str = "/workspace";
 pub const DEFAULT_MAX_ACTIONS: usize = 64;
 /// Timeout of an action whose request says 0.
 pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default kernel python: the image's `python3`, found on PATH.
+pub const DEFAULT_KERNEL_PYTHON: &str = "python3";
+/// Cells waiting for the kernel beyond this many are refused with ResourceExhausted.
+pub const DEFAULT_KERNEL_QUEUE: usize = 256;
+
+/// How the executor runs its Jupyter kernel.
+#[derive(Debug, Clone)]
+pub struct KernelConfig {
+    /// Program run as `PYTHON -m ipykernel_launcher -f CONNECTION_FILE`.
+    pub python: PathBuf,
+    /// Start the kernel with the executor rather than at the first cell.
+    pub eager: bool,
+    /// Bound on cells waiting for their turn.
+    pub queue_limit: usize,
+    /// How long a starting kernel may take to answer before it is killed.
+    pub start_timeout: Duration,
+    /// After an interrupt (timeout, cancel), how long the kernel may take to finish the cell before it is
+    /// killed and replaced (a cell blocked in C code may ignore SIGINT).
+    pub interrupt_grace: Duration,
+    /// How long InspectVariables waits for its turn between cells.
+    pub inspect_wait: Duration,
+}
+
+impl Default for KernelConfig {
+    fn default() -> Self {
+        Self {
+            python: PathBuf::from(DEFAULT_KERNEL_PYTHON),
+            eager: false,
+            queue_limit: DEFAULT_KERNEL_QUEUE,
+            start_timeout: Duration::from_secs(60),
+            interrupt_grace: Duration::from_secs(5),
+            inspect_wait: Duration::from_secs(30),
+        }
+    }
+}
 
 /// The executor's settings.
 #[derive(Debug, Clone)]
@@ -39,6 +78,8 @@ pub struct Config {
     pub max_actions: usize,
     /// Timeout applied when an action asks for 0.
     pub default_timeout: Duration,
+    /// The Jupyter kernel that runs IPython cells.
+    pub kernel: KernelConfig,
 }
 
 impl Config {
@@ -53,6 +94,7 @@ impl Config {
             workspace: workspace.into(),
             max_actions: DEFAULT_MAX_ACTIONS,
             default_timeout: DEFAULT_ACTION_TIMEOUT,
+            kernel: KernelConfig::default(),
         }
     }
 
@@ -103,12 +145,34 @@ impl Config {
             },
         };
 
+        let mut kernel = KernelConfig::default();
+        if let Some(raw) = lookup(KERNEL_PYTHON_ENV) {
+            if raw.trim().is_empty() || raw.contains('\0') {
+                return Err(Error::Config(format!(
+                    "{KERNEL_PYTHON_ENV}={raw:?} must name a python (a path or a program on PATH)"
+                )));
+            }
+            kernel.python = PathBuf::from(raw.trim());
+        }
+        if let Some(raw) = lookup(KERNEL_EAGER_ENV) {
+            kernel.eager = match raw.trim() {
+                "1" | "true" => true,
+                "0" | "false" | "" => false,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "{KERNEL_EAGER_ENV}={raw:?} must be 1 or 0"
+                    )));
+                }
+            };
+        }
+
         Ok(Self {
             listen,
             token,
             workspace,
             max_actions,
             default_timeout: DEFAULT_ACTION_TIMEOUT,
+            kernel,
         })
     }
 }
@@ -171,6 +235,22 @@ mod tests {
         assert_eq!(config.max_actions, DEFAULT_MAX_ACTIONS);
         assert_eq!(config.workspace, PathBuf::from(ws));
         assert_eq!(config.token.as_bytes(), b"s3cret");
+        assert_eq!(config.kernel.python, PathBuf::from(DEFAULT_KERNEL_PYTHON));
+        assert!(!config.kernel.eager);
+    }
+
+    #[test]
+    fn kernel_settings_are_read() {
+        let ws = tmp();
+        let config = Config::from_lookup(lookup(&[
+            (TOKEN_ENV, "t"),
+            (WORKSPACE_ENV, &ws),
+            (KERNEL_PYTHON_ENV, "/opt/py/bin/python"),
+            (KERNEL_EAGER_ENV, "1"),
+        ]))
+        .unwrap();
+        assert_eq!(config.kernel.python, PathBuf::from("/opt/py/bin/python"));
+        assert!(config.kernel.eager);
     }
 
     #[test]
@@ -195,6 +275,8 @@ mod tests {
             (WORKSPACE_ENV, "/definitely/not/here/mentis"),
             (MAX_ACTIONS_ENV, "0"),
             (MAX_ACTIONS_ENV, "many"),
+            (KERNEL_PYTHON_ENV, " "),
+            (KERNEL_EAGER_ENV, "yes"),
         ];
         for (name, value) in cases {
             let mut pairs = vec![(TOKEN_ENV, "t"), (WORKSPACE_ENV, ws.as_str())];

@@ -1,5 +1,7 @@
 //! The edge: proto requests become validated domain specs, domain events become proto responses.
 
+mod ipython;
+
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
@@ -10,6 +12,8 @@ use crate::actions::ActionSpec;
 use crate::error::Error;
 use crate::events::{CmdEnd, EndReason, Event, OutputStream};
 use crate::shell::ShellSpec;
+
+pub(crate) use ipython::{inspect_names, variable_summaries};
 
 /// Longest accepted action id; ids are UUIDs in practice, this only keeps garbage out of logs and maps.
 const MAX_ACTION_ID_LEN: usize = 128;
@@ -28,7 +32,10 @@ pub(crate) fn run_request(request: RunRequest) -> Result<(String, ActionSpec), E
         .ok_or_else(|| invalid("action.kind must be shell or ipython"))?;
     let spec = match kind {
         action::Kind::Shell(shell) => ActionSpec::Shell(shell_spec(shell, sandbox_env)?),
-        action::Kind::Ipython(_) => ActionSpec::IPython,
+        action::Kind::Ipython(cell) => {
+            check_env("env", &sandbox_env)?;
+            ActionSpec::IPython(ipython::cell_spec(cell, sandbox_env)?)
+        }
     };
     Ok((action_id, spec))
 }
@@ -97,7 +104,7 @@ fn check_env(field: &str, env: &HashMap<String, String>) -> Result<(), Error> {
     Ok(())
 }
 
-fn invalid(message: impl Into<String>) -> Error {
+pub(crate) fn invalid(message: impl Into<String>) -> Error {
     Error::InvalidArgument(message.into())
 }
 
@@ -112,6 +119,25 @@ pub(crate) fn run_response(index: u64, time: SystemTime, event: Event) -> RunRes
             data,
         }),
         Event::CmdEnd(end) => run_response::Kind::CmdEnd(cmd_end(end)),
+        Event::IPythonStart {
+            code,
+            execution_count,
+        } => run_response::Kind::IpythonStart(api::IPythonStart {
+            code,
+            execution_count,
+        }),
+        Event::IPythonOutput(output) => {
+            run_response::Kind::IpythonOutput(ipython::cell_output(output))
+        }
+        Event::IPythonResult(result) => {
+            run_response::Kind::IpythonResult(ipython::cell_result(result))
+        }
+        Event::Error { message, details } => {
+            run_response::Kind::Error(api::ErrorObservation { message, details })
+        }
+        Event::AgentState { message, details } => {
+            run_response::Kind::AgentState(api::AgentState { message, details })
+        }
     };
     RunResponse {
         index,
@@ -226,11 +252,18 @@ mod tests {
                 kind: Some(action::Kind::Ipython(api::IPythonAction {
                     code: "1+1".into(),
                     timeout_seconds: 0,
+                    rollback_on_error: None,
                 })),
             }),
-            env: HashMap::new(),
+            env: HashMap::from([("K".to_owned(), "v".to_owned())]),
         };
-        assert!(matches!(run_request(request), Ok((_, ActionSpec::IPython))));
+        let Ok((_, ActionSpec::IPython(spec))) = run_request(request) else {
+            panic!("not ipython")
+        };
+        assert_eq!(spec.code, "1+1");
+        assert!(spec.rollback_on_error, "unset means true");
+        assert_eq!(spec.timeout, None);
+        assert_eq!(spec.sandbox_env.get("K").map(String::as_str), Some("v"));
     }
 
     #[test]

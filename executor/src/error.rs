@@ -29,6 +29,17 @@ pub enum Error {
         /// The configured bound.
         limit: usize,
     },
+    /// Too many IPython cells are waiting for the kernel.
+    #[error(
+        "too many IPython cells waiting for the kernel (limit {limit}); retry when some have run"
+    )]
+    QueueFull {
+        /// The configured bound.
+        limit: usize,
+    },
+    /// The kernel cannot serve the request now (it does not start, or is busy for too long).
+    #[error("{0}")]
+    Unavailable(String),
     /// The action kind exists in the API but this executor cannot run it yet.
     #[error("{0}")]
     Unimplemented(String),
@@ -59,7 +70,8 @@ impl From<Error> for Status {
             Error::NotFound(_) => Code::NotFound,
             Error::AlreadyExists(_) => Code::AlreadyExists,
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
-            Error::TooManyActions { .. } => Code::ResourceExhausted,
+            Error::TooManyActions { .. } | Error::QueueFull { .. } => Code::ResourceExhausted,
+            Error::Unavailable(_) => Code::Unavailable,
             Error::Unimplemented(_) => Code::Unimplemented,
             Error::Unauthenticated => Code::Unauthenticated,
             Error::ShuttingDown => Code::Unavailable,
@@ -103,6 +115,8 @@ mod tests {
                 Code::FailedPrecondition,
             ),
             (Error::TooManyActions { limit: 1 }, Code::ResourceExhausted),
+            (Error::QueueFull { limit: 1 }, Code::ResourceExhausted),
+            (Error::Unavailable("x".into()), Code::Unavailable),
             (Error::Unimplemented("x".into()), Code::Unimplemented),
             (Error::Unauthenticated, Code::Unauthenticated),
             (Error::ShuttingDown, Code::Unavailable),

@@ -1,5 +1,6 @@
 //! An action's events (start, output, end) and the bounded sink that numbers them and streams them out.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -51,14 +52,91 @@ impl CmdEnd {
     }
 }
 
+/// The Jupyter message an IPython output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutputKind {
+    Stdout,
+    Stderr,
+    DisplayData,
+    ExecuteResult,
+    UpdateDisplayData,
+}
+
+/// One IPython output: stream text, or a MIME bundle (MIME type -> content as text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CellOutput {
+    pub(crate) kind: OutputKind,
+    pub(crate) text: String,
+    pub(crate) data: HashMap<String, String>,
+    pub(crate) display_id: String,
+}
+
+/// How a cell ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CellStatus {
+    Ok,
+    Error,
+    Aborted,
+}
+
+/// The terminal event of an IPython action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CellResult {
+    pub(crate) status: CellStatus,
+    /// 0 when the kernel never started the cell.
+    pub(crate) execution_count: i32,
+    pub(crate) error_name: String,
+    pub(crate) error_value: String,
+    pub(crate) traceback: Vec<String>,
+    /// Why the cell was aborted; empty otherwise.
+    pub(crate) reason: String,
+    pub(crate) duration: Duration,
+}
+
+impl CellResult {
+    pub(crate) fn aborted(reason: impl Into<String>, duration: Duration) -> Self {
+        Self {
+            status: CellStatus::Aborted,
+            execution_count: 0,
+            error_name: String::new(),
+            error_value: String::new(),
+            traceback: Vec::new(),
+            reason: reason.into(),
+            duration,
+        }
+    }
+}
+
 /// One event of an action, before it becomes a `RunResponse`.
-// Named after the wire kinds (cmd_start, ...); the IPython kinds will join them here.
+// Named after the wire kinds (cmd_start, ipython_output, ...).
 #[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Event {
-    CmdStart { command: String, pid: i32 },
-    CmdOutput { stream: OutputStream, data: Bytes },
+    CmdStart {
+        command: String,
+        pid: i32,
+    },
+    CmdOutput {
+        stream: OutputStream,
+        data: Bytes,
+    },
     CmdEnd(CmdEnd),
+    IPythonStart {
+        code: String,
+        execution_count: i32,
+    },
+    IPythonOutput(CellOutput),
+    IPythonResult(CellResult),
+    /// Informational; never replaces the terminal event.
+    Error {
+        message: String,
+        details: HashMap<String, String>,
+    },
+    /// A sandbox-level event seen while running this action (the kernel was restarted).
+    AgentState {
+        message: String,
+        details: HashMap<String, String>,
+    },
 }
 
 /// Numbers events 1, 2, 3... and sends them on a bounded channel.

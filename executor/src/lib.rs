@@ -1,7 +1,8 @@
 //! mentis-executor: the process inside each sandbox container that runs actions for the control plane.
 //!
 //! The control plane calls [`serve`]'s gRPC API (`mentis.executor.v1.ExecutorService`, behind a bearer
-//! token) to run shell commands; readiness is `grpc.health.v1` answering SERVING.
+//! token) to run shell commands and IPython cells (on a Jupyter kernel it starts and drives); readiness is
+//! `grpc.health.v1` answering SERVING.
 
 mod actions;
 mod auth;
@@ -9,12 +10,14 @@ mod config;
 mod convert;
 mod error;
 mod events;
+mod ipython;
 mod registry;
 mod server;
 mod shell;
 
 pub use config::{
-    Config, DEFAULT_ACTION_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_ACTIONS, DEFAULT_WORKSPACE,
+    Config, DEFAULT_ACTION_TIMEOUT, DEFAULT_KERNEL_PYTHON, DEFAULT_KERNEL_QUEUE, DEFAULT_LISTEN,
+    DEFAULT_MAX_ACTIONS, DEFAULT_WORKSPACE, KERNEL_EAGER_ENV, KERNEL_PYTHON_ENV, KernelConfig,
     LISTEN_ENV, MAX_ACTIONS_ENV, TOKEN_ENV, Token, WORKSPACE_ENV,
 };
 pub use error::Error;

@@ -1,5 +1,6 @@
 //! The running actions by id: enforces unique ids and the concurrency bound, and finds an action to cancel
-//! or to write to.
+//! or to write to. IPython cells are registered too (for unique ids and Cancel) but do not count against
+//! the bound: only one runs at a time, and their queue has its own bound.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -15,6 +16,8 @@ struct Entry {
     cancel: CancellationToken,
     /// Present while the action accepts WriteStdin (started with keep_stdin_open, no eof yet).
     stdin: Option<StdinSender>,
+    /// Counts against the concurrency bound (shell actions).
+    counted: bool,
 }
 
 /// The running actions. A std mutex is enough: every critical section is a map operation, never an await.
@@ -43,14 +46,40 @@ impl Registry {
         cancel: CancellationToken,
         stdin: Option<StdinSender>,
     ) -> Result<Registration, Error> {
+        self.insert(id, cancel, stdin, true)
+    }
+
+    /// Claims `id` for an IPython cell, outside the concurrency bound.
+    pub(crate) fn register_cell(
+        self: &Arc<Self>,
+        id: &str,
+        cancel: CancellationToken,
+    ) -> Result<Registration, Error> {
+        self.insert(id, cancel, None, false)
+    }
+
+    fn insert(
+        self: &Arc<Self>,
+        id: &str,
+        cancel: CancellationToken,
+        stdin: Option<StdinSender>,
+        counted: bool,
+    ) -> Result<Registration, Error> {
         let mut running = self.running();
         if running.contains_key(id) {
             return Err(Error::AlreadyExists(id.to_owned()));
         }
-        if running.len() >= self.limit {
+        if counted && running.values().filter(|e| e.counted).count() >= self.limit {
             return Err(Error::TooManyActions { limit: self.limit });
         }
-        running.insert(id.to_owned(), Entry { cancel, stdin });
+        running.insert(
+            id.to_owned(),
+            Entry {
+                cancel,
+                stdin,
+                counted,
+            },
+        );
         Ok(Registration {
             registry: Arc::clone(self),
             id: id.to_owned(),
@@ -138,6 +167,21 @@ mod tests {
         assert!(matches!(
             registry.register("b", CancellationToken::new(), None),
             Err(Error::TooManyActions { limit: 1 })
+        ));
+    }
+
+    #[test]
+    fn cells_do_not_count_against_the_limit() {
+        let registry = Registry::new(1);
+        let _cell = registry
+            .register_cell("c", CancellationToken::new())
+            .unwrap();
+        let _shell = registry
+            .register("a", CancellationToken::new(), None)
+            .unwrap();
+        assert!(matches!(
+            registry.register_cell("a", CancellationToken::new()),
+            Err(Error::AlreadyExists(_))
         ));
     }
 

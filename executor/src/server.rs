@@ -1,5 +1,5 @@
 //! The gRPC server: grpc.health.v1 (open) and ExecutorService (behind the bearer token), with graceful
-//! shutdown that kills running process groups.
+//! shutdown that kills running process groups and the kernel.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -10,7 +10,9 @@ use mentis_proto::executor::executor_service_server::{
     ExecutorService, ExecutorServiceServer, SERVICE_NAME,
 };
 use mentis_proto::executor::{
-    CancelRequest, CancelResponse, RunRequest, RunResponse, WriteStdinRequest, WriteStdinResponse,
+    CancelRequest, CancelResponse, InspectVariablesRequest, InspectVariablesResponse,
+    ResetKernelRequest, ResetKernelResponse, RunRequest, RunResponse, WriteStdinRequest,
+    WriteStdinResponse,
 };
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
@@ -31,6 +33,8 @@ use crate::error::Error;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long action tasks may take to wind down once their process groups are killed.
 const ACTIONS_GRACE: Duration = Duration::from_secs(5);
+/// Largest request accepted: an IPython cell may be up to 8 MiB (tonic's default would stop at 4 MiB).
+const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
 
 /// Serves the executor on `listener` until `shutdown` is cancelled, then kills running actions and returns.
 ///
@@ -51,10 +55,12 @@ pub async fn serve(
     health
         .set_service_status(SERVICE_NAME, ServingStatus::Serving)
         .await;
-    let executor = ExecutorServiceServer::with_interceptor(
-        ExecutorApi {
-            actions: Arc::clone(&actions),
-        },
+    let executor = ExecutorServiceServer::new(ExecutorApi {
+        actions: Arc::clone(&actions),
+    })
+    .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let executor = tonic::service::interceptor::InterceptedService::new(
+        executor,
         BearerAuth::new(config.token.clone()),
     );
 
@@ -136,15 +142,20 @@ impl ExecutorService for ExecutorApi {
 
     async fn reset_kernel(
         &self,
-        _request: Request<mentis_proto::executor::ResetKernelRequest>,
-    ) -> Result<Response<mentis_proto::executor::ResetKernelResponse>, Status> {
-        Err(Status::unimplemented("IPython arrives in a later release"))
+        _request: Request<ResetKernelRequest>,
+    ) -> Result<Response<ResetKernelResponse>, Status> {
+        self.actions.reset_kernel().await?;
+        Ok(Response::new(ResetKernelResponse {}))
     }
 
     async fn inspect_variables(
         &self,
-        _request: Request<mentis_proto::executor::InspectVariablesRequest>,
-    ) -> Result<Response<mentis_proto::executor::InspectVariablesResponse>, Status> {
-        Err(Status::unimplemented("IPython arrives in a later release"))
+        request: Request<InspectVariablesRequest>,
+    ) -> Result<Response<InspectVariablesResponse>, Status> {
+        let names = convert::inspect_names(request.into_inner().names)?;
+        let answer = self.actions.inspect_variables(names).await?;
+        Ok(Response::new(InspectVariablesResponse {
+            variables: convert::variable_summaries(answer),
+        }))
     }
 }

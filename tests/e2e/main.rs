@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod faults;
+mod ipython;
 mod lifecycle;
 mod shell;
 mod streams;

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use mentis_proto::api::{self, EndReason, action};
+use mentis_proto::api::{self, EndReason};
 use mentis_proto::executor::{CancelRequest, RunRequest};
 use tonic::Code;
 
@@ -73,27 +73,6 @@ async fn malformed_requests_are_invalid_argument() {
         let status = client.run(case.clone()).await.unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{case:?}");
     }
-}
-
-#[tokio::test]
-async fn ipython_is_unimplemented_for_now() {
-    let executor = TestExecutor::start().await;
-    let mut client = executor.client().await;
-    let status = client
-        .run(RunRequest {
-            action_id: action_id(),
-            action: Some(api::Action {
-                kind: Some(action::Kind::Ipython(api::IPythonAction {
-                    code: "1 + 1".to_owned(),
-                    timeout_seconds: 0,
-                })),
-            }),
-            env: HashMap::new(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(status.code(), Code::Unimplemented);
-    assert!(status.message().contains("later release"));
 }
 
 #[tokio::test]

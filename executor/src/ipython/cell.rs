@@ -1,0 +1,310 @@
+//! One cell on the kernel: its execute_request, its iopub traffic forwarded as events while it runs, and
+//! how it ended: reply + idle, an interrupt (timeout, cancel), the kernel's death, a reset or shutdown.
+//!
+//! Two futures run side by side, as for shell actions: `pump` reads the kernel and forwards outputs (it
+//! may wait on a slow reader of the events), `control` watches the clock, the cancel and reset signals and
+//! the kernel process, so a timeout or a death is acted on even while output waits.
+
+mod result;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::kernel::Kernel;
+use super::output::{self, MAX_CODE_ECHO, MAX_TEXT_PIECE};
+use super::process::{Exit, KernelProcess};
+use super::wire::{Incoming, Wire};
+use crate::events::{CellResult, Event, EventSink, OutputKind};
+use result::outcome;
+
+/// What a running cell reacts to.
+pub(crate) struct Signals<'a> {
+    /// Cancel (and, as its parent, executor shutdown).
+    pub(crate) cancel: &'a CancellationToken,
+    pub(crate) shutdown: &'a CancellationToken,
+    /// ResetKernel while this cell runs.
+    pub(crate) reset: &'a CancellationToken,
+    pub(crate) timeout: Duration,
+    /// After an interrupt, how long the kernel may take to end the cell.
+    pub(crate) grace: Duration,
+}
+
+/// Why the kernel must be replaced after the cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Replace {
+    Died(Exit),
+    /// It ignored the interrupt, or the wire failed: it was killed.
+    Unresponsive,
+    /// ResetKernel: it was killed; the reset starts the fresh one.
+    Reset,
+}
+
+pub(crate) struct Outcome {
+    pub(crate) result: CellResult,
+    /// The cell ended with an exception and the kernel is alive: a candidate for rollback.
+    pub(crate) raised: bool,
+    pub(crate) replace: Option<Replace>,
+}
+
+impl Outcome {
+    pub(super) fn aborted(reason: String, duration: Duration, replace: Option<Replace>) -> Self {
+        Self {
+            result: CellResult::aborted(reason, duration),
+            raised: false,
+            replace,
+        }
+    }
+}
+
+/// Why the executor interrupted the cell.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stop {
+    TimedOut,
+    Cancelled,
+}
+
+/// What `control` saw.
+#[derive(Debug)]
+pub(super) enum Control {
+    /// The pump ended (normally: reply and idle arrived).
+    Done,
+    Interrupted(Stop),
+    Died(Option<Stop>, Exit),
+    Unresponsive(Stop),
+    Reset,
+    ShutDown,
+}
+
+/// What `pump` saw.
+#[derive(Debug, Default)]
+pub(super) struct Pumped {
+    pub(super) started: bool,
+    pub(super) execution_count: i32,
+    pub(super) reply: Option<Value>,
+    pub(super) idle: bool,
+    /// The iopub `error` content, in case the reply lacks the details.
+    pub(super) error: Option<Value>,
+}
+
+/// Runs `code` on `kernel` and forwards its events; the caller sends the terminal one.
+pub(crate) async fn run(
+    kernel: &mut Kernel,
+    code: &str,
+    signals: &Signals<'_>,
+    sink: &mut EventSink,
+) -> Outcome {
+    let started = Instant::now();
+    kernel.wire.discard_stale();
+    let msg_id = match kernel.wire.execute(code, false, None).await {
+        Ok(msg_id) => msg_id,
+        Err(e) => {
+            return Outcome::aborted(
+                format!("cannot send the cell to the kernel: {e}"),
+                started.elapsed(),
+                Some(Replace::Unresponsive),
+            );
+        }
+    };
+    let finished = CancellationToken::new();
+    let halt = CancellationToken::new();
+    let Kernel { process, wire, .. } = kernel;
+    let (control, pumped) = tokio::join!(
+        control(
+            process,
+            signals,
+            started + signals.timeout,
+            &finished,
+            &halt
+        ),
+        pump(wire, &msg_id, code, sink, &finished, &halt),
+    );
+    tracing::debug!(?control, "cell ended");
+    outcome(
+        control,
+        pumped,
+        signals.timeout,
+        signals.grace,
+        started.elapsed(),
+    )
+}
+
+async fn control(
+    process: &mut KernelProcess,
+    signals: &Signals<'_>,
+    deadline: Instant,
+    finished: &CancellationToken,
+    halt: &CancellationToken,
+) -> Control {
+    // Biased: a cell that finished wins over a deadline passing at the same moment.
+    let stop = tokio::select! {
+        biased;
+        () = finished.cancelled() => return Control::Done,
+        exit = process.wait_exit() => {
+            halt.cancel();
+            return Control::Died(None, exit);
+        }
+        () = signals.reset.cancelled() => {
+            process.kill().await;
+            halt.cancel();
+            return Control::Reset;
+        }
+        () = signals.cancel.cancelled() => {
+            if signals.shutdown.is_cancelled() {
+                process.kill().await;
+                halt.cancel();
+                return Control::ShutDown;
+            }
+            Stop::Cancelled
+        }
+        () = tokio::time::sleep_until(deadline) => Stop::TimedOut,
+    };
+    tracing::info!(?stop, "interrupting the kernel");
+    process.interrupt();
+    let grace_end = Instant::now() + signals.grace;
+    tokio::select! {
+        biased;
+        () = finished.cancelled() => Control::Interrupted(stop),
+        exit = process.wait_exit() => {
+            halt.cancel();
+            Control::Died(Some(stop), exit)
+        }
+        () = signals.reset.cancelled() => {
+            process.kill().await;
+            halt.cancel();
+            Control::Reset
+        }
+        () = signals.shutdown.cancelled() => {
+            process.kill().await;
+            halt.cancel();
+            Control::ShutDown
+        }
+        () = tokio::time::sleep_until(grace_end) => {
+            tracing::warn!("the kernel ignored the interrupt; killing it");
+            process.kill().await;
+            halt.cancel();
+            Control::Unresponsive(stop)
+        }
+    }
+}
+
+/// Reads the kernel until the cell's reply and its `idle` status have both arrived (or until halted),
+/// forwarding the cell's outputs. Messages of other requests (earlier cells, helpers) are skipped.
+async fn pump(
+    wire: &mut Wire,
+    msg_id: &str,
+    code: &str,
+    sink: &mut EventSink,
+    finished: &CancellationToken,
+    halt: &CancellationToken,
+) -> Pumped {
+    let mut pumped = Pumped::default();
+    while pumped.reply.is_none() || !pumped.idle {
+        tokio::select! {
+            () = halt.cancelled() => {
+                // Forward what had already arrived: the output written just before a death explains it.
+                while let Ok(message) = wire.iopub.try_recv() {
+                    if message.is_child_of(msg_id) {
+                        forward(message, code, &mut pumped, sink).await;
+                    }
+                }
+                break;
+            }
+            message = wire.iopub.recv() => match message {
+                Some(message) if message.is_child_of(msg_id) => {
+                    forward(message, code, &mut pumped, sink).await;
+                }
+                Some(_) => {}
+                None => break,
+            },
+            reply = wire.replies.recv() => match reply {
+                Some(reply) if reply.msg_type == "execute_reply" && reply.is_child_of(msg_id) => {
+                    pumped.reply = Some(reply.content);
+                }
+                Some(_) => {}
+                None => break,
+            },
+        }
+    }
+    finished.cancel();
+    pumped
+}
+
+/// Turns one iopub message of the cell into events (or state).
+async fn forward(message: Incoming, code: &str, pumped: &mut Pumped, sink: &mut EventSink) {
+    let Incoming {
+        msg_type, content, ..
+    } = message;
+    match msg_type.as_str() {
+        "execute_input" => {
+            pumped.execution_count = count(&content).unwrap_or(pumped.execution_count);
+            start(pumped, code, sink).await;
+        }
+        "stream" => {
+            start(pumped, code, sink).await;
+            let kind = match content.get("name").and_then(Value::as_str) {
+                Some("stderr") => OutputKind::Stderr,
+                _ => OutputKind::Stdout,
+            };
+            let text = content.get("text").and_then(Value::as_str).unwrap_or("");
+            // Piece by piece: a 50 MB print is never copied whole, and waits for the reader as it goes.
+            for piece in output::pieces(text, MAX_TEXT_PIECE) {
+                sink.send(Event::IPythonOutput(crate::events::CellOutput {
+                    kind,
+                    text: piece.to_owned(),
+                    data: Default::default(),
+                    display_id: String::new(),
+                }))
+                .await;
+            }
+        }
+        "display_data" | "execute_result" | "update_display_data" => {
+            start(pumped, code, sink).await;
+            let kind = match msg_type.as_str() {
+                "display_data" => OutputKind::DisplayData,
+                "execute_result" => OutputKind::ExecuteResult,
+                _ => OutputKind::UpdateDisplayData,
+            };
+            let (output, dropped) = output::rich(kind, &content);
+            if !dropped.is_empty() {
+                sink.send(Event::Error {
+                    message: format!(
+                        "an output of the cell was too large; left out: {}",
+                        dropped.join(", ")
+                    ),
+                    details: [("limit_bytes".to_owned(), output::MAX_BUNDLE.to_string())].into(),
+                })
+                .await;
+            }
+            sink.send(Event::IPythonOutput(output)).await;
+        }
+        "error" => pumped.error = Some(content),
+        "status" if content.get("execution_state").and_then(Value::as_str) == Some("idle") => {
+            pumped.idle = true;
+        }
+        // clear_output, comm messages, ...: nothing the API carries.
+        _ => {}
+    }
+}
+
+/// Sends `ipython_start` once, before the cell's first output.
+async fn start(pumped: &mut Pumped, code: &str, sink: &mut EventSink) {
+    if pumped.started {
+        return;
+    }
+    pumped.started = true;
+    sink.send(Event::IPythonStart {
+        code: output::cut(code, MAX_CODE_ECHO),
+        execution_count: pumped.execution_count,
+    })
+    .await;
+}
+
+pub(super) fn count(content: &Value) -> Option<i32> {
+    content
+        .get("execution_count")
+        .and_then(Value::as_i64)
+        .and_then(|n| i32::try_from(n).ok())
+}

@@ -1,0 +1,203 @@
+//! How a cell ended, from what `control` and `pump` saw: the terminal `ipython_result`, whether the cell
+//! raised (a rollback candidate), and whether the kernel must be replaced.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Control, Outcome, Pumped, Replace, Stop, count};
+use crate::events::{CellResult, CellStatus};
+use crate::ipython::{SHUTDOWN_REASON, kernel, output};
+
+pub(super) fn outcome(
+    control: Control,
+    pumped: Pumped,
+    timeout: Duration,
+    grace: Duration,
+    duration: Duration,
+) -> Outcome {
+    let stop_text = |stop: Stop| match stop {
+        Stop::TimedOut => format!("timed out after {} s", timeout.as_secs_f64()),
+        Stop::Cancelled => "cancelled".to_owned(),
+    };
+    let lost = |reason: String| {
+        Outcome::aborted(reason, duration, Some(Replace::Unresponsive)).with_count(&pumped)
+    };
+    match control {
+        Control::Done => match &pumped.reply {
+            Some(reply) => from_reply(reply, &pumped, duration, None),
+            None => lost("lost contact with the kernel while running the cell".to_owned()),
+        },
+        Control::Interrupted(stop) => match &pumped.reply {
+            Some(reply) => from_reply(reply, &pumped, duration, Some(stop_text(stop))),
+            None => lost(format!(
+                "{}; then lost contact with the kernel",
+                stop_text(stop)
+            )),
+        },
+        Control::Died(stop, exit) => {
+            let reason = match stop {
+                None => format!("the kernel {exit} while running the cell"),
+                Some(stop) => format!("{}; the kernel {exit} after the interrupt", stop_text(stop)),
+            };
+            Outcome::aborted(reason, duration, Some(Replace::Died(exit))).with_count(&pumped)
+        }
+        Control::Unresponsive(stop) => Outcome::aborted(
+            format!(
+                "{}; the kernel did not respond to the interrupt within {} s and was killed",
+                stop_text(stop),
+                grace.as_secs_f64()
+            ),
+            duration,
+            Some(Replace::Unresponsive),
+        )
+        .with_count(&pumped),
+        Control::Reset => {
+            Outcome::aborted("kernel reset".to_owned(), duration, Some(Replace::Reset))
+                .with_count(&pumped)
+        }
+        Control::ShutDown => {
+            Outcome::aborted(SHUTDOWN_REASON.to_owned(), duration, None).with_count(&pumped)
+        }
+    }
+}
+
+impl Outcome {
+    fn with_count(mut self, pumped: &Pumped) -> Self {
+        self.result.execution_count = pumped.execution_count;
+        self
+    }
+}
+
+/// The result the kernel reported. `interrupted` (the reason) turns an error into ABORTED: the exception
+/// is the KeyboardInterrupt we caused. A cell that finished OK before the interrupt took effect is OK.
+fn from_reply(
+    reply: &Value,
+    pumped: &Pumped,
+    duration: Duration,
+    interrupted: Option<String>,
+) -> Outcome {
+    let execution_count = count(reply).unwrap_or(pumped.execution_count);
+    let field = |name: &str| {
+        reply
+            .get(name)
+            .or_else(|| pumped.error.as_ref().and_then(|e| e.get(name)))
+    };
+    let text = |name: &str| {
+        field(name)
+            .and_then(Value::as_str)
+            .map(|s| output::cut(s, output::MAX_ERROR_TEXT))
+            .unwrap_or_default()
+    };
+    let traceback = field("traceback")
+        .and_then(Value::as_array)
+        .map(|frames| {
+            frames
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let (status, raised, reason) = match (kernel::status(reply), interrupted) {
+        ("ok", _) => (CellStatus::Ok, false, String::new()),
+        ("error", None) => (CellStatus::Error, true, String::new()),
+        ("error", Some(reason)) => (CellStatus::Aborted, true, reason),
+        (_, Some(reason)) => (CellStatus::Aborted, false, reason),
+        (other, None) => (
+            CellStatus::Aborted,
+            false,
+            format!("the kernel answered {other:?}"),
+        ),
+    };
+    let ok = status == CellStatus::Ok;
+    Outcome {
+        result: CellResult {
+            status,
+            execution_count,
+            error_name: if ok { String::new() } else { text("ename") },
+            error_value: if ok { String::new() } else { text("evalue") },
+            traceback: if ok {
+                Vec::new()
+            } else {
+                output::bounded_traceback(traceback)
+            },
+            reason,
+            duration,
+        },
+        raised,
+        replace: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipython::process::Exit;
+    use serde_json::json;
+
+    fn pumped() -> Pumped {
+        Pumped {
+            started: true,
+            execution_count: 4,
+            ..Pumped::default()
+        }
+    }
+
+    #[test]
+    fn replies_become_results() {
+        let d = Duration::from_secs(1);
+        let ok = from_reply(
+            &json!({"status": "ok", "execution_count": 5}),
+            &pumped(),
+            d,
+            None,
+        );
+        assert_eq!(
+            (ok.result.status, ok.result.execution_count, ok.raised),
+            (CellStatus::Ok, 5, false)
+        );
+        let error = json!({"status": "error", "execution_count": 5, "ename": "ZeroDivisionError",
+            "evalue": "division by zero", "traceback": ["a", "b"]});
+        let failed = from_reply(&error, &pumped(), d, None);
+        assert_eq!(failed.result.status, CellStatus::Error);
+        assert_eq!(failed.result.error_name, "ZeroDivisionError");
+        assert_eq!(failed.result.traceback, vec!["a", "b"]);
+        assert!(failed.raised);
+        let interrupted = from_reply(&error, &pumped(), d, Some("cancelled".into()));
+        assert_eq!(interrupted.result.status, CellStatus::Aborted);
+        assert_eq!(interrupted.result.reason, "cancelled");
+        assert!(interrupted.raised);
+        // Finished before the interrupt landed: what the kernel says stands.
+        let late = from_reply(&json!({"status": "ok"}), &pumped(), d, Some("x".into()));
+        assert_eq!(late.result.status, CellStatus::Ok);
+        assert_eq!(late.result.execution_count, 4);
+    }
+
+    #[test]
+    fn deaths_name_the_signal_and_ask_for_a_new_kernel() {
+        let died = outcome(
+            Control::Died(None, Exit::Signal(9)),
+            pumped(),
+            Duration::from_secs(300),
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        );
+        assert_eq!(died.result.status, CellStatus::Aborted);
+        assert!(
+            died.result.reason.contains("SIGKILL"),
+            "{}",
+            died.result.reason
+        );
+        assert_eq!(died.replace, Some(Replace::Died(Exit::Signal(9))));
+        let ignored = outcome(
+            Control::Unresponsive(Stop::TimedOut),
+            pumped(),
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+            Duration::from_secs(7),
+        );
+        assert!(ignored.result.reason.starts_with("timed out after 2 s"));
+        assert_eq!(ignored.replace, Some(Replace::Unresponsive));
+    }
+}
