@@ -93,7 +93,7 @@ async fn a_dropped_stream_resumes_with_every_observation_once() -> anyhow::Resul
         .execute(api::ExecuteRequest {
             sandbox_id: id.clone(),
             action: Some(shell_action(cmd(
-                "for i in $(seq 1 100); do echo $i; sleep 0.02; done",
+                "echo ran >> /workspace/runs; for i in $(seq 1 100); do echo $i; sleep 0.02; done",
             ))),
             action_id: action_id.clone(),
         })
@@ -149,13 +149,16 @@ async fn a_dropped_stream_resumes_with_every_observation_once() -> anyhow::Resul
         .execute(api::ExecuteRequest {
             sandbox_id: id.clone(),
             action: Some(shell_action(cmd(
-                "for i in $(seq 1 100); do echo $i; sleep 0.02; done",
+                "echo ran >> /workspace/runs; for i in $(seq 1 100); do echo $i; sleep 0.02; done",
             ))),
             action_id,
         })
         .await?
         .into_inner();
     assert_eq!(collect(retry, Duration::from_secs(60)).await?, got);
+    // The side effect happened once.
+    let runs = h.sh(&id, "cat /workspace/runs").await?;
+    assert_eq!(stdout(&runs), "ran\n");
     h.stop().await
 }
 
