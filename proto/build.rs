@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     let files = [
         "mentis/v1/sandbox.proto",
+        "mentis/v1/space.proto",
         "mentis/v1/observation.proto",
         "mentis/v1/action.proto",
         "mentis/executor/v1/executor.proto",

@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use mentis_proto::api::{
     self, action_service_client::ActionServiceClient, sandbox_service_client::SandboxServiceClient,
+    space_service_client::SpaceServiceClient,
 };
 use mentis_runtime::{Runtime, RuntimeConfig};
 use tonic::transport::Channel;
@@ -89,7 +90,10 @@ pub struct Harness {
     pub runtime: Option<Runtime>,
     pub sandboxes: SandboxServiceClient<Channel>,
     pub actions: ActionServiceClient<Channel>,
+    pub spaces: SpaceServiceClient<Channel>,
     pub channel: Channel,
+    /// The runtime's MENTIS_DATA_DIR (its store), removed at the end.
+    pub data_dir: tempfile::TempDir,
     // Last, so it runs after the runtime is gone.
     pub guard: InstanceGuard,
 }
@@ -114,9 +118,11 @@ impl Harness {
         let guard = InstanceGuard {
             instance: instance.clone(),
         };
+        let data_dir = tempfile::tempdir()?;
         let mut config = RuntimeConfig {
             listen: "127.0.0.1:0".parse()?,
             executor_image: image,
+            data_dir: data_dir.path().to_owned(),
             ..RuntimeConfig::default()
         };
         config.docker.instance = instance;
@@ -131,7 +137,9 @@ impl Harness {
             runtime: Some(runtime),
             sandboxes: SandboxServiceClient::new(channel.clone()),
             actions: ActionServiceClient::new(channel.clone()),
+            spaces: SpaceServiceClient::new(channel.clone()),
             channel,
+            data_dir,
             guard,
         })
     }
@@ -369,4 +377,67 @@ pub fn cell_value(obs: &[api::Observation]) -> Option<String> {
     ipython_outputs(obs, api::IpythonOutputKind::ExecuteResult)
         .first()
         .and_then(|o| o.data.get("text/plain").cloned())
+}
+
+/// The real mentis-runtime as a separate process (the `mentis-runtime-under-test` binary), for tests that
+/// kill it with SIGKILL and start it again on the same store and instance.
+pub struct RuntimeProcess {
+    child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+}
+
+impl RuntimeProcess {
+    /// Starts the process (`bin`: `env!("CARGO_BIN_EXE_mentis-runtime-under-test")`, known only to the
+    /// test binary) on a free port with this instance and data folder; waits until it serves.
+    pub async fn start(bin: &str, instance: &str, data_dir: &std::path::Path) -> Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let child = Command::new(bin)
+            .env("MENTIS_LISTEN", addr.to_string())
+            .env("MENTIS_INSTANCE", instance)
+            .env("MENTIS_DATA_DIR", data_dir)
+            .env("MENTIS_EXECUTOR_IMAGE", executor_image())
+            .env("MENTIS_HEALTH_INTERVAL_SECS", "1")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .context("start mentis-runtime-under-test")?;
+        let mut process = Self { child, addr };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = process.child.try_wait()? {
+                bail!("the runtime process exited at start: {status}");
+            }
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                return Ok(process);
+            }
+            if tokio::time::Instant::now() > deadline {
+                process.kill();
+                bail!("the runtime process did not listen within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A channel to its API.
+    pub async fn channel(&self) -> Result<Channel> {
+        Ok(
+            tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))?
+                .connect()
+                .await?,
+        )
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RuntimeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }

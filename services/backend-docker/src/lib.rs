@@ -18,7 +18,7 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
 };
 use mentis_core::{
-    BackendSandbox, BackendSpec, Endpoint, Error, Result, SandboxBackend, SandboxId,
+    BackendSandbox, BackendSpec, BackendState, Endpoint, Error, Result, SandboxBackend, SandboxId,
 };
 
 pub use config::DockerConfig;
@@ -55,6 +55,20 @@ impl DockerBackend {
             .map_err(|_| Error::Unavailable("the Docker engine did not answer in time".into()))?
             .map_err(|e| Error::Unavailable(format!("cannot reach the Docker engine: {e}")))?;
         Ok(Self { docker, config })
+    }
+
+    async fn container_status(
+        &self,
+        name: &str,
+    ) -> Result<Option<bollard::models::ContainerStateStatusEnum>> {
+        let info = self
+            .call(
+                "inspect container",
+                self.docker.inspect_container(name, None),
+            )
+            .await
+            .docker_ctx("inspect the container")?;
+        Ok(info.state.and_then(|s| s.status))
     }
 
     fn container_name(id: SandboxId) -> String {
@@ -276,6 +290,41 @@ impl SandboxBackend for DockerBackend {
         self.endpoint_of(&name).await
     }
 
+    async fn pause(&self, id: SandboxId) -> Result<()> {
+        let name = Self::container_name(id);
+        match self
+            .call("pause container", self.docker.pause_container(&name))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(Error::NotFound(format!(
+                "the container of sandbox {id} is gone"
+            ))),
+            // 409: already paused (or not running): look before deciding.
+            Err(e) => match self.container_status(&name).await? {
+                Some(bollard::models::ContainerStateStatusEnum::PAUSED) => Ok(()),
+                _ => Err(error::to_core("pause the container", e)),
+            },
+        }
+    }
+
+    async fn resume(&self, id: SandboxId) -> Result<()> {
+        let name = Self::container_name(id);
+        match self
+            .call("unpause container", self.docker.unpause_container(&name))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(Error::NotFound(format!(
+                "the container of sandbox {id} is gone"
+            ))),
+            Err(e) => match self.container_status(&name).await? {
+                Some(bollard::models::ContainerStateStatusEnum::RUNNING) => Ok(()),
+                _ => Err(error::to_core("unpause the container", e)),
+            },
+        }
+    }
+
     async fn list(&self) -> Result<Vec<BackendSandbox>> {
         let filters = labels::instance_filter(&self.config.instance);
         let containers = self
@@ -302,25 +351,27 @@ impl SandboxBackend for DockerBackend {
             .await
             .docker_ctx("list volumes")?;
 
-        let mut found: HashMap<SandboxId, bool> = HashMap::new();
+        let mut found: HashMap<SandboxId, BackendState> = HashMap::new();
         for c in containers {
             let Some(id) = c.labels.as_ref().and_then(labels::sandbox_id) else {
                 continue;
             };
-            let running = matches!(
-                c.state,
-                Some(bollard::models::ContainerSummaryStateEnum::RUNNING)
-            );
-            found.insert(id, running);
+            use bollard::models::ContainerSummaryStateEnum as S;
+            let state = match c.state {
+                Some(S::RUNNING) => BackendState::Running,
+                Some(S::PAUSED) => BackendState::Paused,
+                _ => BackendState::Stopped,
+            };
+            found.insert(id, state);
         }
         for v in volumes.volumes.unwrap_or_default() {
             if let Some(id) = labels::sandbox_id(&v.labels) {
-                found.entry(id).or_insert(false);
+                found.entry(id).or_insert(BackendState::Missing);
             }
         }
         Ok(found
             .into_iter()
-            .map(|(id, running)| BackendSandbox { id, running })
+            .map(|(id, state)| BackendSandbox { id, state })
             .collect())
     }
 }

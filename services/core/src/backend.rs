@@ -38,12 +38,22 @@ pub struct Endpoint {
     pub uri: String,
 }
 
+/// How the backend finds a sandbox's container (or pod).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendState {
+    Running,
+    Paused,
+    /// Created or exited: it can be started again.
+    Stopped,
+    /// Only the workspace is left.
+    Missing,
+}
+
 /// A sandbox the backend holds, as found when listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSandbox {
     pub id: SandboxId,
-    /// Whether its container (or pod) is running.
-    pub running: bool,
+    pub state: BackendState,
 }
 
 /// Where sandboxes run.
@@ -62,6 +72,12 @@ pub trait SandboxBackend: Send + Sync + 'static {
     /// executor's endpoint, which may have changed. NotFound when the sandbox is gone from the backend;
     /// FailedPrecondition when it is paused.
     async fn ensure_running(&self, id: SandboxId) -> Result<Endpoint>;
+
+    /// Freezes every process of the sandbox (memory kept, no CPU). Idempotent.
+    async fn pause(&self, id: SandboxId) -> Result<()>;
+
+    /// Thaws a paused sandbox. Idempotent.
+    async fn resume(&self, id: SandboxId) -> Result<()>;
 
     /// Every sandbox of this control-plane instance that the backend holds.
     async fn list(&self) -> Result<Vec<BackendSandbox>>;

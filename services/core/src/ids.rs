@@ -118,6 +118,24 @@ impl SpaceId {
         }
     }
 
+    /// Parses a space id that must be given (not empty).
+    pub fn parse(s: &str) -> Result<Self, Error> {
+        if s.is_empty() {
+            return Err(Error::invalid("space_id is required"));
+        }
+        Self::parse_or_default(s)
+    }
+
+    /// The space that always exists.
+    pub fn default_space() -> Self {
+        Self(DEFAULT_SPACE.to_owned())
+    }
+
+    /// Whether this is the default space.
+    pub fn is_default(&self) -> bool {
+        self.0 == DEFAULT_SPACE
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0

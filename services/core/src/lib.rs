@@ -9,9 +9,10 @@ pub mod ids;
 pub mod kernel;
 pub mod observation;
 pub mod sandbox;
+pub mod space;
 
 pub use action::{Action, IPythonAction, ShellAction};
-pub use backend::{BackendSandbox, BackendSpec, Endpoint, SandboxBackend};
+pub use backend::{BackendSandbox, BackendSpec, BackendState, Endpoint, SandboxBackend};
 pub use error::{Error, Result};
 pub use ids::{ActionId, SandboxId, SpaceId};
 pub use kernel::VariableSummary;
@@ -19,4 +20,7 @@ pub use observation::{
     ActionKind, CmdEnd, EndReason, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus,
     Observation, ObservationKind, OutputStream,
 };
-pub use sandbox::{Limits, LimitsPolicy, Sandbox, SandboxRequest, SandboxSpec, SandboxState};
+pub use sandbox::{
+    Expiry, IdlePolicy, Limits, LimitsPolicy, Sandbox, SandboxRequest, SandboxSpec, SandboxState,
+};
+pub use space::{Space, SpaceLimits, SpaceUpdate};

@@ -2,7 +2,7 @@
 //! control plane keeps.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::error::Error;
 use crate::ids::{SandboxId, SpaceId};
@@ -114,6 +114,60 @@ const MAX_MAP_ENTRIES: usize = 256;
 const MAX_KEY_LEN: usize = 256;
 const MAX_VALUE_LEN: usize = 64 * 1024;
 
+/// What the reaper does with a sandbox idle for its idle timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdlePolicy {
+    #[default]
+    Pause,
+    Delete,
+    /// Never expire for idleness.
+    Keep,
+}
+
+impl IdlePolicy {
+    /// The name used in config and in the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Delete => "delete",
+            Self::Keep => "keep",
+        }
+    }
+
+    /// Parses [`IdlePolicy::as_str`]'s names.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pause" => Some(Self::Pause),
+            "delete" => Some(Self::Delete),
+            "keep" => Some(Self::Keep),
+            _ => None,
+        }
+    }
+}
+
+/// When a sandbox expires, with every default filled in. A zero duration means never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Expiry {
+    pub idle_timeout: Duration,
+    pub idle_policy: IdlePolicy,
+    pub max_lifetime: Duration,
+    /// Actions on a paused sandbox resume it.
+    pub auto_resume: bool,
+}
+
+/// Longest external key accepted.
+pub const MAX_EXTERNAL_KEY_LEN: usize = 256;
+
+/// Checks a client key: 1..=256 characters, no control characters.
+pub fn validate_external_key(key: &str) -> Result<(), Error> {
+    if key.is_empty() || key.len() > MAX_EXTERNAL_KEY_LEN || key.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "external_key must be 1-{MAX_EXTERNAL_KEY_LEN} characters without control characters"
+        )));
+    }
+    Ok(())
+}
+
 /// A validated sandbox spec: what the control plane will create.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxSpec {
@@ -123,6 +177,8 @@ pub struct SandboxSpec {
     pub env: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     pub limits: Limits,
+    pub external_key: Option<String>,
+    pub expiry: Expiry,
 }
 
 /// A sandbox request as it came from a client, before validation.
@@ -135,11 +191,20 @@ pub struct SandboxRequest {
     pub cpu_limit: f64,
     pub memory_limit_mb: i64,
     pub pids_limit: i64,
+    pub external_key: String,
+    /// 0 = default.
+    pub idle_timeout_seconds: u32,
+    /// `None` = default.
+    pub idle_policy: Option<IdlePolicy>,
+    /// 0 = default.
+    pub max_lifetime_seconds: u32,
+    pub auto_resume: bool,
 }
 
 impl SandboxRequest {
-    /// Validates the request; every problem is an InvalidArgument naming the field.
-    pub fn validate(self, policy: &LimitsPolicy) -> Result<SandboxSpec, Error> {
+    /// Validates the request; every problem is an InvalidArgument naming the field. `defaults` fills in
+    /// the expiry settings the request leaves at zero.
+    pub fn validate(self, policy: &LimitsPolicy, defaults: &Expiry) -> Result<SandboxSpec, Error> {
         let space_id = SpaceId::parse_or_default(&self.space_id)?;
         let image = if self.image.is_empty() {
             None
@@ -159,12 +224,33 @@ impl SandboxRequest {
         validate_env(&self.env, "spec.env")?;
         validate_labels(&self.labels)?;
         let limits = policy.resolve(self.cpu_limit, self.memory_limit_mb, self.pids_limit)?;
+        let external_key = if self.external_key.is_empty() {
+            None
+        } else {
+            validate_external_key(&self.external_key)?;
+            Some(self.external_key)
+        };
+        let or_default = |secs: u32, default: Duration| {
+            if secs == 0 {
+                default
+            } else {
+                Duration::from_secs(u64::from(secs))
+            }
+        };
+        let expiry = Expiry {
+            idle_timeout: or_default(self.idle_timeout_seconds, defaults.idle_timeout),
+            idle_policy: self.idle_policy.unwrap_or(defaults.idle_policy),
+            max_lifetime: or_default(self.max_lifetime_seconds, defaults.max_lifetime),
+            auto_resume: self.auto_resume || defaults.auto_resume,
+        };
         Ok(SandboxSpec {
             space_id,
             image,
             env: self.env,
             labels: self.labels,
             limits,
+            external_key,
+            expiry,
         })
     }
 }
@@ -230,6 +316,10 @@ pub struct Sandbox {
     pub updated_at: SystemTime,
     /// Why the sandbox is in its state, when that is worth saying.
     pub state_reason: String,
+    pub external_key: Option<String>,
+    pub expiry: Expiry,
+    /// The last action, file call, create or resume.
+    pub last_activity: SystemTime,
 }
 
 #[cfg(test)]
@@ -243,7 +333,7 @@ mod tests {
     #[test]
     fn zero_limits_take_defaults() {
         let p = LimitsPolicy::default();
-        let spec = req().validate(&p).expect("valid");
+        let spec = req().validate(&p, &Expiry::default()).expect("valid");
         assert_eq!(spec.limits, p.default);
         assert_eq!(spec.space_id.as_str(), "default");
         assert_eq!(spec.image, None);
@@ -269,7 +359,7 @@ mod tests {
                 pids_limit: pids,
                 ..req()
             }
-            .validate(&p);
+            .validate(&p, &Expiry::default());
             assert!(
                 matches!(r, Err(Error::InvalidArgument(_))),
                 "{cpu} {mem} {pids}: {r:?}"
@@ -281,7 +371,7 @@ mod tests {
             pids_limit: 64,
             ..req()
         }
-        .validate(&p)
+        .validate(&p, &Expiry::default())
         .expect("valid");
         assert_eq!(
             ok.limits,
@@ -300,21 +390,21 @@ mod tests {
             env: [("A=B".to_owned(), "x".to_owned())].into(),
             ..req()
         };
-        assert!(bad_env.validate(&p).is_err());
+        assert!(bad_env.validate(&p, &Expiry::default()).is_err());
         let reserved = SandboxRequest {
             labels: [("io.mentis.sandbox-id".to_owned(), "x".to_owned())].into(),
             ..req()
         };
-        assert!(reserved.validate(&p).is_err());
+        assert!(reserved.validate(&p, &Expiry::default()).is_err());
         let image = SandboxRequest {
             image: "bad image".into(),
             ..req()
         };
-        assert!(image.validate(&p).is_err());
+        assert!(image.validate(&p, &Expiry::default()).is_err());
         let good = SandboxRequest {
             image: "mentis/executor:latest".into(),
             ..req()
         };
-        assert!(good.validate(&p).is_ok());
+        assert!(good.validate(&p, &Expiry::default()).is_ok());
     }
 }

@@ -5,8 +5,10 @@ mod action_service;
 mod connect;
 pub mod outbound;
 mod sandbox_service;
+mod space_service;
 pub mod status;
 mod streams;
 
 pub use action_service::ActionApi;
 pub use sandbox_service::SandboxApi;
+pub use space_service::SpaceApi;

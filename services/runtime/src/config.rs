@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mentis_backend_docker::DockerConfig;
-use mentis_core::LimitsPolicy;
+use mentis_core::{Expiry, IdlePolicy, LimitsPolicy};
 
 use crate::api::outbound::StreamPolicy;
 use crate::observations::LogLimits;
@@ -23,7 +23,7 @@ pub struct RuntimeConfig {
     pub listen: SocketAddr,
     /// `MENTIS_EXECUTOR_IMAGE`: image of sandboxes whose spec names none.
     pub executor_image: String,
-    /// `MENTIS_DATA_DIR`: store and state (the durable store arrives with a later release).
+    /// `MENTIS_DATA_DIR`: the durable store (`mentis.db`).
     pub data_dir: PathBuf,
     /// `MENTIS_INSTANCE`, `MENTIS_NETWORK`.
     pub docker: DockerConfig,
@@ -48,6 +48,11 @@ pub struct RuntimeConfig {
     /// `MENTIS_STREAM_KEEPALIVE_SECS`, `MENTIS_STREAM_STALL_SECS`: keepalives on idle streams, and how long
     /// a client may stop reading before it is cut off.
     pub stream: StreamPolicy,
+    /// `MENTIS_IDLE_TIMEOUT_SECS` (0 = never), `MENTIS_IDLE_POLICY` (pause|delete|keep),
+    /// `MENTIS_MAX_LIFETIME_SECS` (0 = none): expiry of sandboxes whose spec leaves these at zero.
+    pub expiry: Expiry,
+    /// `MENTIS_REAPER_INTERVAL_SECS`: how often expiry is checked.
+    pub reaper_interval: Duration,
 }
 
 /// A setting that could not be used.
@@ -78,6 +83,13 @@ impl Default for RuntimeConfig {
             health_interval: Duration::from_secs(5),
             ended_retention: Duration::from_secs(3600),
             stream: StreamPolicy::default(),
+            expiry: Expiry {
+                idle_timeout: Duration::from_secs(30 * 60),
+                idle_policy: IdlePolicy::Pause,
+                max_lifetime: Duration::ZERO,
+                auto_resume: false,
+            },
+            reaper_interval: Duration::from_secs(10),
         }
     }
 }
@@ -143,6 +155,19 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_STREAM_STALL_SECS") {
             c.stream.stall = secs("MENTIS_STREAM_STALL_SECS", &v)?;
+        }
+        if let Some(v) = get("MENTIS_IDLE_TIMEOUT_SECS") {
+            c.expiry.idle_timeout = Duration::from_secs(parse("MENTIS_IDLE_TIMEOUT_SECS", &v)?);
+        }
+        if let Some(v) = get("MENTIS_IDLE_POLICY") {
+            c.expiry.idle_policy = IdlePolicy::parse(&v)
+                .ok_or_else(|| err("MENTIS_IDLE_POLICY", &v, "use pause, delete or keep"))?;
+        }
+        if let Some(v) = get("MENTIS_MAX_LIFETIME_SECS") {
+            c.expiry.max_lifetime = Duration::from_secs(parse("MENTIS_MAX_LIFETIME_SECS", &v)?);
+        }
+        if let Some(v) = get("MENTIS_REAPER_INTERVAL_SECS") {
+            c.reaper_interval = secs("MENTIS_REAPER_INTERVAL_SECS", &v)?;
         }
         if let Some(v) = get("MENTIS_READY_TIMEOUT_SECS") {
             c.ready_timeout =

@@ -2,12 +2,14 @@
 //! with an observation log and a client of its executor, on a pluggable backend (Docker today).
 
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod convert;
 pub mod executor_client;
 pub mod observations;
 pub mod sandboxes;
 pub mod server;
+pub mod store;
 
 pub use config::RuntimeConfig;
 pub use server::{Runtime, ServeError};

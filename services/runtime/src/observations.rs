@@ -79,16 +79,22 @@ const READ_BATCH: usize = 256;
 
 impl ObservationLog {
     pub fn new(sandbox_id: SandboxId, limits: LogLimits) -> Arc<Self> {
+        Self::starting_after(sandbox_id, limits, 0)
+    }
+
+    /// An empty log whose first observation gets seq `last_seq + 1`: the log of a sandbox taken over after
+    /// a restart, whose earlier observations are gone (a reader asking for them is told so with a gap).
+    pub fn starting_after(sandbox_id: SandboxId, limits: LogLimits, last_seq: u64) -> Arc<Self> {
         Arc::new(Self {
             sandbox_id,
             limits,
             inner: Mutex::new(Inner {
                 entries: VecDeque::new(),
                 bytes: 0,
-                next_seq: 1,
+                next_seq: last_seq + 1,
                 closed: false,
             }),
-            newest: watch::channel(0).0,
+            newest: watch::channel(last_seq).0,
         })
     }
 

@@ -4,16 +4,19 @@
 
 mod handle;
 mod health;
+mod lifecycle;
 mod pump;
+mod restore;
+mod spaces;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use mentis_core::{
     Action, ActionId, BackendSpec, Error, ObservationKind, Result, Sandbox, SandboxBackend,
-    SandboxId, SandboxRequest, SandboxState,
+    SandboxId, SandboxRequest, SandboxState, Space, SpaceId,
 };
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -25,9 +28,12 @@ pub use handle::{ActionStatus, Reserved, SandboxHandle, state_name};
 use crate::config::RuntimeConfig;
 use crate::executor_client::ExecutorClient;
 use crate::observations::ObservationLog;
+use crate::store::Store;
 
 /// Ended sandboxes kept for Get and log replay before the oldest are forgotten.
 const KEPT_ENDED: usize = 256;
+/// How often changed records are written to the store.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// How long a delete waits for the action pumps to write their terminal observations.
 const PUMP_DRAIN: Duration = Duration::from_secs(10);
 
@@ -46,6 +52,8 @@ pub struct Submitted {
 pub struct ListQuery {
     pub space_id: Option<String>,
     pub labels: Vec<(String, String)>,
+    /// Any of these states; empty = any state.
+    pub states: Vec<SandboxState>,
     pub page_size: usize,
     /// Id of the last sandbox of the previous page.
     pub after: Option<SandboxId>,
@@ -55,7 +63,9 @@ pub struct ListQuery {
 pub struct Manager {
     config: Arc<RuntimeConfig>,
     backend: Arc<dyn SandboxBackend>,
+    store: Arc<Store>,
     sandboxes: RwLock<HashMap<SandboxId, Arc<SandboxHandle>>>,
+    spaces: RwLock<BTreeMap<String, Space>>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
 }
@@ -77,12 +87,15 @@ impl Manager {
     pub fn new(
         config: Arc<RuntimeConfig>,
         backend: Arc<dyn SandboxBackend>,
+        store: Arc<Store>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
             config,
             backend,
+            store,
             sandboxes: RwLock::new(HashMap::new()),
+            spaces: RwLock::new(BTreeMap::new()),
             tasks: TaskTracker::new(),
             shutdown,
         })
@@ -101,22 +114,6 @@ impl Manager {
         self.sandboxes.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Prepares the backend and removes what a previous run of this instance left behind. With no durable
-    /// store yet, every sandbox found belongs to no one.
-    pub async fn start(self: &Arc<Self>) -> Result<()> {
-        self.spawn_sweeper();
-        self.backend.prepare().await?;
-        let found = self.backend.list().await?;
-        let known: Vec<SandboxId> = self.read().keys().copied().collect();
-        for s in found.into_iter().filter(|s| !known.contains(&s.id)) {
-            tracing::info!(sandbox_id = %s.id, running = s.running, "removing a sandbox this runtime does not know");
-            if let Err(e) = self.backend.delete(s.id).await {
-                tracing::warn!(sandbox_id = %s.id, error = %e, "could not remove an unknown sandbox");
-            }
-        }
-        Ok(())
-    }
-
     /// The handle of a sandbox; NotFound when unknown.
     pub fn handle(&self, id: SandboxId) -> Result<Arc<SandboxHandle>> {
         self.read()
@@ -131,7 +128,7 @@ impl Manager {
         if self.shutdown.is_cancelled() {
             return Err(Error::Unavailable("the runtime is shutting down".into()));
         }
-        let spec = req.validate(&self.config.limits)?;
+        let spec = req.validate(&self.config.limits, &self.config.expiry)?;
         let id = SandboxId::new();
         let now = SystemTime::now();
         let record = Sandbox {
@@ -147,6 +144,9 @@ impl Manager {
             created_at: now,
             updated_at: now,
             state_reason: String::new(),
+            external_key: spec.external_key.clone(),
+            expiry: spec.expiry,
+            last_activity: now,
         };
         let handle = Arc::new(SandboxHandle::new(
             record.clone(),
@@ -156,12 +156,38 @@ impl Manager {
         ));
         {
             let mut map = self.write();
+            let space = self.space_record(&record.space_id)?;
+            // Get-or-create: a live sandbox with this key in this space is the answer.
+            if let Some(key) = &record.external_key
+                && let Some(existing) = map.values().find(|h| {
+                    let s = h.snapshot();
+                    !s.state.is_final()
+                        && s.space_id == record.space_id
+                        && s.external_key.as_ref() == Some(key)
+                })
+            {
+                return Ok(existing.snapshot());
+            }
             let live = map.values().filter(|h| !h.state().is_final()).count();
             if live >= self.config.max_sandboxes {
                 return Err(Error::ResourceExhausted(format!(
                     "this runtime already holds {live} sandboxes (MENTIS_MAX_SANDBOXES)"
                 )));
             }
+            let in_space = map
+                .values()
+                .map(|h| h.snapshot())
+                .filter(|s| !s.state.is_final() && s.space_id == record.space_id)
+                .count();
+            let max = space.limits.max_sandboxes as usize;
+            if max > 0 && in_space >= max {
+                return Err(Error::ResourceExhausted(format!(
+                    "space {} already holds {in_space} sandboxes, its limit",
+                    record.space_id
+                )));
+            }
+            self.store
+                .put_sandbox(&record, &spec.env, &handle.token, 0)?;
             map.insert(id, Arc::clone(&handle));
         }
         let backend_spec = BackendSpec {
@@ -201,6 +227,7 @@ impl Manager {
             Ok(client) => {
                 h.set_executor(client);
                 h.set_state(SandboxState::Running, "");
+                self.persist(&h);
                 h.log.append(
                     None,
                     ObservationKind::AgentState {
@@ -212,19 +239,13 @@ impl Manager {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "sandbox running"
                 );
-                h.tasks.spawn(
-                    health::watch(
-                        Arc::clone(&h),
-                        Arc::clone(&self.backend),
-                        Arc::clone(&self.config),
-                    )
-                    .instrument(tracing::info_span!("health", sandbox_id = %h.id)),
-                );
+                self.watch_health(&h);
                 Ok(h.snapshot())
             }
             Err(e) => {
                 tracing::warn!(error = %e, "sandbox failed to start");
                 h.set_state(SandboxState::Failed, e.to_string());
+                self.persist(&h);
                 h.log.close();
                 self.forget_old_ended();
                 Err(e)
@@ -250,6 +271,7 @@ impl Manager {
                     .is_none_or(|sp| s.space_id.as_str() == sp)
             })
             .filter(|(s, _)| q.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+            .filter(|(s, _)| q.states.is_empty() || q.states.contains(&s.state))
             .collect();
         all.sort_by(|(a, _), (b, _)| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         let start = match q.after {
@@ -272,6 +294,15 @@ impl Manager {
 
     /// Deletes a sandbox: its running actions end LOST, its container and volume go. Idempotent.
     pub async fn delete(self: &Arc<Self>, id: SandboxId) -> Result<()> {
+        self.delete_with_reason(id, "deleted").await
+    }
+
+    /// [`Manager::delete`], recording why (deleted by a client, expired, ...).
+    pub(crate) async fn delete_with_reason(
+        self: &Arc<Self>,
+        id: SandboxId,
+        reason: &'static str,
+    ) -> Result<()> {
         let handle = self.read().get(&id).cloned();
         let this = Arc::clone(self);
         let span = tracing::info_span!("delete_sandbox", sandbox_id = %id);
@@ -282,9 +313,11 @@ impl Manager {
                         // Unknown here, but a container may be left from an earlier run: make sure.
                         return this.backend.delete(id).await;
                     };
-                    if h.begin_termination() == SandboxState::Terminated {
+                    let _lifecycle = h.lifecycle.lock().await;
+                    if h.begin_termination().is_final() {
                         return Ok(());
                     }
+                    this.persist(&h);
                     h.cancel.cancel();
                     h.tasks.close();
                     if tokio::time::timeout(PUMP_DRAIN, h.tasks.wait())
@@ -297,14 +330,19 @@ impl Manager {
                     h.log.append(
                         None,
                         ObservationKind::AgentState {
-                            message: "sandbox deleted".into(),
-                            details: [("state".to_owned(), "TERMINATED".to_owned())].into(),
+                            message: format!("sandbox {reason}"),
+                            details: [
+                                ("state".to_owned(), "TERMINATED".to_owned()),
+                                ("reason".to_owned(), reason.to_owned()),
+                            ]
+                            .into(),
                         },
                     );
                     h.log.close();
-                    h.set_state(SandboxState::Terminated, "deleted");
+                    h.set_state(SandboxState::Terminated, reason);
+                    this.persist(&h);
                     this.forget_old_ended();
-                    tracing::info!("sandbox deleted");
+                    tracing::info!(reason, "sandbox deleted");
                     Ok(())
                 }
                 .instrument(span),
@@ -334,22 +372,48 @@ impl Manager {
         let excess = ended.len().saturating_sub(KEPT_ENDED);
         for (_, id) in ended.iter().take(expired.max(excess)) {
             map.remove(id);
+            if let Err(e) = self.store.delete_sandbox(*id) {
+                tracing::warn!(sandbox_id = %id, error = %e, "could not forget a sandbox in the store");
+            }
         }
     }
 
-    /// Runs `forget_old_ended` now and then until shutdown.
+    /// Until shutdown: flushes changed records to the store every second, and runs `forget_old_ended` now
+    /// and then.
     fn spawn_sweeper(self: &Arc<Self>) {
         let this = Arc::clone(self);
         let every = (self.config.ended_retention / 10)
             .clamp(Duration::from_secs(1), Duration::from_secs(60));
         self.tasks.spawn(async move {
+            let mut last_forget = tokio::time::Instant::now();
             loop {
                 tokio::select! {
                     () = this.shutdown.cancelled() => return,
-                    () = tokio::time::sleep(every) => this.forget_old_ended(),
+                    () = tokio::time::sleep(FLUSH_EVERY) => {}
+                }
+                this.flush();
+                if last_forget.elapsed() >= every {
+                    this.forget_old_ended();
+                    last_forget = tokio::time::Instant::now();
                 }
             }
         });
+    }
+
+    /// The live sandbox carrying `key` in `space`.
+    pub fn get_by_key(&self, space: &SpaceId, key: &str) -> Result<(Sandbox, u64)> {
+        mentis_core::sandbox::validate_external_key(key)?;
+        self.read()
+            .values()
+            .map(|h| (h.snapshot(), h.log.last_seq()))
+            .find(|(s, _)| {
+                !s.state.is_final()
+                    && &s.space_id == space
+                    && s.external_key.as_deref() == Some(key)
+            })
+            .ok_or_else(|| {
+                Error::NotFound(format!("no live sandbox with key {key:?} in space {space}"))
+            })
     }
 
     /// Accepts an action: the executor has it and its observations will follow in the log. A retry of an
@@ -362,6 +426,7 @@ impl Manager {
         action: Action,
     ) -> Result<Submitted> {
         let h = self.handle(sandbox)?;
+        self.auto_resume(&h).await?;
         let id = action_id.unwrap_or_else(ActionId::generate);
         // A retry is answered from the log even when the sandbox has ended since.
         let client = match h.running_executor() {
@@ -391,6 +456,7 @@ impl Manager {
             }
             Reserved::New { after_seq } => after_seq,
         };
+        h.touch();
         let (tx, rx) = oneshot::channel();
         let span = tracing::info_span!("action", sandbox_id = %sandbox, action_id = %id, kind = action.kind_name());
         h.tasks
@@ -463,10 +529,67 @@ impl Manager {
         client.inspect_variables(names).await
     }
 
-    /// Stops accepting work and waits for running operations to finish their bookkeeping.
+    /// Stops accepting work, waits for running operations to finish their bookkeeping, and leaves the
+    /// store up to date (marked as cleanly shut down, so the next start continues every log's seqs).
     pub async fn shutdown(&self) {
         self.shutdown.cancel();
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.tasks.wait()).await;
+        self.flush();
+        if let Err(e) = self.store.set_meta(restore::CLEAN_SHUTDOWN, "1") {
+            tracing::warn!(error = %e, "could not mark the store as cleanly shut down");
+        }
+    }
+
+    /// Writes the record of `h` to the store now (a change that must survive a crash).
+    fn persist(&self, h: &SandboxHandle) {
+        h.take_dirty();
+        let seq = h.log.last_seq();
+        match self.store.update_sandbox(&h.snapshot(), seq) {
+            Ok(()) => h
+                .stored_seq
+                .store(seq, std::sync::atomic::Ordering::Relaxed),
+            Err(e) => {
+                tracing::warn!(sandbox_id = %h.id, error = %e, "could not write a sandbox to the store")
+            }
+        }
+    }
+
+    /// Writes every changed record (state, last activity, newest seq) to the store.
+    fn flush(&self) {
+        let handles: Vec<Arc<SandboxHandle>> = self.read().values().cloned().collect();
+        for h in handles {
+            let seq_changed =
+                h.log.last_seq() != h.stored_seq.load(std::sync::atomic::Ordering::Relaxed);
+            if h.take_dirty() || seq_changed {
+                self.persist(&h);
+            }
+        }
+    }
+
+    fn watch_health(&self, h: &Arc<SandboxHandle>) {
+        h.tasks.spawn(
+            health::watch(
+                Arc::clone(h),
+                Arc::clone(&self.backend),
+                Arc::clone(&self.config),
+            )
+            .instrument(tracing::info_span!("health", sandbox_id = %h.id)),
+        );
+    }
+
+    /// The handles of every sandbox, for the reaper and the flusher.
+    fn handles(&self) -> Vec<Arc<SandboxHandle>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// A copy of a space's record; NotFound when unknown.
+    fn space_record(&self, id: &SpaceId) -> Result<Space> {
+        self.spaces
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id.as_str())
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("space {id} not found")))
     }
 }

@@ -8,14 +8,16 @@ use std::time::Duration;
 use mentis_backend_docker::DockerBackend;
 use mentis_proto::api::action_service_server::ActionServiceServer;
 use mentis_proto::api::sandbox_service_server::SandboxServiceServer;
+use mentis_proto::api::space_service_server::SpaceServiceServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{ActionApi, SandboxApi};
+use crate::api::{ActionApi, SandboxApi, SpaceApi};
 use crate::config::RuntimeConfig;
 use crate::sandboxes::Manager;
+use crate::store::Store;
 
 /// Why the runtime could not start or serve.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +61,8 @@ impl Runtime {
         let config = Arc::new(config);
         let backend = Arc::new(DockerBackend::connect(config.docker.clone()).await?);
         let shutdown = CancellationToken::new();
-        let manager = Manager::new(Arc::clone(&config), backend, shutdown.child_token());
+        let store = Arc::new(Store::open(&config.data_dir)?);
+        let manager = Manager::new(Arc::clone(&config), backend, store, shutdown.child_token());
         manager.start().await?;
         let task = tokio::spawn(serve(manager, listener, shutdown.clone()));
         tracing::info!(%addr, image = %config.executor_image, instance = %config.docker.instance, "mentis-runtime serving");
@@ -109,6 +112,9 @@ async fn serve(
         .set_serving::<SandboxServiceServer<SandboxApi>>()
         .await;
     health_reporter
+        .set_serving::<SpaceServiceServer<SpaceApi>>()
+        .await;
+    health_reporter
         .set_serving::<ActionServiceServer<ActionApi>>()
         .await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -136,6 +142,7 @@ async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(SandboxServiceServer::new(sandbox_api))
+        .add_service(SpaceServiceServer::new(SpaceApi::new(Arc::clone(&manager))))
         .add_service(ActionServiceServer::new(action_api))
         // No Nagle (Server::tcp_nodelay does not apply to an incoming stream we bring): observations
         // are small messages, and Nagle with delayed ACKs adds ~40 ms to every round trip.

@@ -1,13 +1,13 @@
-//! SandboxService: create, get, list and delete sandboxes.
+//! SandboxService: create, get, list, delete, pause and resume sandboxes, and find one by its key.
 
 use std::sync::Arc;
 
-use mentis_core::{Error, SandboxId};
+use mentis_core::{Error, SandboxId, SpaceId};
 use mentis_proto::api::{self, sandbox_service_server::SandboxService};
 use tonic::{Request, Response, Status};
 
 use super::status::to_status;
-use crate::convert::{request_from_proto, sandbox_to_proto};
+use crate::convert::{request_from_proto, sandbox_to_proto, state_from_proto};
 use crate::sandboxes::{ListQuery, Manager};
 
 const DEFAULT_PAGE: usize = 100;
@@ -68,9 +68,16 @@ impl SandboxService for SandboxApi {
                 ))
             })?)
         };
+        let states = r
+            .states
+            .iter()
+            .map(|v| state_from_proto(*v))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(to_status)?;
         let query = ListQuery {
             space_id: (!r.space_id.is_empty()).then_some(r.space_id),
             labels: r.labels.into_iter().collect(),
+            states,
             page_size,
             after,
         };
@@ -98,5 +105,44 @@ impl SandboxService for SandboxApi {
         let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
         self.manager.delete(id).await.map_err(to_status)?;
         Ok(Response::new(api::DeleteSandboxResponse {}))
+    }
+
+    async fn pause_sandbox(
+        &self,
+        req: Request<api::PauseSandboxRequest>,
+    ) -> Result<Response<api::PauseSandboxResponse>, Status> {
+        let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
+        let sandbox = self.manager.pause(id).await.map_err(to_status)?;
+        let (_, last_seq) = self.manager.get(id).map_err(to_status)?;
+        Ok(Response::new(api::PauseSandboxResponse {
+            sandbox: Some(sandbox_to_proto(&sandbox, last_seq)),
+        }))
+    }
+
+    async fn resume_sandbox(
+        &self,
+        req: Request<api::ResumeSandboxRequest>,
+    ) -> Result<Response<api::ResumeSandboxResponse>, Status> {
+        let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
+        let sandbox = self.manager.resume(id).await.map_err(to_status)?;
+        let (_, last_seq) = self.manager.get(id).map_err(to_status)?;
+        Ok(Response::new(api::ResumeSandboxResponse {
+            sandbox: Some(sandbox_to_proto(&sandbox, last_seq)),
+        }))
+    }
+
+    async fn get_sandbox_by_key(
+        &self,
+        req: Request<api::GetSandboxByKeyRequest>,
+    ) -> Result<Response<api::GetSandboxByKeyResponse>, Status> {
+        let r = req.into_inner();
+        let space = SpaceId::parse_or_default(&r.space_id).map_err(to_status)?;
+        let (sandbox, last_seq) = self
+            .manager
+            .get_by_key(&space, &r.external_key)
+            .map_err(to_status)?;
+        Ok(Response::new(api::GetSandboxByKeyResponse {
+            sandbox: Some(sandbox_to_proto(&sandbox, last_seq)),
+        }))
     }
 }

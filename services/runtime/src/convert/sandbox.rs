@@ -1,6 +1,6 @@
 //! Sandboxes: the client's spec → an unvalidated request, and the domain record → the public proto.
 
-use mentis_core::{Sandbox, SandboxRequest, SandboxState};
+use mentis_core::{Error, IdlePolicy, Sandbox, SandboxRequest, SandboxState};
 use mentis_proto::api;
 
 use super::timestamp;
@@ -16,7 +16,52 @@ pub fn request_from_proto(spec: Option<api::SandboxSpec>) -> SandboxRequest {
         cpu_limit: s.cpu_limit,
         memory_limit_mb: s.memory_limit_mb,
         pids_limit: s.pids_limit,
+        external_key: s.external_key,
+        idle_timeout_seconds: s.idle_timeout_seconds,
+        idle_policy: idle_policy_from_proto(s.idle_policy),
+        max_lifetime_seconds: s.max_lifetime_seconds,
+        auto_resume: s.auto_resume,
     }
+}
+
+fn idle_policy_from_proto(p: i32) -> Option<IdlePolicy> {
+    match api::IdlePolicy::try_from(p) {
+        Ok(api::IdlePolicy::Pause) => Some(IdlePolicy::Pause),
+        Ok(api::IdlePolicy::Delete) => Some(IdlePolicy::Delete),
+        Ok(api::IdlePolicy::Keep) => Some(IdlePolicy::Keep),
+        // Unknown values are taken as "default" like proto3 does for unset enums.
+        Ok(api::IdlePolicy::Unspecified) | Err(_) => None,
+    }
+}
+
+fn idle_policy_to_proto(p: IdlePolicy) -> api::IdlePolicy {
+    match p {
+        IdlePolicy::Pause => api::IdlePolicy::Pause,
+        IdlePolicy::Delete => api::IdlePolicy::Delete,
+        IdlePolicy::Keep => api::IdlePolicy::Keep,
+    }
+}
+
+/// A state filter value; InvalidArgument for values outside the enum.
+pub fn state_from_proto(v: i32) -> Result<SandboxState, Error> {
+    Ok(match api::SandboxState::try_from(v) {
+        Ok(api::SandboxState::Creating) => SandboxState::Creating,
+        Ok(api::SandboxState::Running) => SandboxState::Running,
+        Ok(api::SandboxState::Paused) => SandboxState::Paused,
+        Ok(api::SandboxState::Terminating) => SandboxState::Terminating,
+        Ok(api::SandboxState::Terminated) => SandboxState::Terminated,
+        Ok(api::SandboxState::Failed) => SandboxState::Failed,
+        Ok(api::SandboxState::Unhealthy) => SandboxState::Unhealthy,
+        Ok(api::SandboxState::Unspecified) | Err(_) => {
+            return Err(Error::invalid(format!(
+                "states: {v} is not a sandbox state"
+            )));
+        }
+    })
+}
+
+fn secs(d: std::time::Duration) -> u32 {
+    u32::try_from(d.as_secs()).unwrap_or(u32::MAX)
 }
 
 fn state_to_proto(s: SandboxState) -> api::SandboxState {
@@ -46,5 +91,11 @@ pub fn sandbox_to_proto(s: &Sandbox, last_seq: u64) -> api::Sandbox {
         state_reason: s.state_reason.clone(),
         update_time: Some(timestamp(s.updated_at)),
         last_seq,
+        external_key: s.external_key.clone().unwrap_or_default(),
+        last_activity_time: Some(timestamp(s.last_activity)),
+        idle_timeout_seconds: secs(s.expiry.idle_timeout),
+        idle_policy: idle_policy_to_proto(s.expiry.idle_policy) as i32,
+        max_lifetime_seconds: secs(s.expiry.max_lifetime),
+        auto_resume: s.expiry.auto_resume,
     }
 }

@@ -2,6 +2,7 @@
 //! table of its actions.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -64,6 +65,12 @@ pub struct SandboxHandle {
     pub tasks: TaskTracker,
     /// Cancelled when the sandbox is deleted: every pump then writes its LOST terminal and stops.
     pub cancel: CancellationToken,
+    /// The record changed since the store last saw it.
+    dirty: AtomicBool,
+    /// The newest seq the store has.
+    pub(crate) stored_seq: AtomicU64,
+    /// Serialises pause, resume and delete of this sandbox.
+    pub(crate) lifecycle: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for SandboxHandle {
@@ -96,7 +103,21 @@ impl SandboxHandle {
             actions: Mutex::new(ActionTable::default()),
             tasks: TaskTracker::new(),
             cancel: CancellationToken::new(),
+            dirty: AtomicBool::new(false),
+            stored_seq: AtomicU64::new(0),
+            lifecycle: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Marks activity now (an action, a file call): the idle timeout starts again.
+    pub fn touch(&self) {
+        lock(&self.record).last_activity = SystemTime::now();
+        self.dirty.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the record changed since the last call (and clears the mark).
+    pub(crate) fn take_dirty(&self) -> bool {
+        self.dirty.swap(false, Ordering::AcqRel)
     }
 
     /// A copy of the record.
@@ -114,6 +135,7 @@ impl SandboxHandle {
         r.state = state;
         r.state_reason = reason.into();
         r.updated_at = SystemTime::now();
+        self.dirty.store(true, Ordering::Relaxed);
     }
 
     /// Moves to TERMINATING unless already final; returns the state it was in.
@@ -123,6 +145,7 @@ impl SandboxHandle {
         if !before.is_final() {
             r.state = SandboxState::Terminating;
             r.updated_at = SystemTime::now();
+            self.dirty.store(true, Ordering::Relaxed);
         }
         before
     }
@@ -150,6 +173,7 @@ impl SandboxHandle {
         r.state = to;
         r.state_reason = reason.into();
         r.updated_at = SystemTime::now();
+        self.dirty.store(true, Ordering::Relaxed);
         true
     }
 
@@ -228,7 +252,14 @@ impl SandboxHandle {
     }
 
     /// Marks an action finished (its terminal observation is in the log).
+    /// Actions running now.
+    pub fn running_actions(&self) -> usize {
+        lock(&self.actions).running
+    }
+
     pub fn finish_action(&self, id: &ActionId) {
+        // The end of an action is activity too: the idle timeout counts from here.
+        self.touch();
         let mut t = lock(&self.actions);
         let was_running = match t.entries.get_mut(id) {
             Some(e) if e.running => {

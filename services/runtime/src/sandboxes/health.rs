@@ -1,7 +1,7 @@
 //! The health watch of one sandbox: a periodic check of its executor. Two failed checks in a row make the
 //! sandbox UNHEALTHY (with an agent_state observation); the watch then brings the executor back — starting
 //! its container again when it stopped, reconnecting when its address changed — and the sandbox is RUNNING
-//! again (another agent_state). A container that is gone for good makes the sandbox FAILED.
+//! again (another agent_state). A container that is gone for good makes the sandbox TERMINATED.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,15 +89,16 @@ pub(super) async fn watch(
                         Err(Error::NotFound(reason)) => {
                             if h.transition(
                                 &[SandboxState::Unhealthy],
-                                SandboxState::Failed,
+                                SandboxState::Terminated,
                                 reason.clone(),
                             ) {
-                                tracing::warn!(%reason, "sandbox lost");
+                                tracing::warn!(%reason, "sandbox gone");
                                 agent_state(
                                     &h,
-                                    "sandbox lost",
-                                    &[("state", "FAILED".into()), ("reason", reason)],
+                                    "sandbox gone",
+                                    &[("state", "TERMINATED".into()), ("reason", reason)],
                                 );
+                                end_gone(&h, backend.as_ref()).await;
                             }
                             return;
                         }
@@ -107,6 +108,22 @@ pub(super) async fn watch(
             }
         }
     }
+}
+
+/// A sandbox whose container vanished: its running actions end LOST, its leftovers (the workspace volume)
+/// go, and its log closes once the pumps have written their terminals.
+async fn end_gone(h: &Arc<SandboxHandle>, backend: &dyn SandboxBackend) {
+    if let Err(e) = backend.delete(h.id).await {
+        tracing::warn!(error = %e, "could not remove the leftovers of a vanished sandbox");
+    }
+    h.cancel.cancel();
+    h.tasks.close();
+    // This watch is one of the tasks: wait for the others from outside.
+    let h = Arc::clone(h);
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(10), h.tasks.wait()).await;
+        h.log.close();
+    });
 }
 
 /// Brings the executor back: its container running, a client for its (possibly new) address, healthy.

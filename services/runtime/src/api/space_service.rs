@@ -1,0 +1,111 @@
+//! SpaceService: create, get, list, update and delete spaces.
+
+use std::sync::Arc;
+
+use mentis_core::{Error, SpaceId};
+use mentis_proto::api::{self, space_service_server::SpaceService};
+use tonic::{Request, Response, Status};
+
+use super::status::to_status;
+use crate::convert::{space_from_proto, space_to_proto, update_from_proto};
+use crate::sandboxes::Manager;
+
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
+/// Implementation of `mentis.v1.SpaceService`.
+#[derive(Debug, Clone)]
+pub struct SpaceApi {
+    manager: Arc<Manager>,
+}
+
+impl SpaceApi {
+    pub fn new(manager: Arc<Manager>) -> Self {
+        Self { manager }
+    }
+}
+
+#[tonic::async_trait]
+impl SpaceService for SpaceApi {
+    async fn create_space(
+        &self,
+        req: Request<api::CreateSpaceRequest>,
+    ) -> Result<Response<api::CreateSpaceResponse>, Status> {
+        let space = space_from_proto(req.into_inner().space).map_err(to_status)?;
+        let (space, n) = self.manager.create_space(space).map_err(to_status)?;
+        Ok(Response::new(api::CreateSpaceResponse {
+            space: Some(space_to_proto(&space, n)),
+        }))
+    }
+
+    async fn get_space(
+        &self,
+        req: Request<api::GetSpaceRequest>,
+    ) -> Result<Response<api::GetSpaceResponse>, Status> {
+        let id = SpaceId::parse(&req.into_inner().space_id).map_err(to_status)?;
+        let (space, n) = self.manager.get_space(&id).map_err(to_status)?;
+        Ok(Response::new(api::GetSpaceResponse {
+            space: Some(space_to_proto(&space, n)),
+        }))
+    }
+
+    async fn list_spaces(
+        &self,
+        req: Request<api::ListSpacesRequest>,
+    ) -> Result<Response<api::ListSpacesResponse>, Status> {
+        let r = req.into_inner();
+        let page_size = match r.page_size {
+            0 => DEFAULT_PAGE,
+            n if n < 0 => return Err(to_status(Error::invalid("page_size may not be negative"))),
+            n => usize::try_from(n).unwrap_or(MAX_PAGE).min(MAX_PAGE),
+        };
+        let after = if r.page_token.is_empty() {
+            None
+        } else {
+            Some(SpaceId::parse(&r.page_token).map_err(|_| {
+                to_status(Error::invalid(
+                    "page_token is not one this service gave out",
+                ))
+            })?)
+        };
+        let (page, more) = self
+            .manager
+            .list_spaces(after.as_ref().map(SpaceId::as_str), page_size);
+        let next_page_token = if more {
+            page.last()
+                .map(|(s, _)| s.id.to_string())
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(api::ListSpacesResponse {
+            spaces: page.iter().map(|(s, n)| space_to_proto(s, *n)).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn update_space(
+        &self,
+        req: Request<api::UpdateSpaceRequest>,
+    ) -> Result<Response<api::UpdateSpaceResponse>, Status> {
+        let r = req.into_inner();
+        let (id, update) = update_from_proto(r.space, r.update_mask).map_err(to_status)?;
+        let (space, n) = self.manager.update_space(&id, update).map_err(to_status)?;
+        Ok(Response::new(api::UpdateSpaceResponse {
+            space: Some(space_to_proto(&space, n)),
+        }))
+    }
+
+    async fn delete_space(
+        &self,
+        req: Request<api::DeleteSpaceRequest>,
+    ) -> Result<Response<api::DeleteSpaceResponse>, Status> {
+        let r = req.into_inner();
+        let id = SpaceId::parse(&r.space_id).map_err(to_status)?;
+        self.manager
+            .delete_space(&id, r.force)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::DeleteSpaceResponse {}))
+    }
+}

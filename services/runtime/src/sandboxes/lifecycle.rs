@@ -1,0 +1,175 @@
+//! Pause, resume, and the reaper that applies each sandbox's idle timeout and maximum lifetime.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use mentis_core::{Error, IdlePolicy, ObservationKind, Result, Sandbox, SandboxId, SandboxState};
+
+use super::Manager;
+use super::handle::{SandboxHandle, state_name};
+use crate::executor_client::ExecutorClient;
+
+fn agent_state(h: &SandboxHandle, message: String, state: &str, reason: &str) {
+    h.log.append(
+        None,
+        ObservationKind::AgentState {
+            message,
+            details: [
+                ("state".to_owned(), state.to_owned()),
+                ("reason".to_owned(), reason.to_owned()),
+            ]
+            .into(),
+        },
+    );
+}
+
+impl Manager {
+    /// Freezes a RUNNING sandbox. Idempotent for a PAUSED one. FailedPrecondition while actions run (their
+    /// streams would not survive the freeze) or in any other state.
+    pub async fn pause(self: &Arc<Self>, id: SandboxId) -> Result<Sandbox> {
+        self.pause_with_reason(id, "paused by a client").await
+    }
+
+    pub(super) async fn pause_with_reason(
+        self: &Arc<Self>,
+        id: SandboxId,
+        reason: &str,
+    ) -> Result<Sandbox> {
+        let h = self.handle(id)?;
+        let _lifecycle = h.lifecycle.lock().await;
+        match h.state() {
+            SandboxState::Paused => return Ok(h.snapshot()),
+            SandboxState::Running => {}
+            other => {
+                return Err(Error::FailedPrecondition(format!(
+                    "sandbox {id} is {}, only a RUNNING sandbox can be paused",
+                    state_name(other)
+                )));
+            }
+        }
+        let running = h.running_actions();
+        if running > 0 {
+            return Err(Error::FailedPrecondition(format!(
+                "sandbox {id} has {running} running actions; cancel them or let them end before pausing"
+            )));
+        }
+        self.backend.pause(id).await?;
+        h.set_state(SandboxState::Paused, reason);
+        agent_state(&h, "sandbox paused".into(), "PAUSED", reason);
+        self.persist(&h);
+        tracing::info!(sandbox_id = %id, reason, "sandbox paused");
+        Ok(h.snapshot())
+    }
+
+    /// Thaws a PAUSED sandbox and waits for its executor. Idempotent for a RUNNING one.
+    pub async fn resume(self: &Arc<Self>, id: SandboxId) -> Result<Sandbox> {
+        let h = self.handle(id)?;
+        self.resume_handle(&h).await
+    }
+
+    async fn resume_handle(&self, h: &Arc<SandboxHandle>) -> Result<Sandbox> {
+        let _lifecycle = h.lifecycle.lock().await;
+        match h.state() {
+            SandboxState::Running => return Ok(h.snapshot()),
+            SandboxState::Paused => {}
+            other => {
+                return Err(Error::FailedPrecondition(format!(
+                    "sandbox {} is {}, only a PAUSED sandbox can be resumed",
+                    h.id,
+                    state_name(other)
+                )));
+            }
+        }
+        self.backend.resume(h.id).await?;
+        // The old connection died of missed keepalives while frozen: connect afresh (the address may have
+        // changed too, if the engine restarted the container meanwhile).
+        let endpoint = self.backend.ensure_running(h.id).await?;
+        let client = ExecutorClient::new(
+            &endpoint,
+            &h.token,
+            self.config.executor_call_timeout,
+            self.config.executor_keepalive,
+        )?;
+        client.wait_ready(self.config.ready_timeout).await?;
+        h.set_executor(client);
+        h.set_state(SandboxState::Running, "");
+        h.touch();
+        agent_state(h, "sandbox resumed".into(), "RUNNING", "");
+        self.persist(h);
+        tracing::info!(sandbox_id = %h.id, "sandbox resumed");
+        Ok(h.snapshot())
+    }
+
+    /// Resumes a PAUSED sandbox whose spec asks for it; anything else is left for the caller to judge.
+    pub(crate) async fn auto_resume(&self, h: &Arc<SandboxHandle>) -> Result<()> {
+        if h.state() == SandboxState::Paused && h.snapshot().expiry.auto_resume {
+            self.resume_handle(h).await?;
+        }
+        Ok(())
+    }
+
+    /// The executor of a sandbox for a call that counts as activity (file calls): resumed first when it
+    /// is PAUSED with auto_resume, FailedPrecondition when it is not RUNNING.
+    pub async fn executor_for(&self, id: SandboxId) -> Result<ExecutorClient> {
+        let h = self.handle(id)?;
+        self.auto_resume(&h).await?;
+        let client = h.running_executor()?;
+        h.touch();
+        Ok(client)
+    }
+
+    /// Until shutdown: every reaper interval, deletes sandboxes past their maximum lifetime and applies the
+    /// idle policy to RUNNING sandboxes idle for their idle timeout (with no action running).
+    pub(super) fn spawn_reaper(self: &Arc<Self>) {
+        let this = Arc::clone(self);
+        self.tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = this.shutdown.cancelled() => return,
+                    () = tokio::time::sleep(this.config.reaper_interval) => {}
+                }
+                this.reap().await;
+            }
+        });
+    }
+
+    async fn reap(self: &Arc<Self>) {
+        let now = SystemTime::now();
+        for h in self.handles() {
+            let s = h.snapshot();
+            if s.state.is_final() || s.state == SandboxState::Terminating {
+                continue;
+            }
+            let age = now.duration_since(s.created_at).unwrap_or_default();
+            if !s.expiry.max_lifetime.is_zero() && age >= s.expiry.max_lifetime {
+                tracing::info!(sandbox_id = %s.id, "maximum lifetime reached");
+                if let Err(e) = self
+                    .delete_with_reason(s.id, "expired: maximum lifetime reached")
+                    .await
+                {
+                    tracing::warn!(sandbox_id = %s.id, error = %e, "could not delete an expired sandbox");
+                }
+                continue;
+            }
+            let idle = now.duration_since(s.last_activity).unwrap_or_default();
+            if s.state != SandboxState::Running
+                || s.expiry.idle_timeout.is_zero()
+                || idle < s.expiry.idle_timeout
+                || h.running_actions() > 0
+            {
+                continue;
+            }
+            let result = match s.expiry.idle_policy {
+                IdlePolicy::Keep => Ok(()),
+                IdlePolicy::Pause => self
+                    .pause_with_reason(s.id, "idle timeout")
+                    .await
+                    .map(|_| ()),
+                IdlePolicy::Delete => self.delete_with_reason(s.id, "expired: idle timeout").await,
+            };
+            if let Err(e) = result {
+                tracing::debug!(sandbox_id = %s.id, error = %e, "idle policy not applied this round");
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Start-up: the store's records are reconciled with what the backend holds. Sandboxes that still run are
+//! taken over (their containers are never killed because the runtime restarted); paused ones stay paused;
+//! records whose container vanished become TERMINATED with the reason; containers with no record go.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mentis_core::{BackendState, ObservationKind, Result, SandboxId, SandboxState};
+
+use super::Manager;
+use super::handle::SandboxHandle;
+use crate::executor_client::ExecutorClient;
+use crate::observations::ObservationLog;
+use crate::store::StoredSandbox;
+
+/// Meta key: "1" when the last run shut down cleanly (every newest seq was stored).
+pub(super) const CLEAN_SHUTDOWN: &str = "clean_shutdown";
+/// After a crash the stored newest seq may be behind (it is flushed every second): logs taken over then
+/// continue this far above it, so no seq is ever handed out twice.
+const SEQ_JUMP_AFTER_CRASH: u64 = 1 << 20;
+/// How long a taken-over executor has to answer.
+const TAKEOVER_READY: Duration = Duration::from_secs(20);
+
+impl Manager {
+    /// Prepares the backend, loads spaces and sandboxes from the store and reconciles them with what the
+    /// backend holds, then starts the sweeper and the reaper.
+    pub async fn start(self: &Arc<Self>) -> Result<()> {
+        self.backend.prepare().await?;
+        self.load_spaces()?;
+        let clean = self.store.meta(CLEAN_SHUTDOWN)?.as_deref() == Some("1");
+        self.store.set_meta(CLEAN_SHUTDOWN, "0")?;
+        let found: HashMap<SandboxId, BackendState> = self
+            .backend
+            .list()
+            .await?
+            .into_iter()
+            .map(|s| (s.id, s.state))
+            .collect();
+        let stored = self.store.sandboxes()?;
+        let known: Vec<SandboxId> = stored.iter().map(|s| s.record.id).collect();
+        for s in stored {
+            let state = found.get(&s.record.id).copied();
+            self.restore(s, state, clean).await;
+        }
+        for (id, state) in found {
+            if !known.contains(&id) {
+                tracing::info!(sandbox_id = %id, ?state, "removing a sandbox with no record");
+                if let Err(e) = self.backend.delete(id).await {
+                    tracing::warn!(sandbox_id = %id, error = %e, "could not remove an unknown sandbox");
+                }
+            }
+        }
+        self.spawn_sweeper();
+        self.spawn_reaper();
+        Ok(())
+    }
+
+    async fn restore(self: &Arc<Self>, s: StoredSandbox, found: Option<BackendState>, clean: bool) {
+        let id = s.record.id;
+        let base = if clean {
+            s.last_seq
+        } else {
+            s.last_seq + SEQ_JUMP_AFTER_CRASH
+        };
+        let log = ObservationLog::starting_after(id, self.config.log_limits, base);
+        let h = Arc::new(SandboxHandle::new(s.record.clone(), s.env, log, s.token));
+        let was = s.record.state;
+        self.write().insert(id, Arc::clone(&h));
+        if was.is_final() {
+            // Kept for Get until the retention time passes; its log is gone.
+            h.log.close();
+            self.forget_old_ended();
+            return;
+        }
+        let gone = |reason: &str| {
+            tracing::warn!(sandbox_id = %id, reason, "sandbox ended while the runtime was down");
+            h.set_state(SandboxState::Terminated, reason);
+            h.log.append(
+                None,
+                ObservationKind::AgentState {
+                    message: "sandbox gone".into(),
+                    details: [
+                        ("state".to_owned(), "TERMINATED".to_owned()),
+                        ("reason".to_owned(), reason.to_owned()),
+                    ]
+                    .into(),
+                },
+            );
+            h.log.close();
+        };
+        match (was, found) {
+            (SandboxState::Creating | SandboxState::Terminating, _) => {
+                // Half made or half removed when the runtime stopped: finish removing it.
+                if let Err(e) = self.backend.delete(id).await {
+                    tracing::warn!(sandbox_id = %id, error = %e, "could not remove a half-made sandbox");
+                }
+                if was == SandboxState::Creating {
+                    h.set_state(
+                        SandboxState::Failed,
+                        "the runtime restarted while creating it",
+                    );
+                    h.log.close();
+                } else {
+                    gone("deleted");
+                }
+            }
+            (_, None | Some(BackendState::Missing)) => {
+                // The container vanished behind our back; remove what is left (its workspace volume).
+                if let Err(e) = self.backend.delete(id).await {
+                    tracing::warn!(sandbox_id = %id, error = %e, "could not remove a sandbox's leftovers");
+                }
+                gone("its container vanished while the runtime was down");
+            }
+            (_, Some(BackendState::Paused)) => {
+                h.set_state(SandboxState::Paused, "paused");
+                tracing::info!(sandbox_id = %id, "took over a paused sandbox");
+            }
+            (_, Some(BackendState::Running | BackendState::Stopped)) => {
+                match self.reconnect(&h).await {
+                    Ok(()) => {
+                        h.set_state(SandboxState::Running, "");
+                        h.log.append(
+                            None,
+                            ObservationKind::AgentState {
+                                message: "sandbox taken over after a runtime restart".into(),
+                                details: [("state".to_owned(), "RUNNING".to_owned())].into(),
+                            },
+                        );
+                        tracing::info!(sandbox_id = %id, "took over a running sandbox");
+                    }
+                    Err(e) => {
+                        // Alive but not answering yet: the health watch brings it back.
+                        tracing::warn!(sandbox_id = %id, error = %e, "executor not answering after a restart");
+                        h.set_state(SandboxState::Unhealthy, e.to_string());
+                    }
+                }
+                self.watch_health(&h);
+            }
+        }
+        // Last activity counts from the takeover, not from before the downtime.
+        if !h.state().is_final() {
+            h.touch();
+        }
+        self.persist(&h);
+    }
+
+    async fn reconnect(&self, h: &SandboxHandle) -> Result<()> {
+        let endpoint = self.backend.ensure_running(h.id).await?;
+        let client = ExecutorClient::new(
+            &endpoint,
+            &h.token,
+            self.config.executor_call_timeout,
+            self.config.executor_keepalive,
+        )?;
+        client
+            .wait_ready(TAKEOVER_READY.min(self.config.ready_timeout))
+            .await?;
+        h.set_executor(client);
+        Ok(())
+    }
+}
