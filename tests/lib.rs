@@ -148,6 +148,60 @@ impl Harness {
         Self::start_with(|_| {}).await
     }
 
+    /// Clients over a runtime that runs elsewhere (a [`RuntimeProcess`]); `data_dir` and `guard` are
+    /// that runtime's.
+    pub fn over(channel: Channel, data_dir: tempfile::TempDir, guard: InstanceGuard) -> Self {
+        Self {
+            runtime: None,
+            sandboxes: SandboxServiceClient::new(channel.clone()),
+            actions: ActionServiceClient::new(channel.clone()),
+            spaces: SpaceServiceClient::new(channel.clone()),
+            channel,
+            data_dir,
+            guard,
+        }
+    }
+
+    /// A fresh instance name and its cleanup guard.
+    pub fn new_instance() -> InstanceGuard {
+        InstanceGuard {
+            instance: format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        }
+    }
+
+    /// GetSandbox.
+    pub async fn get(&mut self, sandbox: &str) -> Result<api::Sandbox> {
+        self.sandboxes
+            .get_sandbox(api::GetSandboxRequest {
+                sandbox_id: sandbox.to_owned(),
+            })
+            .await?
+            .into_inner()
+            .sandbox
+            .context("GetSandbox returned no sandbox")
+    }
+
+    /// Polls GetSandbox until the sandbox is in `state` (or NotFound, when `state` is TERMINATED and the
+    /// sandbox was forgotten), for at most `within`.
+    pub async fn wait_state(
+        &mut self,
+        sandbox: &str,
+        state: api::SandboxState,
+        within: Duration,
+    ) -> Result<api::Sandbox> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let sb = self.get(sandbox).await?;
+            if sb.state == state as i32 {
+                return Ok(sb);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("sandbox {sandbox} did not reach {state:?} within {within:?}: {sb:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Creates a sandbox with `spec` and returns it.
     pub async fn create(&mut self, spec: api::SandboxSpec) -> Result<api::Sandbox> {
         let resp = self

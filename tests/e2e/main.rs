@@ -6,5 +6,7 @@ mod bad_input;
 mod faults;
 mod ipython;
 mod lifecycle;
+mod persistence;
 mod shell;
+mod spaces;
 mod streams;

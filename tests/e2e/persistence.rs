@@ -1,0 +1,309 @@
+//! Sandbox lifecycle beyond create and delete: pause and resume, idle expiry, get-or-create by key, and a
+//! control plane that is killed and started again.
+
+use std::time::Duration;
+
+use mentis_e2e::*;
+use mentis_proto::api;
+use tonic::Code;
+
+fn code<T>(r: Result<T, tonic::Status>) -> Code {
+    match r {
+        Ok(_) => Code::Ok,
+        Err(s) => s.code(),
+    }
+}
+
+async fn pause(h: &mut Harness, id: &str) -> anyhow::Result<api::Sandbox> {
+    Ok(h.sandboxes
+        .pause_sandbox(api::PauseSandboxRequest {
+            sandbox_id: id.to_owned(),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap())
+}
+
+async fn resume(h: &mut Harness, id: &str) -> anyhow::Result<api::Sandbox> {
+    Ok(h.sandboxes
+        .resume_sandbox(api::ResumeSandboxRequest {
+            sandbox_id: id.to_owned(),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap())
+}
+
+#[tokio::test]
+async fn pause_then_resume_keeps_files_and_kernel_state() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let id = h.create_default().await?.sandbox_id;
+    h.sh(&id, "echo kept > /workspace/f").await?;
+    assert_eq!(ipython_result(&h.py(&id, "x = 41").await?)?.status, 1);
+
+    let paused = pause(&mut h, &id).await?;
+    assert_eq!(paused.state, api::SandboxState::Paused as i32);
+    assert_eq!(inspect(&container_of(&id), "{{.State.Status}}")?, "paused");
+    // Idempotent; actions are refused while paused.
+    assert_eq!(
+        pause(&mut h, &id).await?.state,
+        api::SandboxState::Paused as i32
+    );
+    let r = h
+        .actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.clone(),
+            action: Some(shell_action(cmd("true"))),
+            action_id: String::new(),
+        })
+        .await;
+    assert_eq!(code(r), Code::FailedPrecondition);
+
+    let resumed = resume(&mut h, &id).await?;
+    assert_eq!(resumed.state, api::SandboxState::Running as i32);
+    assert_eq!(stdout(&h.sh(&id, "cat /workspace/f").await?), "kept\n");
+    assert_eq!(
+        cell_value(&h.py(&id, "x + 1").await?).as_deref(),
+        Some("42")
+    );
+
+    // A running action makes pause a FailedPrecondition (its stream would not survive the freeze).
+    let mut long = h
+        .actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.clone(),
+            action: Some(shell_action(cmd("sleep 30"))),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let _accepted = futures::StreamExt::next(&mut long).await;
+    let r = h
+        .sandboxes
+        .pause_sandbox(api::PauseSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await;
+    assert_eq!(code(r), Code::FailedPrecondition);
+
+    // auto_resume: an action on a paused sandbox resumes it.
+    let auto = h
+        .create(api::SandboxSpec {
+            auto_resume: true,
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    pause(&mut h, &auto).await?;
+    assert_eq!(stdout(&h.sh(&auto, "echo awake").await?), "awake\n");
+    assert_eq!(h.get(&auto).await?.state, api::SandboxState::Running as i32);
+    h.stop().await
+}
+
+#[tokio::test]
+async fn idle_sandboxes_are_paused_or_deleted_and_lifetimes_end() -> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| c.reaper_interval = Duration::from_secs(1)).await?;
+    let to_pause = h
+        .create(api::SandboxSpec {
+            idle_timeout_seconds: 2,
+            idle_policy: api::IdlePolicy::Pause as i32,
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    let to_delete = h
+        .create(api::SandboxSpec {
+            idle_timeout_seconds: 2,
+            idle_policy: api::IdlePolicy::Delete as i32,
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    let short_lived = h
+        .create(api::SandboxSpec {
+            idle_policy: api::IdlePolicy::Keep as i32,
+            max_lifetime_seconds: 3,
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    let kept = h
+        .create(api::SandboxSpec {
+            idle_timeout_seconds: 2,
+            idle_policy: api::IdlePolicy::Keep as i32,
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    let within = Duration::from_secs(30);
+    let paused = h
+        .wait_state(&to_pause, api::SandboxState::Paused, within)
+        .await?;
+    assert_eq!(paused.state_reason, "idle timeout");
+    let deleted = h
+        .wait_state(&to_delete, api::SandboxState::Terminated, within)
+        .await?;
+    assert!(deleted.state_reason.contains("idle"), "{deleted:?}");
+    assert!(docker(&["inspect", &container_of(&to_delete)]).is_err());
+    let expired = h
+        .wait_state(&short_lived, api::SandboxState::Terminated, within)
+        .await?;
+    assert!(expired.state_reason.contains("lifetime"), "{expired:?}");
+    assert_eq!(h.get(&kept).await?.state, api::SandboxState::Running as i32);
+    h.stop().await
+}
+
+#[tokio::test]
+async fn get_or_create_by_external_key() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let spec = api::SandboxSpec {
+        external_key: "chat-42".into(),
+        ..Default::default()
+    };
+    let first = h.create(spec.clone()).await?;
+    let second = h.create(spec.clone()).await?;
+    assert_eq!(first.sandbox_id, second.sandbox_id);
+    assert_eq!(second.external_key, "chat-42");
+    let found = h
+        .sandboxes
+        .get_sandbox_by_key(api::GetSandboxByKeyRequest {
+            space_id: String::new(),
+            external_key: "chat-42".into(),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap();
+    assert_eq!(found.sandbox_id, first.sandbox_id);
+    let missing = h
+        .sandboxes
+        .get_sandbox_by_key(api::GetSandboxByKeyRequest {
+            space_id: String::new(),
+            external_key: "chat-43".into(),
+        })
+        .await;
+    assert_eq!(code(missing), Code::NotFound);
+    let bad = h
+        .sandboxes
+        .get_sandbox_by_key(api::GetSandboxByKeyRequest {
+            space_id: String::new(),
+            external_key: String::new(),
+        })
+        .await;
+    assert_eq!(code(bad), Code::InvalidArgument);
+    // Once deleted, the key is free again.
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: first.sandbox_id.clone(),
+        })
+        .await?;
+    let fresh = h.create(spec).await?;
+    assert_ne!(fresh.sandbox_id, first.sandbox_id);
+    h.stop().await
+}
+
+#[tokio::test]
+async fn a_container_removed_behind_the_runtimes_back_is_terminated() -> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| c.health_interval = Duration::from_secs(1)).await?;
+    let id = h.create_default().await?.sandbox_id;
+    docker(&["rm", "-f", &container_of(&id)])?;
+    let sb = h
+        .wait_state(&id, api::SandboxState::Terminated, Duration::from_secs(60))
+        .await?;
+    assert!(sb.state_reason.contains("gone"), "{sb:?}");
+    // Its workspace volume went too.
+    assert!(h.guard.volumes().is_empty(), "{:?}", h.guard.volumes());
+    h.stop().await
+}
+
+#[tokio::test]
+async fn a_killed_runtime_takes_its_sandboxes_over_when_started_again() -> anyhow::Result<()> {
+    let bin = env!("CARGO_BIN_EXE_mentis-runtime-under-test");
+    let guard = Harness::new_instance();
+    let instance = guard.instance.clone();
+    let data_dir = tempfile::tempdir()?;
+    let mut first = RuntimeProcess::start(bin, &instance, data_dir.path()).await?;
+    let mut h = Harness::over(first.channel().await?, data_dir, guard);
+
+    let running = h
+        .create(api::SandboxSpec {
+            external_key: "conversation-1".into(),
+            labels: [("app".to_owned(), "e2e".to_owned())].into(),
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    h.sh(&running, "echo persisted > /workspace/f").await?;
+    h.py(&running, "state = 'kept'").await?;
+    let last_seq_before = h.get(&running).await?.last_seq;
+    let paused = h.create_default().await?.sandbox_id;
+    pause(&mut h, &paused).await?;
+    let vanishing = h.create_default().await?.sandbox_id;
+
+    // SIGKILL: no shutdown code runs. Meanwhile a container disappears.
+    first.kill();
+    docker(&["rm", "-f", &container_of(&vanishing)])?;
+
+    let Harness {
+        data_dir, guard, ..
+    } = h;
+    let second = RuntimeProcess::start(bin, &instance, data_dir.path()).await?;
+    let mut h = Harness::over(second.channel().await?, data_dir, guard);
+
+    let sb = h.get(&running).await?;
+    assert_eq!(sb.state, api::SandboxState::Running as i32, "{sb:?}");
+    assert_eq!(sb.external_key, "conversation-1");
+    assert_eq!(sb.labels.get("app").map(String::as_str), Some("e2e"));
+    assert!(
+        sb.last_seq > last_seq_before,
+        "seqs continue upwards: {sb:?}"
+    );
+    assert_eq!(
+        stdout(&h.sh(&running, "cat /workspace/f").await?),
+        "persisted\n"
+    );
+    // The container was never restarted: the kernel kept its state.
+    assert_eq!(
+        cell_value(&h.py(&running, "state").await?).as_deref(),
+        Some("'kept'")
+    );
+    let found = h
+        .sandboxes
+        .get_sandbox_by_key(api::GetSandboxByKeyRequest {
+            space_id: String::new(),
+            external_key: "conversation-1".into(),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap();
+    assert_eq!(found.sandbox_id, running);
+
+    assert_eq!(
+        h.get(&paused).await?.state,
+        api::SandboxState::Paused as i32
+    );
+    resume(&mut h, &paused).await?;
+    assert_eq!(stdout(&h.sh(&paused, "echo back").await?), "back\n");
+
+    let gone = h.get(&vanishing).await?;
+    assert_eq!(gone.state, api::SandboxState::Terminated as i32, "{gone:?}");
+    assert!(gone.state_reason.contains("vanished"), "{gone:?}");
+
+    let listed = h
+        .sandboxes
+        .list_sandboxes(api::ListSandboxesRequest {
+            states: vec![
+                api::SandboxState::Running as i32,
+                api::SandboxState::Paused as i32,
+            ],
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(listed.sandboxes.len(), 2, "{listed:?}");
+    drop(second);
+    Ok(())
+}
