@@ -191,3 +191,49 @@ async fn space_crud_limits_and_deletion() -> anyhow::Result<()> {
     assert_eq!(code(r), Code::FailedPrecondition);
     h.stop().await
 }
+
+#[tokio::test]
+async fn a_space_gets_its_read_only_data_mount() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir()?;
+    std::fs::write(data.path().join("facts.csv"), "a,b\n1,2\n")?;
+    // The sandbox user (uid 1000) must be able to read it.
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755))?;
+    std::fs::set_permissions(
+        data.path().join("facts.csv"),
+        std::fs::Permissions::from_mode(0o644),
+    )?;
+    let host = data.path().to_owned();
+    let mut h = Harness::start_with(move |c| {
+        c.data_mounts = vec![mentis_runtime::config::SpaceMount {
+            space: Some("research".into()),
+            mount: mentis_runtime::config::DataMount {
+                host,
+                target: "/data".into(),
+            },
+        }];
+    })
+    .await?;
+    h.spaces
+        .create_space(api::CreateSpaceRequest {
+            space: Some(space("research", 0)),
+        })
+        .await?;
+    let id = h
+        .create(api::SandboxSpec {
+            space_id: "research".into(),
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    assert_eq!(
+        stdout(&h.sh(&id, "cat /data/facts.csv").await?),
+        "a,b\n1,2\n"
+    );
+    let write = h.sh(&id, "echo x > /data/new 2>&1").await?;
+    assert_ne!(cmd_end(&write)?.exit_code, 0, "the mount is read-only");
+    assert!(!data.path().join("new").exists());
+    let other = h.create_default().await?.sandbox_id;
+    assert_eq!(cmd_end(&h.sh(&other, "test -e /data").await?)?.exit_code, 1);
+    h.stop().await
+}

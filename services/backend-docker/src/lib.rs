@@ -110,7 +110,15 @@ impl DockerBackend {
         #[allow(clippy::cast_possible_truncation)]
         let nano_cpus = (spec.limits.cpu * 1e9).round() as i64;
         let host_config = HostConfig {
-            binds: Some(vec![format!("{volume}:/workspace")]),
+            binds: Some(
+                std::iter::once(format!("{volume}:/workspace"))
+                    .chain(
+                        spec.data_mounts
+                            .iter()
+                            .map(|m| format!("{}:{}:ro", m.host.display(), m.target)),
+                    )
+                    .collect(),
+            ),
             network_mode: Some(self.config.network.clone()),
             memory: Some(memory),
             // Equal to memory: no swap beyond the memory limit.

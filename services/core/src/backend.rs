@@ -17,6 +17,17 @@ pub struct BackendSpec {
     pub limits: Limits,
     /// The secret the executor will require on every call. Never logged.
     pub token: String,
+    /// Host folders mounted read-only into the sandbox.
+    pub data_mounts: Vec<DataMount>,
+}
+
+/// A host folder a sandbox sees read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataMount {
+    /// Absolute path on the host.
+    pub host: std::path::PathBuf,
+    /// Absolute path in the sandbox (for example `/data`).
+    pub target: String,
 }
 
 impl fmt::Debug for BackendSpec {
@@ -26,6 +37,7 @@ impl fmt::Debug for BackendSpec {
             .field("space_id", &self.space_id)
             .field("image", &self.image)
             .field("limits", &self.limits)
+            .field("data_mounts", &self.data_mounts)
             .field("token", &"<redacted>")
             .finish()
     }

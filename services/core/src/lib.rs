@@ -12,7 +12,7 @@ pub mod sandbox;
 pub mod space;
 
 pub use action::{Action, IPythonAction, ShellAction};
-pub use backend::{BackendSandbox, BackendSpec, BackendState, Endpoint, SandboxBackend};
+pub use backend::{BackendSandbox, BackendSpec, BackendState, DataMount, Endpoint, SandboxBackend};
 pub use error::{Error, Result};
 pub use ids::{ActionId, SandboxId, SpaceId};
 pub use kernel::VariableSummary;

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mentis_backend_docker::DockerConfig;
-use mentis_core::{Expiry, IdlePolicy, LimitsPolicy};
+pub use mentis_core::DataMount;
+use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
 
 use crate::api::outbound::StreamPolicy;
 use crate::observations::LogLimits;
@@ -53,6 +54,79 @@ pub struct RuntimeConfig {
     pub expiry: Expiry,
     /// `MENTIS_REAPER_INTERVAL_SECS`: how often expiry is checked.
     pub reaper_interval: Duration,
+    /// `MENTIS_DATA_MOUNTS`: host folders mounted read-only into the sandboxes of a space, as
+    /// `SPACE=HOST_DIR:TARGET` entries separated by `;` (`*` for every space), for example
+    /// `research=/srv/datasets:/data`.
+    pub data_mounts: Vec<SpaceMount>,
+}
+
+/// A host folder the sandboxes of one space (or all) see read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpaceMount {
+    /// `None` = every space.
+    pub space: Option<String>,
+    pub mount: DataMount,
+}
+
+impl RuntimeConfig {
+    /// The read-only mounts of a sandbox in `space`.
+    pub fn mounts_for(&self, space: &str) -> Vec<DataMount> {
+        self.data_mounts
+            .iter()
+            .filter(|m| m.space.as_deref().is_none_or(|s| s == space))
+            .map(|m| m.mount.clone())
+            .collect()
+    }
+}
+
+fn parse_mounts(value: &str) -> Result<Vec<SpaceMount>, ConfigError> {
+    const VAR: &str = "MENTIS_DATA_MOUNTS";
+    let mut out = Vec::new();
+    for entry in value.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let bad = |why: &str| {
+            err(
+                VAR,
+                value,
+                format!("{entry:?}: {why} (use SPACE=HOST_DIR:TARGET)"),
+            )
+        };
+        let (space, rest) = entry.split_once('=').ok_or_else(|| bad("no '='"))?;
+        let (host, target) = rest.rsplit_once(':').ok_or_else(|| bad("no ':'"))?;
+        let space = match space.trim() {
+            "*" => None,
+            s => Some(
+                SpaceId::parse(s)
+                    .map_err(|e| bad(&e.to_string()))?
+                    .as_str()
+                    .to_owned(),
+            ),
+        };
+        let host = std::path::PathBuf::from(host.trim());
+        if !host.is_absolute() || !host.is_dir() {
+            return Err(bad(
+                "the host folder must be an absolute path to an existing folder",
+            ));
+        }
+        let target = target.trim();
+        let target_ok = target.starts_with('/')
+            && target != "/"
+            && !target.split('/').any(|c| c == "..")
+            && !(target == "/workspace" || target.starts_with("/workspace/"))
+            && target.bytes().all(|b| b.is_ascii_graphic() && b != b',');
+        if !target_ok {
+            return Err(bad(
+                "the target must be an absolute path outside /workspace",
+            ));
+        }
+        out.push(SpaceMount {
+            space,
+            mount: DataMount {
+                host,
+                target: target.to_owned(),
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// A setting that could not be used.
@@ -90,6 +164,7 @@ impl Default for RuntimeConfig {
                 auto_resume: false,
             },
             reaper_interval: Duration::from_secs(10),
+            data_mounts: Vec::new(),
         }
     }
 }
@@ -169,6 +244,9 @@ impl RuntimeConfig {
         if let Some(v) = get("MENTIS_REAPER_INTERVAL_SECS") {
             c.reaper_interval = secs("MENTIS_REAPER_INTERVAL_SECS", &v)?;
         }
+        if let Some(v) = get("MENTIS_DATA_MOUNTS") {
+            c.data_mounts = parse_mounts(&v)?;
+        }
         if let Some(v) = get("MENTIS_READY_TIMEOUT_SECS") {
             c.ready_timeout =
                 Duration::from_secs(positive("MENTIS_READY_TIMEOUT_SECS", &v)? as u64);
@@ -230,6 +308,28 @@ mod tests {
         .expect("ok");
         assert_eq!(c.listen.port(), 0);
         assert_eq!(c.executor_image, "x:y");
+    }
+
+    #[test]
+    fn data_mounts_parse_and_are_checked() {
+        let c = cfg(&[(
+            "MENTIS_DATA_MOUNTS",
+            "research=/tmp:/data; *=/usr/share:/ref",
+        )])
+        .expect("ok");
+        assert_eq!(c.mounts_for("research").len(), 2);
+        assert_eq!(c.mounts_for("default").len(), 1);
+        assert_eq!(c.mounts_for("default")[0].target, "/ref");
+        for bad in [
+            "research=/tmp",
+            "research=tmp:/data",
+            "research=/no/such/dir:/data",
+            "research=/tmp:/workspace/x",
+            "research=/tmp:/../etc",
+            "Bad Space=/tmp:/data",
+        ] {
+            assert!(cfg(&[("MENTIS_DATA_MOUNTS", bad)]).is_err(), "{bad}");
+        }
     }
 
     #[test]

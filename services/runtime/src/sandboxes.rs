@@ -196,6 +196,7 @@ impl Manager {
             image: record.image.clone(),
             limits: record.limits,
             token: handle.token.clone(),
+            data_mounts: self.config.mounts_for(record.space_id.as_str()),
         };
         let this = Arc::clone(self);
         let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
