@@ -24,7 +24,7 @@ if grpcurl -plaintext -max-time 1 127.0.0.1:50051 list >/dev/null 2>&1; then
   exit 1
 fi
 cargo build -q -p mentis-runtime
-MENTIS_INSTANCE=$instance RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
+MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
 runtime_pid=$!
 for _ in $(seq 1 100); do
   grpcurl -plaintext -max-time 1 127.0.0.1:50051 grpc.health.v1.Health/Check >/dev/null 2>&1 && break
@@ -45,11 +45,21 @@ if ! bash -euo pipefail "$work/python.sh" >"$work/python.out" 2>&1; then
   exit 1
 fi
 cat "$work/python.out" >>"$work/out"
+sed -n '/<!-- lifecycle:begin -->/,/<!-- lifecycle:end -->/p' README.md | sed '/^```/d; /^<!--/d' >"$work/lifecycle.sh"
+if ! bash -euo pipefail "$work/lifecycle.sh" >"$work/lifecycle.out" 2>&1; then
+  echo "readme-walkthrough: the README's lifecycle commands failed:" >&2
+  cat "$work/lifecycle.out" "$work/runtime.log" >&2
+  exit 1
+fi
+cat "$work/lifecycle.out" >>"$work/out"
+[ "$(grep -c '^SANDBOX_STATE_RUNNING$' "$work/lifecycle.out")" = 2 ] ||
+  { echo "readme-walkthrough: lifecycle: expected RUNNING twice" >&2; cat "$work/lifecycle.out" >&2; exit 1; }
 fail=0
 for want in 'mentis.v1.SandboxService' 'mentis.v1.ActionService' 'grpc.health.v1.Health' \
   'grpc.reflection.v1alpha.ServerReflection' '"cmdStart"' 'aGVsbG8K' 'd29ybGQK' '"exitCode": 3' \
   'END_REASON_EXITED' '"ipythonResult"' 'IPYTHON_STATUS_OK' '"text/html"' 'sum 10' '"shape"' \
-  'cell 2 IPYTHON_STATUS_OK'; do
+  'cell 2 IPYTHON_STATUS_OK' '"spaceId": "team-a"' 'same sandbox for chat-1234' 'SANDBOX_STATE_PAUSED' \
+  'chat-1234 20'; do
   grep -qF -- "$want" "$work/out" || { echo "readme-walkthrough: output lacks $want" >&2; fail=1; }
 done
 if grep -qF mentis.executor "$work/out"; then echo "readme-walkthrough: reflection shows the internal API" >&2; fail=1; fi

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mentis_core::{BackendState, ObservationKind, Result, SandboxId, SandboxState};
+use mentis_core::{BackendState, Error, ObservationKind, Result, SandboxId, SandboxState};
 
 use super::Manager;
 use super::handle::SandboxHandle;
@@ -16,6 +16,8 @@ use crate::store::StoredSandbox;
 
 /// Meta key: "1" when the last run shut down cleanly (every newest seq was stored).
 pub(super) const CLEAN_SHUTDOWN: &str = "clean_shutdown";
+/// Meta key: the `MENTIS_INSTANCE` whose sandboxes the store records.
+const INSTANCE: &str = "instance";
 /// After a crash the stored newest seq may be behind (it is flushed every second): logs taken over then
 /// continue this far above it, so no seq is ever handed out twice.
 const SEQ_JUMP_AFTER_CRASH: u64 = 1 << 20;
@@ -26,6 +28,20 @@ impl Manager {
     /// Prepares the backend, loads spaces and sandboxes from the store and reconciles them with what the
     /// backend holds, then starts the sweeper and the reaper.
     pub async fn start(self: &Arc<Self>) -> Result<()> {
+        // The store and the backend's labels must speak of the same instance, or the reconciliation below
+        // would take another instance's sandboxes for vanished ones.
+        let instance = &self.config.docker.instance;
+        match self.store.meta(INSTANCE)? {
+            None => self.store.set_meta(INSTANCE, instance)?,
+            Some(owner) if &owner == instance => {}
+            Some(owner) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "the store in {} belongs to instance {owner:?}, not {instance:?}: set \
+                     MENTIS_INSTANCE={owner} or use another MENTIS_DATA_DIR",
+                    self.config.data_dir.display()
+                )));
+            }
+        }
         self.backend.prepare().await?;
         self.load_spaces()?;
         let clean = self.store.meta(CLEAN_SHUTDOWN)?.as_deref() == Some("1");
