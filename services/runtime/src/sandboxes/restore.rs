@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use mentis_core::{BackendState, Error, ObservationKind, Result, SandboxId, SandboxState};
 
 use super::Manager;
@@ -21,6 +22,8 @@ const INSTANCE: &str = "instance";
 /// After a crash the stored newest seq may be behind (it is flushed every second): logs taken over then
 /// continue this far above it, so no seq is ever handed out twice.
 const SEQ_JUMP_AFTER_CRASH: u64 = 1 << 20;
+/// Sandboxes taken over at once.
+const RESTORE_CONCURRENCY: usize = 16;
 /// How long a taken-over executor has to answer.
 const TAKEOVER_READY: Duration = Duration::from_secs(20);
 
@@ -55,10 +58,16 @@ impl Manager {
             .collect();
         let stored = self.store.sandboxes()?;
         let known: Vec<SandboxId> = stored.iter().map(|s| s.record.id).collect();
-        for s in stored {
-            let state = found.get(&s.record.id).copied();
-            self.restore(s, state, clean).await;
-        }
+        // Several at once: one executor that does not answer must not hold the others (or the start) up
+        // for long.
+        futures::stream::iter(stored)
+            .map(|s| {
+                let state = found.get(&s.record.id).copied();
+                self.restore(s, state, clean)
+            })
+            .buffer_unordered(RESTORE_CONCURRENCY)
+            .collect::<()>()
+            .await;
         for (id, state) in found {
             if !known.contains(&id) {
                 tracing::info!(sandbox_id = %id, ?state, "removing a sandbox with no record");
