@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig, VolumeCreateRequest,
+    ContainerCreateBody, ContainerStateStatusEnum, EndpointSettings, HostConfig, NetworkingConfig,
+    VolumeCreateRequest,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
@@ -57,10 +58,7 @@ impl DockerBackend {
         Ok(Self { docker, config })
     }
 
-    async fn container_status(
-        &self,
-        name: &str,
-    ) -> Result<Option<bollard::models::ContainerStateStatusEnum>> {
+    async fn container_status(&self, name: &str) -> Result<Option<ContainerStateStatusEnum>> {
         let info = self
             .call(
                 "inspect container",
@@ -69,6 +67,29 @@ impl DockerBackend {
             .await
             .docker_ctx("inspect the container")?;
         Ok(info.state.and_then(|s| s.status))
+    }
+
+    /// The outcome of pause or unpause: NotFound when the container is gone; a refusal (409: already in
+    /// that state, or not running) is success when the container is now `wanted`.
+    async fn settle(
+        &self,
+        id: SandboxId,
+        name: &str,
+        result: Result<(), bollard::errors::Error>,
+        wanted: ContainerStateStatusEnum,
+        what: &str,
+    ) -> Result<()> {
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(Error::NotFound(format!(
+                "the container of sandbox {id} is gone"
+            ))),
+            Err(e) if self.container_status(name).await? == Some(wanted) => {
+                tracing::debug!(sandbox_id = %id, error = %e, "{what}: already done");
+                Ok(())
+            }
+            Err(e) => Err(error::to_core(&format!("{what} the container"), e)),
+        }
     }
 
     fn container_name(id: SandboxId) -> String {
@@ -262,7 +283,7 @@ impl SandboxBackend for DockerBackend {
     }
 
     async fn ensure_running(&self, id: SandboxId) -> Result<Endpoint> {
-        use bollard::models::ContainerStateStatusEnum as S;
+        use ContainerStateStatusEnum as S;
         let name = Self::container_name(id);
         let info = match self
             .call(
@@ -300,37 +321,26 @@ impl SandboxBackend for DockerBackend {
 
     async fn pause(&self, id: SandboxId) -> Result<()> {
         let name = Self::container_name(id);
-        match self
+        let paused = self
             .call("pause container", self.docker.pause_container(&name))
+            .await;
+        self.settle(id, &name, paused, ContainerStateStatusEnum::PAUSED, "pause")
             .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(Error::NotFound(format!(
-                "the container of sandbox {id} is gone"
-            ))),
-            // 409: already paused (or not running): look before deciding.
-            Err(e) => match self.container_status(&name).await? {
-                Some(bollard::models::ContainerStateStatusEnum::PAUSED) => Ok(()),
-                _ => Err(error::to_core("pause the container", e)),
-            },
-        }
     }
 
     async fn resume(&self, id: SandboxId) -> Result<()> {
         let name = Self::container_name(id);
-        match self
+        let resumed = self
             .call("unpause container", self.docker.unpause_container(&name))
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(Error::NotFound(format!(
-                "the container of sandbox {id} is gone"
-            ))),
-            Err(e) => match self.container_status(&name).await? {
-                Some(bollard::models::ContainerStateStatusEnum::RUNNING) => Ok(()),
-                _ => Err(error::to_core("unpause the container", e)),
-            },
-        }
+            .await;
+        self.settle(
+            id,
+            &name,
+            resumed,
+            ContainerStateStatusEnum::RUNNING,
+            "unpause",
+        )
+        .await
     }
 
     async fn list(&self) -> Result<Vec<BackendSandbox>> {

@@ -4,6 +4,7 @@
 mod action_service;
 mod connect;
 pub mod outbound;
+mod paging;
 mod sandbox_service;
 mod space_service;
 pub mod status;

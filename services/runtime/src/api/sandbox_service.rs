@@ -2,16 +2,14 @@
 
 use std::sync::Arc;
 
-use mentis_core::{Error, SandboxId, SpaceId};
+use mentis_core::{SandboxId, SpaceId};
 use mentis_proto::api::{self, sandbox_service_server::SandboxService};
 use tonic::{Request, Response, Status};
 
+use super::paging;
 use super::status::to_status;
 use crate::convert::{request_from_proto, sandbox_to_proto, state_from_proto};
 use crate::sandboxes::{ListQuery, Manager};
-
-const DEFAULT_PAGE: usize = 100;
-const MAX_PAGE: usize = 1000;
 
 /// Implementation of `mentis.v1.SandboxService`.
 #[derive(Debug, Clone)]
@@ -54,20 +52,8 @@ impl SandboxService for SandboxApi {
         req: Request<api::ListSandboxesRequest>,
     ) -> Result<Response<api::ListSandboxesResponse>, Status> {
         let r = req.into_inner();
-        let page_size = match r.page_size {
-            0 => DEFAULT_PAGE,
-            n if n < 0 => return Err(to_status(Error::invalid("page_size may not be negative"))),
-            n => usize::try_from(n).unwrap_or(MAX_PAGE).min(MAX_PAGE),
-        };
-        let after = if r.page_token.is_empty() {
-            None
-        } else {
-            Some(SandboxId::parse(&r.page_token).map_err(|_| {
-                to_status(Error::invalid(
-                    "page_token is not one this service gave out",
-                ))
-            })?)
-        };
+        let page_size = paging::page_size(r.page_size).map_err(to_status)?;
+        let after = paging::page_token(&r.page_token, SandboxId::parse).map_err(to_status)?;
         let states = r
             .states
             .iter()

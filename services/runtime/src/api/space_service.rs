@@ -2,16 +2,14 @@
 
 use std::sync::Arc;
 
-use mentis_core::{Error, SpaceId};
+use mentis_core::SpaceId;
 use mentis_proto::api::{self, space_service_server::SpaceService};
 use tonic::{Request, Response, Status};
 
+use super::paging;
 use super::status::to_status;
 use crate::convert::{space_from_proto, space_to_proto, update_from_proto};
 use crate::sandboxes::Manager;
-
-const DEFAULT_PAGE: usize = 100;
-const MAX_PAGE: usize = 1000;
 
 /// Implementation of `mentis.v1.SpaceService`.
 #[derive(Debug, Clone)]
@@ -54,20 +52,8 @@ impl SpaceService for SpaceApi {
         req: Request<api::ListSpacesRequest>,
     ) -> Result<Response<api::ListSpacesResponse>, Status> {
         let r = req.into_inner();
-        let page_size = match r.page_size {
-            0 => DEFAULT_PAGE,
-            n if n < 0 => return Err(to_status(Error::invalid("page_size may not be negative"))),
-            n => usize::try_from(n).unwrap_or(MAX_PAGE).min(MAX_PAGE),
-        };
-        let after = if r.page_token.is_empty() {
-            None
-        } else {
-            Some(SpaceId::parse(&r.page_token).map_err(|_| {
-                to_status(Error::invalid(
-                    "page_token is not one this service gave out",
-                ))
-            })?)
-        };
+        let page_size = paging::page_size(r.page_size).map_err(to_status)?;
+        let after = paging::page_token(&r.page_token, SpaceId::parse).map_err(to_status)?;
         let (page, more) = self
             .manager
             .list_spaces(after.as_ref().map(SpaceId::as_str), page_size);
