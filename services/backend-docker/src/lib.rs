@@ -19,12 +19,20 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
 };
 use mentis_core::{
-    BackendSandbox, BackendSpec, BackendState, Endpoint, Error, Result, SandboxBackend, SandboxId,
+    BackendSandbox, BackendSpec, BackendState, Endpoint, Error, Limits, Result, SandboxBackend,
+    SandboxId,
 };
 
 pub use config::DockerConfig;
 use error::{DockerCallExt, is_not_found};
-pub use labels::{LABEL_INSTANCE, LABEL_MANAGED, LABEL_SANDBOX_ID, LABEL_SPACE_ID};
+pub use labels::{LABEL_INSTANCE, LABEL_MANAGED, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_SPACE_ID};
+
+/// Memory in bytes and CPU in nano-CPUs, as the engine takes them.
+fn docker_limits(limits: Limits) -> (i64, i64) {
+    #[allow(clippy::cast_possible_truncation)]
+    let nano_cpus = (limits.cpu * 1e9).round() as i64;
+    (limits.memory_mb.saturating_mul(1024 * 1024), nano_cpus)
+}
 
 /// Port the executor listens on inside every container.
 pub const EXECUTOR_PORT: u16 = 50052;
@@ -114,7 +122,7 @@ impl DockerBackend {
     }
 
     async fn create_inner(&self, spec: &BackendSpec) -> Result<Endpoint> {
-        let labels = labels::for_sandbox(&self.config.instance, spec.id, &spec.space_id);
+        let labels = labels::for_sandbox(&self.config.instance, spec.id, spec.space_id.as_ref());
         let volume = Self::volume_name(spec.id);
         self.call(
             "create volume",
@@ -127,9 +135,7 @@ impl DockerBackend {
         .await
         .docker_ctx("create the workspace volume")?;
 
-        let memory = spec.limits.memory_mb * 1024 * 1024;
-        #[allow(clippy::cast_possible_truncation)]
-        let nano_cpus = (spec.limits.cpu * 1e9).round() as i64;
+        let (memory, nano_cpus) = docker_limits(spec.limits);
         let host_config = HostConfig {
             binds: Some(
                 std::iter::once(format!("{volume}:/workspace"))
@@ -317,6 +323,24 @@ impl SandboxBackend for DockerBackend {
             }
         }
         self.endpoint_of(&name).await
+    }
+
+    async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()> {
+        let (memory, nano_cpus) = docker_limits(limits);
+        let update = bollard::models::ContainerUpdateBody {
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            nano_cpus: Some(nano_cpus),
+            pids_limit: Some(limits.pids),
+            ..Default::default()
+        };
+        self.call(
+            "update container",
+            self.docker
+                .update_container(&Self::container_name(id), update),
+        )
+        .await
+        .docker_ctx("update the container's limits")
     }
 
     async fn pause(&self, id: SandboxId) -> Result<()> {

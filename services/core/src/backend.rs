@@ -12,7 +12,9 @@ use crate::sandbox::Limits;
 #[derive(Clone)]
 pub struct BackendSpec {
     pub id: SandboxId,
-    pub space_id: SpaceId,
+    /// `None` for a warm pool member: its space is bound when it is claimed (in the store; labels cannot
+    /// change after creation).
+    pub space_id: Option<SpaceId>,
     pub image: String,
     pub limits: Limits,
     /// The secret the executor will require on every call. Never logged.
@@ -84,6 +86,9 @@ pub trait SandboxBackend: Send + Sync + 'static {
     /// executor's endpoint, which may have changed. NotFound when the sandbox is gone from the backend;
     /// FailedPrecondition when it is paused.
     async fn ensure_running(&self, id: SandboxId) -> Result<Endpoint>;
+
+    /// Changes the CPU, memory and pids limits of a running sandbox (binding a claimed pool member).
+    async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()>;
 
     /// Freezes every process of the sandbox (memory kept, no CPU). Idempotent.
     async fn pause(&self, id: SandboxId) -> Result<()>;

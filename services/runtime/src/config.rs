@@ -58,6 +58,61 @@ pub struct RuntimeConfig {
     /// `SPACE=HOST_DIR:TARGET` entries separated by `;` (`*` for every space), for example
     /// `research=/srv/datasets:/data`.
     pub data_mounts: Vec<SpaceMount>,
+    /// `MENTIS_POOL`: warm pools, as `IMAGE=MIN_IDLE:MAX_TOTAL` entries separated by `;` (`default` = the
+    /// default executor image), for example `default=2:16`.
+    pub pools: Vec<PoolConfig>,
+}
+
+/// A warm pool: containers of one image made ahead with a healthy executor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    pub image: String,
+    /// Idle members kept ready.
+    pub min_idle: usize,
+    /// Members (idle and being made) at most.
+    pub max_total: usize,
+}
+
+fn parse_pools(value: &str, default_image: &str) -> Result<Vec<PoolConfig>, ConfigError> {
+    const VAR: &str = "MENTIS_POOL";
+    let mut out: Vec<PoolConfig> = Vec::new();
+    for entry in value.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let bad = |why: &str| {
+            err(
+                VAR,
+                value,
+                format!("{entry:?}: {why} (use IMAGE=MIN_IDLE:MAX_TOTAL)"),
+            )
+        };
+        let (image, sizes) = entry.rsplit_once('=').ok_or_else(|| bad("no '='"))?;
+        let (min, max) = sizes.split_once(':').ok_or_else(|| bad("no ':'"))?;
+        let min_idle: usize = min
+            .trim()
+            .parse()
+            .map_err(|_| bad("MIN_IDLE is not a number"))?;
+        let max_total: usize = max
+            .trim()
+            .parse()
+            .map_err(|_| bad("MAX_TOTAL is not a number"))?;
+        if max_total == 0 || min_idle > max_total || max_total > 1024 {
+            return Err(bad(
+                "need 0 <= MIN_IDLE <= MAX_TOTAL, 1 <= MAX_TOTAL <= 1024",
+            ));
+        }
+        let image = match image.trim() {
+            "default" => default_image.to_owned(),
+            i => i.to_owned(),
+        };
+        if out.iter().any(|p| p.image == image) {
+            return Err(bad("a second pool for the same image"));
+        }
+        out.push(PoolConfig {
+            image,
+            min_idle,
+            max_total,
+        });
+    }
+    Ok(out)
 }
 
 /// A host folder the sandboxes of one space (or all) see read-only.
@@ -69,6 +124,15 @@ pub struct SpaceMount {
 }
 
 impl RuntimeConfig {
+    /// The read-only mounts every space gets (what a warm pool member is made with).
+    pub fn mounts_for_every_space(&self) -> Vec<DataMount> {
+        self.data_mounts
+            .iter()
+            .filter(|m| m.space.is_none())
+            .map(|m| m.mount.clone())
+            .collect()
+    }
+
     /// The read-only mounts of a sandbox in `space`.
     pub fn mounts_for(&self, space: &str) -> Vec<DataMount> {
         self.data_mounts
@@ -165,6 +229,7 @@ impl Default for RuntimeConfig {
             },
             reaper_interval: Duration::from_secs(10),
             data_mounts: Vec::new(),
+            pools: Vec::new(),
         }
     }
 }
@@ -246,6 +311,9 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_DATA_MOUNTS") {
             c.data_mounts = parse_mounts(&v)?;
+        }
+        if let Some(v) = get("MENTIS_POOL") {
+            c.pools = parse_pools(&v, &c.executor_image)?;
         }
         if let Some(v) = get("MENTIS_READY_TIMEOUT_SECS") {
             c.ready_timeout =
@@ -329,6 +397,34 @@ mod tests {
             "Bad Space=/tmp:/data",
         ] {
             assert!(cfg(&[("MENTIS_DATA_MOUNTS", bad)]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn pools_parse_and_are_checked() {
+        let c = cfg(&[
+            ("MENTIS_EXECUTOR_IMAGE", "x:y"),
+            ("MENTIS_POOL", "default=2:8; other:1=0:1"),
+        ])
+        .expect("ok");
+        assert_eq!(c.pools.len(), 2);
+        assert_eq!(
+            (
+                c.pools[0].image.as_str(),
+                c.pools[0].min_idle,
+                c.pools[0].max_total
+            ),
+            ("x:y", 2, 8)
+        );
+        assert_eq!(c.pools[1].image, "other:1");
+        for bad in [
+            "default=3:2",
+            "default=1",
+            "default=a:b",
+            "default=0:0",
+            "default=1:2;default=1:2",
+        ] {
+            assert!(cfg(&[("MENTIS_POOL", bad)]).is_err(), "{bad}");
         }
     }
 

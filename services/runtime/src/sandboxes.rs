@@ -5,6 +5,7 @@
 mod handle;
 mod health;
 mod lifecycle;
+mod pool;
 mod pump;
 mod restore;
 mod spaces;
@@ -24,6 +25,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use handle::{ActionStatus, Reserved, SandboxHandle, state_name};
+pub use pool::{Pool, PoolStats};
 
 use crate::config::RuntimeConfig;
 use crate::executor_client::ExecutorClient;
@@ -66,6 +68,7 @@ pub struct Manager {
     store: Arc<Store>,
     sandboxes: RwLock<HashMap<SandboxId, Arc<SandboxHandle>>>,
     spaces: RwLock<BTreeMap<String, Space>>,
+    pools: Vec<Arc<Pool>>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
 }
@@ -90,12 +93,14 @@ impl Manager {
         store: Arc<Store>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
+        let pools = config.pools.iter().cloned().map(Pool::new).collect();
         Arc::new(Self {
             config,
             backend,
             store,
             sandboxes: RwLock::new(HashMap::new()),
             spaces: RwLock::new(BTreeMap::new()),
+            pools,
             tasks: TaskTracker::new(),
             shutdown,
         })
@@ -129,16 +134,26 @@ impl Manager {
             return Err(Error::Unavailable("the runtime is shutting down".into()));
         }
         let spec = req.validate(&self.config.limits, &self.config.expiry)?;
-        let id = SandboxId::new();
+        let image = spec
+            .image
+            .clone()
+            .unwrap_or_else(|| self.config.executor_image.clone());
+        // A pool member fits any request for its image, unless the space has data mounts of its own (those
+        // are bound at container creation).
+        let pool = self.pool_for(&image).filter(|_| {
+            self.config.mounts_for(spec.space_id.as_str()) == self.config.mounts_for_every_space()
+        });
+        let member = pool.as_ref().and_then(|p| p.take());
+        let (id, token) = match &member {
+            Some(m) => (m.id, m.token.clone()),
+            None => (SandboxId::new(), random_token()),
+        };
         let now = SystemTime::now();
         let record = Sandbox {
             id,
             space_id: spec.space_id.clone(),
             state: SandboxState::Creating,
-            image: spec
-                .image
-                .clone()
-                .unwrap_or_else(|| self.config.executor_image.clone()),
+            image,
             labels: spec.labels.clone(),
             limits: spec.limits,
             created_at: now,
@@ -152,8 +167,59 @@ impl Manager {
             record.clone(),
             spec.env.clone(),
             ObservationLog::new(id, self.config.log_limits),
-            random_token(),
+            token,
         ));
+        let admitted = self.admit(&handle, &record, &spec.env, member.is_some());
+        match (admitted, member, pool) {
+            (Ok(None), Some(member), Some(pool)) => {
+                let this = Arc::clone(self);
+                let span = tracing::info_span!("claim_sandbox", sandbox_id = %id);
+                return self
+                    .tasks
+                    .spawn(async move { this.bind(handle, member, &pool).await }.instrument(span))
+                    .await
+                    .map_err(|e| Error::Internal(format!("claim task failed: {e}")))?;
+            }
+            (Ok(None), _, _) => {}
+            (other, member, pool) => {
+                // Not claimed after all: the member goes back to its pool.
+                if let (Some(m), Some(p)) = (member, pool) {
+                    p.put_back(m);
+                }
+                return match other {
+                    Ok(Some(existing)) => Ok(existing),
+                    Ok(None) => Err(Error::Internal("unreachable admission outcome".into())),
+                    Err(e) => Err(e),
+                };
+            }
+        }
+        let backend_spec = BackendSpec {
+            id,
+            space_id: Some(record.space_id.clone()),
+            image: record.image.clone(),
+            limits: record.limits,
+            token: handle.token.clone(),
+            data_mounts: self.config.mounts_for(record.space_id.as_str()),
+        };
+        let this = Arc::clone(self);
+        let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
+        let task = self
+            .tasks
+            .spawn(async move { this.bring_up(handle, backend_spec).await }.instrument(span));
+        task.await
+            .map_err(|e| Error::Internal(format!("create task failed: {e}")))?
+    }
+
+    /// Checks the space, the key and the limits, records the sandbox and registers its handle, all under
+    /// the registry's lock. `Some` = a live sandbox already carries the request's key: that is the answer.
+    fn admit(
+        &self,
+        handle: &Arc<SandboxHandle>,
+        record: &Sandbox,
+        env: &BTreeMap<String, String>,
+        claimed: bool,
+    ) -> Result<Option<Sandbox>> {
+        let id = record.id;
         {
             let mut map = self.write();
             let space = self.space_record(&record.space_id)?;
@@ -166,7 +232,7 @@ impl Manager {
                         && s.external_key.as_ref() == Some(key)
                 })
             {
-                return Ok(existing.snapshot());
+                return Ok(Some(existing.snapshot()));
             }
             let live = map.values().filter(|h| !h.state().is_final()).count();
             if live >= self.config.max_sandboxes {
@@ -186,25 +252,59 @@ impl Manager {
                     record.space_id
                 )));
             }
-            self.store
-                .put_sandbox(&record, &spec.env, &handle.token, 0)?;
-            map.insert(id, Arc::clone(&handle));
+            if claimed {
+                self.store.claim(record, env, &handle.token)?;
+            } else {
+                self.store.put_sandbox(record, env, &handle.token, 0)?;
+            }
+            map.insert(id, Arc::clone(handle));
         }
-        let backend_spec = BackendSpec {
-            id,
-            space_id: record.space_id.clone(),
-            image: record.image.clone(),
-            limits: record.limits,
-            token: handle.token.clone(),
-            data_mounts: self.config.mounts_for(record.space_id.as_str()),
+        Ok(None)
+    }
+
+    /// Makes a claimed pool member the sandbox of `h`: its limits are set, its executor is the sandbox's.
+    async fn bind(
+        &self,
+        h: Arc<SandboxHandle>,
+        member: pool::Member,
+        pool: &Pool,
+    ) -> Result<Sandbox> {
+        let record = h.snapshot();
+        let bound = if record.limits == self.config.limits.default {
+            Ok(())
+        } else {
+            self.backend.update_limits(h.id, record.limits).await
         };
-        let this = Arc::clone(self);
-        let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
-        let task = self
-            .tasks
-            .spawn(async move { this.bring_up(handle, backend_spec).await }.instrument(span));
-        task.await
-            .map_err(|e| Error::Internal(format!("create task failed: {e}")))?
+        match bound {
+            Ok(()) => {
+                h.set_executor(member.client);
+                self.running(&h, "sandbox ready (warm pool)");
+                Ok(h.snapshot())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not bind a pool member");
+                let _ = self.backend.delete(h.id).await;
+                h.set_state(SandboxState::Failed, e.to_string());
+                self.persist(&h);
+                h.log.close();
+                pool.put_back_failed();
+                Err(e)
+            }
+        }
+    }
+
+    /// A sandbox whose executor answers: RUNNING, an agent_state, its health watched.
+    fn running(&self, h: &Arc<SandboxHandle>, message: &str) {
+        h.set_state(SandboxState::Running, "");
+        self.persist(h);
+        h.log.append(
+            None,
+            ObservationKind::AgentState {
+                message: message.into(),
+                details: [("state".to_owned(), "RUNNING".to_owned())].into(),
+            },
+        );
+        self.watch_health(h);
     }
 
     async fn bring_up(&self, h: Arc<SandboxHandle>, spec: BackendSpec) -> Result<Sandbox> {
@@ -227,20 +327,11 @@ impl Manager {
         match result {
             Ok(client) => {
                 h.set_executor(client);
-                h.set_state(SandboxState::Running, "");
-                self.persist(&h);
-                h.log.append(
-                    None,
-                    ObservationKind::AgentState {
-                        message: "sandbox ready".into(),
-                        details: [("state".to_owned(), "RUNNING".to_owned())].into(),
-                    },
-                );
+                self.running(&h, "sandbox ready");
                 tracing::info!(
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "sandbox running"
                 );
-                self.watch_health(&h);
                 Ok(h.snapshot())
             }
             Err(e) => {

@@ -55,6 +55,12 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     last_seq INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sandboxes_by_space ON sandboxes(space_id);
+CREATE TABLE IF NOT EXISTS pool (
+    id TEXT PRIMARY KEY,
+    image TEXT NOT NULL,
+    token TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -69,6 +75,24 @@ pub struct StoredSandbox {
     /// The executor's token. Never logged.
     pub token: String,
     pub last_seq: u64,
+}
+
+/// A warm pool member as stored: a container made ahead, not yet any sandbox.
+#[derive(Clone)]
+pub struct StoredMember {
+    pub id: SandboxId,
+    pub image: String,
+    /// Never logged.
+    pub token: String,
+}
+
+impl std::fmt::Debug for StoredMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredMember")
+            .field("id", &self.id)
+            .field("image", &self.image)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The database.
@@ -254,38 +278,70 @@ impl Store {
         token: &str,
         last_seq: u64,
     ) -> Result<()> {
+        insert_sandbox(&self.conn(), s, env, token, last_seq)
+    }
+
+    /// Records a pool member before its container is made (a crash then leaves a row to clean up, never an
+    /// unknown container taken for a sandbox).
+    pub fn put_member(&self, m: &StoredMember) -> Result<()> {
         self.conn()
             .execute(
-                "INSERT OR REPLACE INTO sandboxes
-                 (id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
-                  external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-                  updated_ms, activity_ms, last_seq)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                  ?19, ?20)",
-                params![
-                    s.id.to_string(),
-                    s.space_id.as_str(),
-                    state_key(s.state),
-                    s.state_reason,
-                    s.image,
-                    to_json(&s.labels),
-                    to_json(env),
-                    s.limits.cpu,
-                    s.limits.memory_mb,
-                    s.limits.pids,
-                    token,
-                    s.external_key,
-                    s.expiry.idle_timeout.as_secs(),
-                    s.expiry.idle_policy.as_str(),
-                    s.expiry.max_lifetime.as_secs(),
-                    s.expiry.auto_resume,
-                    ms(s.created_at),
-                    ms(s.updated_at),
-                    ms(s.last_activity),
-                    i64::try_from(last_seq).unwrap_or(i64::MAX),
-                ],
+                "INSERT OR REPLACE INTO pool (id, image, token, created_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![m.id.to_string(), m.image, m.token, ms(SystemTime::now())],
             )
-            .map_err(db_err("write a sandbox"))?;
+            .map_err(db_err("write a pool member"))?;
+        Ok(())
+    }
+
+    pub fn delete_member(&self, id: SandboxId) -> Result<()> {
+        self.conn()
+            .execute("DELETE FROM pool WHERE id = ?1", params![id.to_string()])
+            .map_err(db_err("delete a pool member"))?;
+        Ok(())
+    }
+
+    /// Every pool member.
+    pub fn members(&self) -> Result<Vec<StoredMember>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT id, image, token FROM pool ORDER BY created_ms")
+            .map_err(db_err("read the pool"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(db_err("read the pool"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, image, token) = row.map_err(db_err("read a pool member"))?;
+            match SandboxId::parse(&id) {
+                Ok(id) => out.push(StoredMember { id, image, token }),
+                Err(_) => tracing::warn!(%id, "store: skipping a pool member with an invalid id"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Turns a pool member into a sandbox in one transaction: after a crash the container is either still
+    /// an idle member or the claimed sandbox, never both or neither.
+    pub fn claim(&self, s: &Sandbox, env: &BTreeMap<String, String>, token: &str) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(db_err("begin a claim"))?;
+        let removed = tx
+            .execute("DELETE FROM pool WHERE id = ?1", params![s.id.to_string()])
+            .map_err(db_err("claim a pool member"))?;
+        if removed != 1 {
+            return Err(Error::Internal(format!(
+                "store: pool member {} is not recorded",
+                s.id
+            )));
+        }
+        insert_sandbox(&tx, s, env, token, 0)?;
+        tx.commit().map_err(db_err("commit a claim"))?;
         Ok(())
     }
 
@@ -404,6 +460,47 @@ impl Store {
     }
 }
 
+fn insert_sandbox(
+    conn: &Connection,
+    s: &Sandbox,
+    env: &BTreeMap<String, String>,
+    token: &str,
+    last_seq: u64,
+) -> Result<()> {
+    conn.execute(
+        "INSERT OR REPLACE INTO sandboxes
+         (id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
+          external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
+          updated_ms, activity_ms, last_seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+          ?19, ?20)",
+        params![
+            s.id.to_string(),
+            s.space_id.as_str(),
+            state_key(s.state),
+            s.state_reason,
+            s.image,
+            to_json(&s.labels),
+            to_json(env),
+            s.limits.cpu,
+            s.limits.memory_mb,
+            s.limits.pids,
+            token,
+            s.external_key,
+            s.expiry.idle_timeout.as_secs(),
+            s.expiry.idle_policy.as_str(),
+            s.expiry.max_lifetime.as_secs(),
+            s.expiry.auto_resume,
+            ms(s.created_at),
+            ms(s.updated_at),
+            ms(s.last_activity),
+            i64::try_from(last_seq).unwrap_or(i64::MAX),
+        ],
+    )
+    .map_err(db_err("write a sandbox"))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -472,5 +569,24 @@ mod tests {
         assert_eq!(store.meta("other").unwrap(), None);
         store.delete_sandbox(s.id).unwrap();
         assert!(store.sandboxes().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_claim_moves_a_member_to_the_sandboxes_once() {
+        let store = Store::in_memory().unwrap();
+        let s = sandbox();
+        let member = StoredMember {
+            id: s.id,
+            image: "img:1".into(),
+            token: "tok".into(),
+        };
+        store.put_member(&member).unwrap();
+        assert_eq!(store.members().unwrap().len(), 1);
+        store.claim(&s, &BTreeMap::new(), "tok").unwrap();
+        assert!(store.members().unwrap().is_empty());
+        assert_eq!(store.sandboxes().unwrap()[0].record.id, s.id);
+        // The same member cannot be claimed twice.
+        assert!(store.claim(&s, &BTreeMap::new(), "tok").is_err());
+        assert_eq!(store.sandboxes().unwrap().len(), 1);
     }
 }

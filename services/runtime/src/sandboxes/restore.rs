@@ -57,7 +57,13 @@ impl Manager {
             .map(|s| (s.id, s.state))
             .collect();
         let stored = self.store.sandboxes()?;
-        let known: Vec<SandboxId> = stored.iter().map(|s| s.record.id).collect();
+        let members = self.store.members()?;
+        let known: Vec<SandboxId> = stored
+            .iter()
+            .map(|s| s.record.id)
+            .chain(members.iter().map(|m| m.id))
+            .collect();
+        self.restore_members(members, &found).await;
         // Several at once: one executor that does not answer must not hold the others (or the start) up
         // for long.
         futures::stream::iter(stored)
@@ -78,6 +84,7 @@ impl Manager {
         }
         self.spawn_sweeper();
         self.spawn_reaper();
+        self.spawn_pools();
         Ok(())
     }
 
