@@ -3,10 +3,12 @@
 
 mod action_service;
 mod connect;
+mod file_service;
 pub mod outbound;
 mod sandbox_service;
 pub mod status;
 mod streams;
 
 pub use action_service::ActionApi;
+pub use file_service::FileApi;
 pub use sandbox_service::SandboxApi;

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use mentis_backend_docker::DockerBackend;
 use mentis_proto::api::action_service_server::ActionServiceServer;
+use mentis_proto::api::file_service_server::FileServiceServer;
 use mentis_proto::api::sandbox_service_server::SandboxServiceServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{ActionApi, SandboxApi};
+use crate::api::{ActionApi, FileApi, SandboxApi};
 use crate::config::RuntimeConfig;
 use crate::sandboxes::Manager;
 
@@ -137,6 +138,7 @@ async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(SandboxServiceServer::new(sandbox_api))
         .add_service(ActionServiceServer::new(action_api))
+        .add_service(FileServiceServer::new(FileApi::new(Arc::clone(&manager))))
         // No Nagle (Server::tcp_nodelay does not apply to an incoming stream we bring): observations
         // are small messages, and Nagle with delayed ACKs adds ~40 ms to every round trip.
         .serve_with_incoming_shutdown(
