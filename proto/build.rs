@@ -9,7 +9,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "mentis/v1/space.proto",
         "mentis/v1/observation.proto",
         "mentis/v1/action.proto",
+        "mentis/v1/file.proto",
         "mentis/executor/v1/executor.proto",
+        "mentis/executor/v1/files.proto",
     ];
     let fds = protox::compile(files, ["."])?;
     // compile_fds() does not honour file_descriptor_set_path(): write the set ourselves for reflection.

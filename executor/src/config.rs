@@ -21,6 +21,9 @@ pub const KERNEL_PYTHON_ENV: &str = "MENTIS_KERNEL_PYTHON";
 /// `1` starts the kernel when the executor starts instead of at the first cell.
 pub const KERNEL_EAGER_ENV: &str = "MENTIS_KERNEL_EAGER";
 
+/// Most bytes one WriteFile or Upload may write.
+pub const MAX_WRITE_BYTES_ENV: &str = "MENTIS_EXECUTOR_MAX_WRITE_BYTES";
+
 /// Default listen address: every interface, because the control plane reaches us over the sandbox network.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:50052";
 /// Default workspace root, where the sandbox's volume is mounted.
@@ -31,6 +34,8 @@ pub const DEFAULT_MAX_ACTIONS: usize = 64;
 pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default kernel python: the image's `python3`, found on PATH.
 pub const DEFAULT_KERNEL_PYTHON: &str = "python3";
+/// Default cap on the bytes one WriteFile or Upload may write: 1 GiB.
+pub const DEFAULT_MAX_WRITE_BYTES: u64 = 1 << 30;
 /// Cells waiting for the kernel beyond this many are refused with ResourceExhausted.
 pub const DEFAULT_KERNEL_QUEUE: usize = 256;
 
@@ -80,6 +85,9 @@ pub struct Config {
     pub default_timeout: Duration,
     /// The Jupyter kernel that runs IPython cells.
     pub kernel: KernelConfig,
+    /// A WriteFile or Upload that would write more than this many bytes is refused (ResourceExhausted)
+    /// and leaves nothing behind.
+    pub max_write_bytes: u64,
 }
 
 impl Config {
@@ -95,6 +103,7 @@ impl Config {
             max_actions: DEFAULT_MAX_ACTIONS,
             default_timeout: DEFAULT_ACTION_TIMEOUT,
             kernel: KernelConfig::default(),
+            max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
         }
     }
 
@@ -145,6 +154,18 @@ impl Config {
             },
         };
 
+        let max_write_bytes = match lookup(MAX_WRITE_BYTES_ENV) {
+            None => DEFAULT_MAX_WRITE_BYTES,
+            Some(raw) => match raw.trim().parse::<u64>() {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "{MAX_WRITE_BYTES_ENV}={raw:?} must be a positive number of bytes"
+                    )));
+                }
+            },
+        };
+
         let mut kernel = KernelConfig::default();
         if let Some(raw) = lookup(KERNEL_PYTHON_ENV) {
             if raw.trim().is_empty() || raw.contains('\0') {
@@ -173,6 +194,7 @@ impl Config {
             max_actions,
             default_timeout: DEFAULT_ACTION_TIMEOUT,
             kernel,
+            max_write_bytes,
         })
     }
 }
@@ -237,6 +259,28 @@ mod tests {
         assert_eq!(config.token.as_bytes(), b"s3cret");
         assert_eq!(config.kernel.python, PathBuf::from(DEFAULT_KERNEL_PYTHON));
         assert!(!config.kernel.eager);
+        assert_eq!(config.max_write_bytes, DEFAULT_MAX_WRITE_BYTES);
+    }
+
+    #[test]
+    fn write_cap_is_read_and_validated() {
+        let ws = tmp();
+        let config = Config::from_lookup(lookup(&[
+            (TOKEN_ENV, "t"),
+            (WORKSPACE_ENV, &ws),
+            (MAX_WRITE_BYTES_ENV, "1024"),
+        ]))
+        .unwrap();
+        assert_eq!(config.max_write_bytes, 1024);
+        for bad in ["0", "-1", "1G"] {
+            let err = Config::from_lookup(lookup(&[
+                (TOKEN_ENV, "t"),
+                (WORKSPACE_ENV, &ws),
+                (MAX_WRITE_BYTES_ENV, bad),
+            ]))
+            .unwrap_err();
+            assert!(err.to_string().contains(MAX_WRITE_BYTES_ENV), "{err}");
+        }
     }
 
     #[test]

@@ -43,6 +43,15 @@ pub enum Error {
     /// The action kind exists in the API but this executor cannot run it yet.
     #[error("{0}")]
     Unimplemented(String),
+    /// A workspace path that does not exist.
+    #[error("{0}")]
+    PathNotFound(String),
+    /// A workspace path that exists where the request needs it not to.
+    #[error("{0}")]
+    PathExists(String),
+    /// A write or upload over the size cap, or a full disk.
+    #[error("{0}")]
+    TooLarge(String),
     /// The request carried no token or the wrong one.
     #[error("missing or invalid bearer token")]
     Unauthenticated,
@@ -67,8 +76,9 @@ impl From<Error> for Status {
     fn from(err: Error) -> Self {
         let code = match &err {
             Error::InvalidArgument(_) => Code::InvalidArgument,
-            Error::NotFound(_) => Code::NotFound,
-            Error::AlreadyExists(_) => Code::AlreadyExists,
+            Error::NotFound(_) | Error::PathNotFound(_) => Code::NotFound,
+            Error::AlreadyExists(_) | Error::PathExists(_) => Code::AlreadyExists,
+            Error::TooLarge(_) => Code::ResourceExhausted,
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::TooManyActions { .. } | Error::QueueFull { .. } => Code::ResourceExhausted,
             Error::Unavailable(_) => Code::Unavailable,
@@ -117,6 +127,9 @@ mod tests {
             (Error::TooManyActions { limit: 1 }, Code::ResourceExhausted),
             (Error::QueueFull { limit: 1 }, Code::ResourceExhausted),
             (Error::Unavailable("x".into()), Code::Unavailable),
+            (Error::PathNotFound("p".into()), Code::NotFound),
+            (Error::PathExists("p".into()), Code::AlreadyExists),
+            (Error::TooLarge("p".into()), Code::ResourceExhausted),
             (Error::Unimplemented("x".into()), Code::Unimplemented),
             (Error::Unauthenticated, Code::Unauthenticated),
             (Error::ShuttingDown, Code::Unavailable),

@@ -10,6 +10,7 @@ mod config;
 mod convert;
 mod error;
 mod events;
+mod files;
 mod ipython;
 mod registry;
 mod server;
@@ -17,8 +18,9 @@ mod shell;
 
 pub use config::{
     Config, DEFAULT_ACTION_TIMEOUT, DEFAULT_KERNEL_PYTHON, DEFAULT_KERNEL_QUEUE, DEFAULT_LISTEN,
-    DEFAULT_MAX_ACTIONS, DEFAULT_WORKSPACE, KERNEL_EAGER_ENV, KERNEL_PYTHON_ENV, KernelConfig,
-    LISTEN_ENV, MAX_ACTIONS_ENV, TOKEN_ENV, Token, WORKSPACE_ENV,
+    DEFAULT_MAX_ACTIONS, DEFAULT_MAX_WRITE_BYTES, DEFAULT_WORKSPACE, KERNEL_EAGER_ENV,
+    KERNEL_PYTHON_ENV, KernelConfig, LISTEN_ENV, MAX_ACTIONS_ENV, MAX_WRITE_BYTES_ENV, TOKEN_ENV,
+    Token, WORKSPACE_ENV,
 };
 pub use error::Error;
 pub use server::serve;

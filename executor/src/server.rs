@@ -9,6 +9,7 @@ use futures::Stream;
 use mentis_proto::executor::executor_service_server::{
     ExecutorService, ExecutorServiceServer, SERVICE_NAME,
 };
+use mentis_proto::executor::workspace_service_server::WorkspaceServiceServer;
 use mentis_proto::executor::{
     CancelRequest, CancelResponse, InspectVariablesRequest, InspectVariablesResponse,
     ResetKernelRequest, ResetKernelResponse, RunRequest, RunResponse, WriteStdinRequest,
@@ -28,6 +29,8 @@ use crate::auth::BearerAuth;
 use crate::config::Config;
 use crate::convert;
 use crate::error::Error;
+use crate::files::Workspace;
+use crate::files::service::WorkspaceApi;
 
 /// After shutdown is requested, how long open streams may take to finish before connections are dropped.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,11 +67,21 @@ pub async fn serve(
         BearerAuth::new(config.token.clone()),
     );
 
+    // File chunks are at most 256 KiB from our runtime; a client's own chunks may be larger, up to the
+    // same bound as other requests.
+    let workspace = WorkspaceServiceServer::new(WorkspaceApi::new(Workspace::new(&config)))
+        .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let workspace = tonic::service::interceptor::InterceptedService::new(
+        workspace,
+        BearerAuth::new(config.token.clone()),
+    );
+
     tracing::info!(%local_addr, workspace = %config.workspace.display(), max_actions = config.max_actions, "executor serving");
     let stop = shutdown.clone();
     let server = Server::builder()
         .add_service(health_service)
         .add_service(executor)
+        .add_service(workspace)
         .serve_with_incoming_shutdown(
             // No Nagle: output chunks are small and latency matters.
             TcpIncoming::from(listener).with_nodelay(Some(true)),

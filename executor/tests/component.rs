@@ -7,6 +7,7 @@
 mod component {
     pub mod auth;
     pub mod binary;
+    pub mod files;
     pub mod ipython;
     pub mod lifecycle;
     pub mod shell;

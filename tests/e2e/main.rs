@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod faults;
+mod files;
 mod ipython;
 mod lifecycle;
 mod persistence;

@@ -100,6 +100,18 @@ pub async fn channel(addr: SocketAddr) -> Channel {
 #[derive(Clone)]
 pub struct AddToken(Option<MetadataValue<Ascii>>);
 
+impl AddToken {
+    /// Sends `authorization: Bearer <token>`.
+    pub fn bearer(token: &str) -> Self {
+        Self(Some(format!("Bearer {token}").parse().unwrap()))
+    }
+
+    /// Sends no authorization.
+    pub fn none() -> Self {
+        Self(None)
+    }
+}
+
 impl Interceptor for AddToken {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         if let Some(value) = &self.0 {

@@ -3,6 +3,7 @@
 
 mod action_service;
 mod connect;
+mod file_service;
 pub mod outbound;
 mod paging;
 mod sandbox_service;
@@ -11,5 +12,6 @@ pub mod status;
 mod streams;
 
 pub use action_service::ActionApi;
+pub use file_service::FileApi;
 pub use sandbox_service::SandboxApi;
 pub use space_service::SpaceApi;

@@ -9,6 +9,7 @@ use mentis_core::{Action, ActionId, Endpoint, Error, VariableSummary};
 use mentis_proto::executor::{
     CancelRequest, InspectVariablesRequest, ResetKernelRequest, RunRequest, RunResponse,
     WriteStdinRequest, executor_service_client::ExecutorServiceClient,
+    workspace_service_client::WorkspaceServiceClient,
 };
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -17,6 +18,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 use crate::convert::action_to_proto;
+
+mod files;
 
 /// Adds `authorization: Bearer <token>` to every call.
 #[derive(Clone)]
@@ -33,6 +36,7 @@ impl tonic::service::Interceptor for BearerToken {
 #[derive(Clone)]
 pub struct ExecutorClient {
     rpc: ExecutorServiceClient<InterceptedService<Channel, BearerToken>>,
+    files: WorkspaceServiceClient<InterceptedService<Channel, BearerToken>>,
     health: HealthClient<Channel>,
     call_timeout: Duration,
 }
@@ -65,7 +69,11 @@ impl ExecutorClient {
             .parse()
             .map_err(|_| Error::Internal("executor token is not valid metadata".into()))?;
         Ok(Self {
-            rpc: ExecutorServiceClient::with_interceptor(channel.clone(), BearerToken(value)),
+            rpc: ExecutorServiceClient::with_interceptor(
+                channel.clone(),
+                BearerToken(value.clone()),
+            ),
+            files: WorkspaceServiceClient::with_interceptor(channel.clone(), BearerToken(value)),
             health: HealthClient::new(channel),
             call_timeout,
         })

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use mentis_backend_docker::DockerBackend;
 use mentis_proto::api::action_service_server::ActionServiceServer;
+use mentis_proto::api::file_service_server::FileServiceServer;
 use mentis_proto::api::sandbox_service_server::SandboxServiceServer;
 use mentis_proto::api::space_service_server::SpaceServiceServer;
 use tokio::net::TcpListener;
@@ -14,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{ActionApi, SandboxApi, SpaceApi};
+use crate::api::{ActionApi, FileApi, SandboxApi, SpaceApi};
 use crate::config::RuntimeConfig;
 use crate::sandboxes::Manager;
 use crate::store::Store;
@@ -144,6 +145,7 @@ async fn serve(
         .add_service(SandboxServiceServer::new(sandbox_api))
         .add_service(SpaceServiceServer::new(SpaceApi::new(Arc::clone(&manager))))
         .add_service(ActionServiceServer::new(action_api))
+        .add_service(FileServiceServer::new(FileApi::new(Arc::clone(&manager))))
         // No Nagle (Server::tcp_nodelay does not apply to an incoming stream we bring): observations
         // are small messages, and Nagle with delayed ACKs adds ~40 ms to every round trip.
         .serve_with_incoming_shutdown(

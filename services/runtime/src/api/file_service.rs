@@ -1,0 +1,323 @@
+//! FileService: each call is forwarded to the executor of a RUNNING sandbox, streams chunk by chunk (a
+//! chunk is pulled from one side only when the other has taken the previous one, plus a few in a bounded
+//! channel), errors mapped in `status`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt as _};
+use mentis_core::{Error, SandboxId};
+use mentis_proto::api::{self, file_service_server::FileService};
+use mentis_proto::executor as exec;
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::status::to_status;
+use crate::executor_client::{ExecutorClient, status_to_error};
+use crate::sandboxes::Manager;
+
+/// Client chunks buffered between the client's stream and the executor's.
+const FORWARD_BUFFER: usize = 4;
+
+/// Implementation of `mentis.v1.FileService`.
+#[derive(Debug, Clone)]
+pub struct FileApi {
+    manager: Arc<Manager>,
+}
+
+impl FileApi {
+    /// A FileService over the sandboxes of `manager`.
+    pub fn new(manager: Arc<Manager>) -> Self {
+        Self { manager }
+    }
+
+    /// The executor of a RUNNING sandbox (NotFound, FailedPrecondition or Unavailable otherwise); a PAUSED
+    /// sandbox with auto_resume is resumed first. A file call counts as activity for the idle timeout.
+    async fn executor(&self, sandbox_id: &str) -> Result<ExecutorClient, Status> {
+        let id = SandboxId::parse(sandbox_id).map_err(to_status)?;
+        self.manager.executor_for(id).await.map_err(to_status)
+    }
+}
+
+/// A request stream towards the executor, fed through a bounded channel.
+struct Feed<T>(mpsc::Receiver<T>);
+
+impl<T> Stream for Feed<T> {
+    type Item = T;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// The executor call, boxed: `forward_client_stream` then needs no generic future type (with one, the
+/// compiler could not prove the handler's future Send).
+type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
+
+type ChunkStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// An executor's chunk stream as a public one; its errors pass through the one mapping.
+fn forward_chunks<E, T>(stream: Streaming<E>, wrap: fn(E) -> T) -> ChunkStream<T>
+where
+    E: Send + 'static,
+    T: Send + 'static,
+{
+    Box::pin(stream.map(move |r| r.map(wrap).map_err(|s| to_status(status_to_error(s)))))
+}
+
+/// Forwards a client stream to the executor: `first` (the translated header), then each later client
+/// message through `convert`, into `tx`, until `call` (the executor call reading from `tx`'s channel)
+/// answers.
+///
+/// A client stream that fails, or a message that does not convert, cancels the executor call without
+/// ever ending its request stream cleanly — the channel's sender is still alive when the call is
+/// dropped — so the executor discards the partial write instead of committing it.
+async fn forward_client_stream<In, Out, R>(
+    mut inbound: Streaming<In>,
+    first: Out,
+    convert: fn(In) -> Result<Out, Error>,
+    tx: mpsc::Sender<Out>,
+    mut call: BoxFuture<Result<R, Error>>,
+) -> Result<R, Status>
+where
+    In: Send + 'static,
+    Out: Send + 'static,
+{
+    // Owns a clone of the sender: `tx` itself stays alive until we decide how the request stream ends.
+    let feeder = tx.clone();
+    let forward: BoxFuture<Result<(), Status>> = Box::pin(async move {
+        if feeder.send(first).await.is_err() {
+            return Ok(());
+        }
+        while let Some(message) = inbound.message().await? {
+            let out = convert(message).map_err(to_status)?;
+            if feeder.send(out).await.is_err() {
+                // The executor stopped reading: its answer follows.
+                return Ok(());
+            }
+        }
+        Ok::<(), Status>(())
+    });
+    let forwarded = tokio::select! {
+        answer = &mut call => return answer.map_err(to_status),
+        forwarded = forward => forwarded,
+    };
+    match forwarded {
+        // The client's stream ended cleanly: end the executor's, then wait for its verdict.
+        Ok(()) => {
+            drop(tx);
+            call.await.map_err(to_status)
+        }
+        // `call` is dropped (cancelled) on return, before `tx`.
+        Err(status) => Err(status),
+    }
+}
+
+#[tonic::async_trait]
+impl FileService for FileApi {
+    type ReadFileStream = ChunkStream<api::ReadFileResponse>;
+    type DownloadStream = ChunkStream<api::DownloadResponse>;
+
+    async fn read_file(
+        &self,
+        req: Request<api::ReadFileRequest>,
+    ) -> Result<Response<Self::ReadFileStream>, Status> {
+        let r = req.into_inner();
+        let executor = self.executor(&r.sandbox_id).await?;
+        let stream = executor
+            .read_file(exec::ReadFileRequest {
+                path: r.path,
+                offset: r.offset,
+                length: r.length,
+            })
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(forward_chunks(stream, |c| {
+            api::ReadFileResponse { data: c.data }
+        })))
+    }
+
+    async fn write_file(
+        &self,
+        req: Request<Streaming<api::WriteFileRequest>>,
+    ) -> Result<Response<api::WriteFileResponse>, Status> {
+        let mut inbound = req.into_inner();
+        let header = match inbound.message().await? {
+            Some(api::WriteFileRequest {
+                kind: Some(api::write_file_request::Kind::Header(h)),
+            }) => h,
+            _ => {
+                return Err(to_status(Error::invalid(
+                    "the first WriteFile message must be its header",
+                )));
+            }
+        };
+        let executor = self.executor(&header.sandbox_id).await?;
+        let first = exec::WriteFileRequest {
+            kind: Some(exec::write_file_request::Kind::Header(
+                exec::WriteFileHeader {
+                    path: header.path,
+                    mode: header.mode,
+                },
+            )),
+        };
+        let (tx, rx) = mpsc::channel(FORWARD_BUFFER);
+        let file = forward_client_stream(
+            inbound,
+            first,
+            |m| match m.kind {
+                Some(api::write_file_request::Kind::Data(data)) => Ok(exec::WriteFileRequest {
+                    kind: Some(exec::write_file_request::Kind::Data(data)),
+                }),
+                _ => Err(Error::invalid("WriteFile takes one header, then data")),
+            },
+            tx,
+            Box::pin(async move { executor.write_file(Feed(rx)).await }),
+        )
+        .await?;
+        Ok(Response::new(api::WriteFileResponse { file: Some(file) }))
+    }
+
+    async fn list_files(
+        &self,
+        req: Request<api::ListFilesRequest>,
+    ) -> Result<Response<api::ListFilesResponse>, Status> {
+        let r = req.into_inner();
+        let executor = self.executor(&r.sandbox_id).await?;
+        let listed = executor
+            .list_files(exec::ListFilesRequest {
+                path: r.path,
+                recursive: r.recursive,
+            })
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::ListFilesResponse {
+            files: listed.files,
+            truncated: listed.truncated,
+        }))
+    }
+
+    async fn stat_file(
+        &self,
+        req: Request<api::StatFileRequest>,
+    ) -> Result<Response<api::StatFileResponse>, Status> {
+        let r = req.into_inner();
+        let executor = self.executor(&r.sandbox_id).await?;
+        let file = executor
+            .stat_file(exec::StatFileRequest { path: r.path })
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::StatFileResponse { file: Some(file) }))
+    }
+
+    async fn edit_file(
+        &self,
+        req: Request<api::EditFileRequest>,
+    ) -> Result<Response<api::EditFileResponse>, Status> {
+        let r = req.into_inner();
+        let executor = self.executor(&r.sandbox_id).await?;
+        let edited = executor
+            .edit_file(exec::EditFileRequest {
+                path: r.path,
+                old_string: r.old_string,
+                new_string: r.new_string,
+                replace_all: r.replace_all,
+            })
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::EditFileResponse {
+            replacements: edited.replacements,
+            file: edited.file,
+        }))
+    }
+
+    async fn delete_file(
+        &self,
+        req: Request<api::DeleteFileRequest>,
+    ) -> Result<Response<api::DeleteFileResponse>, Status> {
+        let r = req.into_inner();
+        let executor = self.executor(&r.sandbox_id).await?;
+        executor
+            .delete_file(exec::DeleteFileRequest {
+                path: r.path,
+                recursive: r.recursive,
+            })
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::DeleteFileResponse {}))
+    }
+
+    async fn make_directory(
+        &self,
+        req: Request<api::MakeDirectoryRequest>,
+    ) -> Result<Response<api::MakeDirectoryResponse>, Status> {
+        let r = req.into_inner();
+        let executor = self.executor(&r.sandbox_id).await?;
+        let directory = executor
+            .make_directory(exec::MakeDirectoryRequest {
+                path: r.path,
+                mode: r.mode,
+            })
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::MakeDirectoryResponse {
+            directory: Some(directory),
+        }))
+    }
+
+    async fn upload(
+        &self,
+        req: Request<Streaming<api::UploadRequest>>,
+    ) -> Result<Response<api::UploadResponse>, Status> {
+        let mut inbound = req.into_inner();
+        let header = match inbound.message().await? {
+            Some(api::UploadRequest {
+                kind: Some(api::upload_request::Kind::Header(h)),
+            }) => h,
+            _ => {
+                return Err(to_status(Error::invalid(
+                    "the first Upload message must be its header",
+                )));
+            }
+        };
+        let executor = self.executor(&header.sandbox_id).await?;
+        let first = exec::UploadRequest {
+            kind: Some(exec::upload_request::Kind::Header(exec::UploadHeader {
+                path: header.path,
+            })),
+        };
+        let (tx, rx) = mpsc::channel(FORWARD_BUFFER);
+        let summary = forward_client_stream(
+            inbound,
+            first,
+            |m| match m.kind {
+                Some(api::upload_request::Kind::Data(data)) => Ok(exec::UploadRequest {
+                    kind: Some(exec::upload_request::Kind::Data(data)),
+                }),
+                _ => Err(Error::invalid("Upload takes one header, then data")),
+            },
+            tx,
+            Box::pin(async move { executor.upload(Feed(rx)).await }),
+        )
+        .await?;
+        Ok(Response::new(summary))
+    }
+
+    async fn download(
+        &self,
+        req: Request<api::DownloadRequest>,
+    ) -> Result<Response<Self::DownloadStream>, Status> {
+        let r = req.into_inner();
+        let executor = self.executor(&r.sandbox_id).await?;
+        let stream = executor
+            .download(exec::DownloadRequest { path: r.path })
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(forward_chunks(stream, |c| {
+            api::DownloadResponse { data: c.data }
+        })))
+    }
+}
