@@ -52,6 +52,18 @@ if ! bash -euo pipefail "$work/lifecycle.sh" >"$work/lifecycle.out" 2>&1; then
   exit 1
 fi
 cat "$work/lifecycle.out" >>"$work/out"
+{
+  echo 'SANDBOX=$(grpcurl -plaintext -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)'
+  sed -n '/<!-- files:begin -->/,/<!-- files:end -->/p' README.md | sed '/^```/d; /^<!--/d'
+  echo 'grpcurl -plaintext -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d'
+  echo 'grpcurl -plaintext -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.SandboxService/DeleteSandbox'
+} >"$work/files.sh"
+if ! bash -euo pipefail "$work/files.sh" >"$work/files.out" 2>&1; then
+  echo "readme-walkthrough: the README's file commands failed:" >&2
+  cat "$work/files.out" "$work/runtime.log" >&2
+  exit 1
+fi
+cat "$work/files.out" >>"$work/out"
 [ "$(grep -c '^SANDBOX_STATE_RUNNING$' "$work/lifecycle.out")" = 2 ] ||
   { echo "readme-walkthrough: lifecycle: expected RUNNING twice" >&2; cat "$work/lifecycle.out" >&2; exit 1; }
 fail=0
@@ -59,7 +71,7 @@ for want in 'mentis.v1.SandboxService' 'mentis.v1.ActionService' 'grpc.health.v1
   'grpc.reflection.v1alpha.ServerReflection' '"cmdStart"' 'aGVsbG8K' 'd29ybGQK' '"exitCode": 3' \
   'END_REASON_EXITED' '"ipythonResult"' 'IPYTHON_STATUS_OK' '"text/html"' 'sum 10' '"shape"' \
   'cell 2 IPYTHON_STATUS_OK' '"spaceId": "team-a"' 'same sandbox for chat-1234' 'SANDBOX_STATE_PAUSED' \
-  'chat-1234 20'; do
+  'chat-1234 20' 'hello files' 'goodbye files' 'src/main.py'; do
   grep -qF -- "$want" "$work/out" || { echo "readme-walkthrough: output lacks $want" >&2; fail=1; }
 done
 if grep -qF mentis.executor "$work/out"; then echo "readme-walkthrough: reflection shows the internal API" >&2; fail=1; fi
