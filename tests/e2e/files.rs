@@ -417,3 +417,32 @@ async fn file_calls_on_a_paused_sandbox_fail_or_resume_it() -> anyhow::Result<()
     assert_eq!(read(&mut client, &auto, "woke.txt").await?, b"hi");
     h.stop().await
 }
+
+#[tokio::test]
+async fn a_write_over_the_configured_cap_is_refused_and_leaves_nothing() -> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| {
+        c.docker
+            .executor_env
+            .push("MENTIS_EXECUTOR_MAX_WRITE_BYTES=1000".into());
+    })
+    .await?;
+    let mut client = files(&h);
+    let id = h.create_default().await?.sandbox_id;
+    let r = write(
+        &mut client,
+        &id,
+        "big.bin",
+        vec![Bytes::from(vec![b'x'; 2000])],
+    )
+    .await;
+    assert_eq!(r.unwrap_err().code(), Code::ResourceExhausted);
+    assert_eq!(stdout(&h.sh(&id, "ls -A /workspace").await?), "");
+    write(
+        &mut client,
+        &id,
+        "small.bin",
+        vec![Bytes::from(vec![b'x'; 1000])],
+    )
+    .await?;
+    h.stop().await
+}

@@ -14,6 +14,9 @@ pub struct DockerConfig {
     pub user: String,
     /// Upper bound of any one Docker call.
     pub call_timeout: Duration,
+    /// `NAME=VALUE` settings of the executor, given to every container (never secrets: they show in
+    /// `docker inspect`; the token is the one secret and is removed by the executor from its env).
+    pub executor_env: Vec<String>,
 }
 
 impl Default for DockerConfig {
@@ -23,6 +26,7 @@ impl Default for DockerConfig {
             network: "mentis-net".into(),
             user: "1000:1000".into(),
             call_timeout: Duration::from_secs(60),
+            executor_env: Vec::new(),
         }
     }
 }

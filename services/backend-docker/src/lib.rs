@@ -160,7 +160,11 @@ impl DockerBackend {
             image: Some(spec.image.clone()),
             // Numeric, so it holds for any image: the executor and user code never run as root.
             user: Some(self.config.user.clone()),
-            env: Some(vec![format!("{TOKEN_ENV}={}", spec.token)]),
+            env: Some(
+                std::iter::once(format!("{TOKEN_ENV}={}", spec.token))
+                    .chain(self.config.executor_env.iter().cloned())
+                    .collect(),
+            ),
             labels: Some(labels),
             host_config: Some(host_config),
             networking_config: Some(NetworkingConfig {

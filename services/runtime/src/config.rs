@@ -312,6 +312,12 @@ impl RuntimeConfig {
         if let Some(v) = get("MENTIS_DATA_MOUNTS") {
             c.data_mounts = parse_mounts(&v)?;
         }
+        if let Some(v) = get("MENTIS_EXECUTOR_MAX_WRITE_BYTES") {
+            let n = positive("MENTIS_EXECUTOR_MAX_WRITE_BYTES", &v)?;
+            c.docker
+                .executor_env
+                .push(format!("MENTIS_EXECUTOR_MAX_WRITE_BYTES={n}"));
+        }
         if let Some(v) = get("MENTIS_POOL") {
             c.pools = parse_pools(&v, &c.executor_image)?;
         }
