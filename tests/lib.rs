@@ -444,6 +444,16 @@ impl RuntimeProcess {
     /// Starts the process (`bin`: `env!("CARGO_BIN_EXE_mentis-runtime-under-test")`, known only to the
     /// test binary) on a free port with this instance and data folder; waits until it serves.
     pub async fn start(bin: &str, instance: &str, data_dir: &std::path::Path) -> Result<Self> {
+        Self::start_with_env(bin, instance, data_dir, &[]).await
+    }
+
+    /// [`RuntimeProcess::start`] with more settings in its environment.
+    pub async fn start_with_env(
+        bin: &str,
+        instance: &str,
+        data_dir: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -454,6 +464,7 @@ impl RuntimeProcess {
             .env("MENTIS_DATA_DIR", data_dir)
             .env("MENTIS_EXECUTOR_IMAGE", executor_image())
             .env("MENTIS_HEALTH_INTERVAL_SECS", "1")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .spawn()
             .context("start mentis-runtime-under-test")?;

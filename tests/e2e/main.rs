@@ -8,6 +8,7 @@ mod files;
 mod ipython;
 mod lifecycle;
 mod persistence;
+mod pool;
 mod shell;
 mod spaces;
 mod streams;

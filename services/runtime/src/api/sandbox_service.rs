@@ -117,6 +117,29 @@ impl SandboxService for SandboxApi {
         }))
     }
 
+    async fn list_pools(
+        &self,
+        _req: Request<api::ListPoolsRequest>,
+    ) -> Result<Response<api::ListPoolsResponse>, Status> {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Ok(Response::new(api::ListPoolsResponse {
+            pools: self
+                .manager
+                .pool_stats()
+                .into_iter()
+                .map(|p| api::Pool {
+                    image: p.image,
+                    min_idle: count(p.min_idle),
+                    max_total: count(p.max_total),
+                    idle: count(p.idle),
+                    creating: count(p.creating),
+                    hits: p.hits,
+                    misses: p.misses,
+                })
+                .collect(),
+        }))
+    }
+
     async fn get_sandbox_by_key(
         &self,
         req: Request<api::GetSandboxByKeyRequest>,
