@@ -39,7 +39,7 @@ demo: image tools
 	@tests/readme-walkthrough.sh --show
 
 # Round trips through the whole chain (median and p95), also written to target/bench.json.
-bench: image
+bench: image tools
 	$(CARGO) run --release -p mentis-e2e --bin mentis-bench
 
 # Unit and component tests need no Docker; the end-to-end tests need the engine and the image.

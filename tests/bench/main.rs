@@ -1,18 +1,27 @@
-//! `make bench`: round trips through the whole chain (client → runtime → executor → process or kernel →
-//! back), measured with a real gRPC client against a runtime started in this process, on 127.0.0.1 and our
-//! own containers only. Loops are bounded in count and time. Prints median and p95 and writes JSON.
-//! (Baselines against Docker itself and the warm-pool figures arrive with the performance issue.)
+//! `make bench`: what a client sees through the whole chain (client → runtime → executor → process or
+//! kernel → back), measured with a real gRPC client against a runtime started in this process, each figure
+//! beside a baseline measured in the same run on the same machine (Docker itself, a local Jupyter kernel).
+//! 127.0.0.1 and our own containers only; every loop is bounded in count and time. Prints a table (median,
+//! p95, ratio ours / baseline) and writes JSON (`BENCH_OUT`, default target/bench.json).
+//!
+//! Knobs: `BENCH_N` (round trips per figure, default 200), `BENCH_DENSITY` (idle sandboxes to hold, default
+//! 200), `BENCH_PYTHON` (the Python with jupyter_client and ipykernel for the Jupyter baseline, default
+//! .tools/venv/bin/python).
 #![allow(clippy::unwrap_used)]
 
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
+use futures::StreamExt;
 use mentis_e2e::*;
 use mentis_proto::api;
+use mentis_runtime::config::PoolConfig;
+use serde_json::json;
 
 /// One measured figure.
 struct Figure {
-    name: &'static str,
+    name: String,
     samples: Vec<Duration>,
 }
 
@@ -20,6 +29,9 @@ impl Figure {
     fn pct(&self, p: f64) -> Duration {
         let mut s = self.samples.clone();
         s.sort();
+        if s.is_empty() {
+            return Duration::ZERO;
+        }
         #[allow(
             clippy::cast_possible_truncation,
             clippy::cast_sign_loss,
@@ -34,9 +46,10 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Runs `f` up to `n` times or until `budget` is spent, after `warmup` unmeasured runs.
+/// Runs `f` up to `n` times or until `budget` is spent, after `warmup` unmeasured runs; `f` returns the
+/// measured duration of its run (so it may do unmeasured set-up and tear-down).
 async fn measure<F, Fut>(
-    name: &'static str,
+    name: &str,
     n: usize,
     warmup: usize,
     budget: Duration,
@@ -44,7 +57,7 @@ async fn measure<F, Fut>(
 ) -> anyhow::Result<Figure>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
+    Fut: std::future::Future<Output = anyhow::Result<Duration>>,
 {
     for _ in 0..warmup {
         f().await?;
@@ -52,142 +65,522 @@ where
     let deadline = Instant::now() + budget;
     let mut samples = Vec::with_capacity(n);
     while samples.len() < n && Instant::now() < deadline {
-        let t = Instant::now();
-        f().await?;
-        samples.push(t.elapsed());
+        samples.push(f().await?);
     }
-    Ok(Figure { name, samples })
+    Ok(Figure {
+        name: name.to_owned(),
+        samples,
+    })
+}
+
+/// Times a command (its stdout discarded); fails when it fails.
+fn timed(program: &str, args: &[&str]) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    let status = Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .with_context(|| format!("run {program}"))?;
+    let elapsed = t.elapsed();
+    if !status.success() {
+        bail!("{program} {} failed: {status}", args.join(" "));
+    }
+    Ok(elapsed)
+}
+
+/// A comparison row: ours beside a baseline.
+struct Row {
+    ours: Figure,
+    baseline: Option<Figure>,
+    /// For throughput rows: bytes moved per run (the table then shows MB/s too).
+    bytes: Option<u64>,
+}
+
+const THROUGHPUT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// The Jupyter baseline: `1+1` on a local ipykernel through jupyter_client, `n` timed runs after a warm-up.
+const JUPYTER_BASELINE: &str = r#"
+import json, sys, time
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name="python3")
+def run():
+    msg_id = kc.execute("1+1")
+    while True:
+        m = kc.get_iopub_msg(timeout=30)
+        if (m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status"
+                and m["content"]["execution_state"] == "idle"):
+            break
+    while kc.get_shell_msg(timeout=30)["parent_header"].get("msg_id") != msg_id:
+        pass
+for _ in range(10):
+    run()
+samples = []
+for _ in range(int(sys.argv[1])):
+    t = time.perf_counter(); run(); samples.append(time.perf_counter() - t)
+print(json.dumps(samples))
+kc.stop_channels(); km.shutdown_kernel(now=True)
+"#;
+
+async fn create_and_echo(h: &Harness) -> anyhow::Result<(String, Duration)> {
+    let (mut sandboxes, mut actions) = (h.sandboxes.clone(), h.actions.clone());
+    let t = Instant::now();
+    let sb = sandboxes
+        .create_sandbox(api::CreateSandboxRequest {
+            spec: Some(api::SandboxSpec::default()),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .context("no sandbox")?;
+    let mut s = actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: sb.sandbox_id.clone(),
+            action: Some(shell_action(cmd("echo ok"))),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    // Until the first output arrives.
+    while let Some(m) = s.next().await {
+        if let Some(api::execute_response::Kind::Observation(o)) = m?.kind
+            && matches!(o.kind, Some(Kind::CmdOutput(_)))
+        {
+            return Ok((sb.sandbox_id, t.elapsed()));
+        }
+    }
+    bail!("no output from echo ok")
+}
+
+async fn delete(h: &Harness, ids: Vec<String>) -> anyhow::Result<()> {
+    let deletes = ids.into_iter().map(|sandbox_id| {
+        let mut c = h.sandboxes.clone();
+        async move {
+            c.delete_sandbox(api::DeleteSandboxRequest { sandbox_id })
+                .await
+                .map(|_| ())
+        }
+    });
+    for r in futures::future::join_all(deletes).await {
+        r?;
+    }
+    Ok(())
+}
+
+async fn idle_members(h: &Harness) -> anyhow::Result<u32> {
+    let pools = h
+        .sandboxes
+        .clone()
+        .list_pools(api::ListPoolsRequest {})
+        .await?
+        .into_inner()
+        .pools;
+    Ok(pools.first().map_or(0, |p| p.idle))
+}
+
+/// Resident memory (KiB) of a process of this machine.
+fn rss_kib(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Resident memory (KiB) of the executor process of a sandbox's container.
+fn executor_rss_kib(sandbox_id: &str) -> anyhow::Result<u64> {
+    let top = docker(&["top", &container_of(sandbox_id), "-o", "pid,comm"])?;
+    let pid = top
+        .lines()
+        .find(|l| l.contains("mentis-executor"))
+        .and_then(|l| l.split_whitespace().next())
+        .context("no executor process in the container")?
+        .to_owned();
+    rss_kib(&pid).context("cannot read the executor's memory")
+}
+
+fn mem_available_kib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let n: usize = std::env::var("BENCH_N")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    let mut h = Harness::start().await.context("start the runtime")?;
-    let mut figures = Vec::new();
+    let env_num = |k: &str, default: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let n = env_num("BENCH_N", 200);
+    let density = env_num("BENCH_DENSITY", 200);
+    let python = std::env::var("BENCH_PYTHON").unwrap_or_else(|_| ".tools/venv/bin/python".into());
+    let image = executor_image();
+    let mut h = Harness::start_with(|c| {
+        c.pools = vec![PoolConfig {
+            image: image.clone(),
+            min_idle: 2,
+            max_total: 4,
+        }];
+        c.max_sandboxes = density + 64;
+    })
+    .await
+    .context("start the runtime")?;
+    let mut rows: Vec<Row> = Vec::new();
+    let long = Duration::from_secs(180);
+    let docker_run = measure("docker run --rm IMAGE (true)", n.min(20), 1, long, || {
+        let image = image.clone();
+        async move { timed("docker", &["run", "--rm", "--entrypoint", "true", &image]) }
+    })
+    .await?;
 
-    // Cold create to first output: CreateSandbox + `echo ok` until its output arrives.
+    // Warm: a pool member is waiting (not timed), then CreateSandbox + echo ok until the first output.
     let created = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let fig = measure(
-        "create_to_first_output_cold",
-        n.min(10),
-        0,
-        Duration::from_secs(120),
-        || {
-            let mut sandboxes = h.sandboxes.clone();
-            let mut actions = h.actions.clone();
-            let created = std::sync::Arc::clone(&created);
-            async move {
-                let sb = sandboxes
-                    .create_sandbox(api::CreateSandboxRequest {
-                        spec: Some(api::SandboxSpec::default()),
-                    })
-                    .await?
-                    .into_inner()
-                    .sandbox
-                    .unwrap();
-                let s = actions
-                    .execute(api::ExecuteRequest {
-                        sandbox_id: sb.sandbox_id.clone(),
-                        action: Some(shell_action(cmd("echo ok"))),
-                        action_id: String::new(),
-                    })
-                    .await?
-                    .into_inner();
-                let obs = collect(s, Duration::from_secs(60)).await?;
-                anyhow::ensure!(stdout(&obs) == "ok\n");
-                created.lock().unwrap().push(sb.sandbox_id);
-                Ok(())
+    let taken =
+        |c: &std::sync::Arc<std::sync::Mutex<Vec<String>>>| std::mem::take(&mut *c.lock().unwrap());
+    let warm = measure("create_to_first_output_warm", n.min(30), 0, long, || {
+        let h = &h;
+        let created = std::sync::Arc::clone(&created);
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while idle_members(h).await? == 0 {
+                anyhow::ensure!(Instant::now() < deadline, "the pool did not refill");
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-        },
-    )
+            let (id, t) = create_and_echo(h).await?;
+            created.lock().unwrap().push(id);
+            Ok(t)
+        }
+    })
     .await?;
-    figures.push(fig);
-    let ids: Vec<String> = created.lock().unwrap().drain(..).collect();
-    for id in ids {
-        h.sandboxes
-            .delete_sandbox(api::DeleteSandboxRequest { sandbox_id: id })
-            .await?;
-    }
+    delete(&h, taken(&created)).await?;
 
-    let sb = h.create_default().await?;
-    let id = sb.sandbox_id.clone();
-    let fig = measure(
-        "shell_round_trip_true",
-        n,
-        10,
-        Duration::from_secs(120),
-        || {
-            let mut actions = h.actions.clone();
-            let id = id.clone();
-            async move {
-                let s = actions
-                    .execute(api::ExecuteRequest {
-                        sandbox_id: id,
-                        action: Some(shell_action(cmd("true"))),
-                        action_id: String::new(),
-                    })
-                    .await?
-                    .into_inner();
-                let obs = collect(s, Duration::from_secs(60)).await?;
-                anyhow::ensure!(cmd_end(&obs)?.exit_code == 0);
-                Ok(())
-            }
-        },
-    )
-    .await?;
-    figures.push(fig);
-
-    let fig = measure(
-        "ipython_round_trip_1_plus_1",
-        n,
-        10,
-        Duration::from_secs(120),
-        || {
-            let mut actions = h.actions.clone();
-            let id = id.clone();
-            async move {
-                let s = actions
-                    .execute(api::ExecuteRequest {
-                        sandbox_id: id,
-                        action: Some(cell("1+1")),
-                        action_id: String::new(),
-                    })
-                    .await?
-                    .into_inner();
-                let obs = collect(s, Duration::from_secs(60)).await?;
-                anyhow::ensure!(cell_value(&obs).as_deref() == Some("2"), "{obs:?}");
-                Ok(())
-            }
-        },
-    )
-    .await?;
-    figures.push(fig);
-
-    println!(
-        "{:<32} {:>6} {:>12} {:>12}",
-        "figure", "runs", "median ms", "p95 ms"
+    // Cold: a spec naming the image explicitly still hits the pool, so cold runs use a tag of their own
+    // (same image id) that has no pool.
+    let cold_image = format!(
+        "{}-cold",
+        image.split(':').next().unwrap_or("mentis/executor")
     );
-    let mut json = serde_json::Map::new();
-    for f in &figures {
-        println!(
-            "{:<32} {:>6} {:>12.2} {:>12.2}",
-            f.name,
-            f.samples.len(),
-            ms(f.pct(0.5)),
-            ms(f.pct(0.95))
-        );
-        json.insert(
-            f.name.to_owned(),
-            serde_json::json!({ "runs": f.samples.len(), "median_ms": ms(f.pct(0.5)), "p95_ms": ms(f.pct(0.95)) }),
-        );
+    docker(&["tag", &image, &format!("{cold_image}:bench")])?;
+    let cold_tag = format!("{cold_image}:bench");
+    let cold = measure("create_to_first_output_cold", n.min(20), 1, long, || {
+        let (mut sandboxes, mut actions) = (h.sandboxes.clone(), h.actions.clone());
+        let created = std::sync::Arc::clone(&created);
+        let cold_tag = cold_tag.clone();
+        async move {
+            let t = Instant::now();
+            let sb = sandboxes
+                .create_sandbox(api::CreateSandboxRequest {
+                    spec: Some(api::SandboxSpec {
+                        image: cold_tag,
+                        ..Default::default()
+                    }),
+                })
+                .await?
+                .into_inner()
+                .sandbox
+                .context("no sandbox")?;
+            let s = actions
+                .execute(api::ExecuteRequest {
+                    sandbox_id: sb.sandbox_id.clone(),
+                    action: Some(shell_action(cmd("echo ok"))),
+                    action_id: String::new(),
+                })
+                .await?
+                .into_inner();
+            let obs = collect(s, Duration::from_secs(60)).await?;
+            anyhow::ensure!(stdout(&obs) == "ok\n");
+            let elapsed = t.elapsed();
+            created.lock().unwrap().push(sb.sandbox_id);
+            Ok(elapsed)
+        }
+    })
+    .await?;
+    delete(&h, taken(&created)).await?;
+    let _ = docker(&["rmi", &cold_tag]);
+    rows.push(Row {
+        ours: warm,
+        baseline: Some(docker_run),
+        bytes: None,
+    });
+    let docker_run_again = measure("docker run --rm IMAGE (true)", n.min(20), 0, long, || {
+        let image = image.clone();
+        async move { timed("docker", &["run", "--rm", "--entrypoint", "true", &image]) }
+    })
+    .await?;
+    rows.push(Row {
+        ours: cold,
+        baseline: Some(docker_run_again),
+        bytes: None,
+    });
+
+    // Round trips in a running sandbox.
+    let id = h.create_default().await?.sandbox_id;
+    let container = container_of(&id);
+    let shell = measure("shell_round_trip_true", n, 10, long, || {
+        let mut actions = h.actions.clone();
+        let id = id.clone();
+        async move {
+            let t = Instant::now();
+            let s = actions
+                .execute(api::ExecuteRequest {
+                    sandbox_id: id,
+                    action: Some(shell_action(cmd("true"))),
+                    action_id: String::new(),
+                })
+                .await?
+                .into_inner();
+            let obs = collect(s, Duration::from_secs(60)).await?;
+            let elapsed = t.elapsed();
+            anyhow::ensure!(cmd_end(&obs)?.exit_code == 0);
+            Ok(elapsed)
+        }
+    })
+    .await?;
+    let docker_exec = measure("docker exec CONTAINER true", n.min(50), 3, long, || {
+        let container = container.clone();
+        async move { timed("docker", &["exec", &container, "true"]) }
+    })
+    .await?;
+    rows.push(Row {
+        ours: shell,
+        baseline: Some(docker_exec),
+        bytes: None,
+    });
+
+    let ipython = measure("ipython_round_trip_1_plus_1", n, 10, long, || {
+        let mut actions = h.actions.clone();
+        let id = id.clone();
+        async move {
+            let t = Instant::now();
+            let s = actions
+                .execute(api::ExecuteRequest {
+                    sandbox_id: id,
+                    action: Some(cell("1+1")),
+                    action_id: String::new(),
+                })
+                .await?
+                .into_inner();
+            let obs = collect(s, Duration::from_secs(60)).await?;
+            let elapsed = t.elapsed();
+            anyhow::ensure!(cell_value(&obs).as_deref() == Some("2"), "{obs:?}");
+            Ok(elapsed)
+        }
+    })
+    .await?;
+    let jupyter = Command::new(&python)
+        .args(["-c", JUPYTER_BASELINE, &n.to_string()])
+        .stderr(Stdio::null())
+        .output()
+        .with_context(|| format!("run {python} for the Jupyter baseline (make tools)"))?;
+    anyhow::ensure!(
+        jupyter.status.success(),
+        "the Jupyter baseline failed: {}",
+        String::from_utf8_lossy(&jupyter.stdout)
+    );
+    let secs: Vec<f64> = serde_json::from_slice(&jupyter.stdout)?;
+    rows.push(Row {
+        ours: ipython,
+        baseline: Some(Figure {
+            name: "jupyter_client + local ipykernel".into(),
+            samples: secs.into_iter().map(Duration::from_secs_f64).collect(),
+        }),
+        bytes: None,
+    });
+
+    // Throughput: a command writing 256 MiB to stdout.
+    let writer = format!("head -c {THROUGHPUT_BYTES} /dev/zero");
+    let ours_tp = measure("stdout_256_mib", 3, 1, long, || {
+        let mut actions = h.actions.clone();
+        let id = id.clone();
+        let writer = writer.clone();
+        async move {
+            let t = Instant::now();
+            let mut s = actions
+                .execute(api::ExecuteRequest {
+                    sandbox_id: id,
+                    action: Some(shell_action(cmd(&writer))),
+                    action_id: String::new(),
+                })
+                .await?
+                .into_inner();
+            let mut bytes = 0u64;
+            let mut ended = false;
+            while let Some(m) = s.next().await {
+                if let Some(api::execute_response::Kind::Observation(o)) = m?.kind {
+                    match o.kind {
+                        Some(Kind::CmdOutput(out)) => bytes += out.data.len() as u64,
+                        Some(Kind::CmdEnd(_)) => ended = true,
+                        _ => {}
+                    }
+                }
+            }
+            let elapsed = t.elapsed();
+            anyhow::ensure!(ended && bytes == THROUGHPUT_BYTES, "got {bytes} bytes");
+            Ok(elapsed)
+        }
+    })
+    .await?;
+    let docker_tp = measure("docker exec (same command)", 3, 1, long, || {
+        let container = container.clone();
+        let writer = writer.clone();
+        async move { timed("docker", &["exec", &container, "sh", "-c", &writer]) }
+    })
+    .await?;
+    rows.push(Row {
+        ours: ours_tp,
+        baseline: Some(docker_tp),
+        bytes: Some(THROUGHPUT_BYTES),
+    });
+    delete(&h, vec![id]).await?;
+
+    // Density: hold `density` idle sandboxes (8 created at a time, bounded in time).
+    let runtime_rss_before = rss_kib("self").unwrap_or(0);
+    let available_before = mem_available_kib();
+    let t = Instant::now();
+    let budget = Duration::from_secs(600);
+    let mut held: Vec<String> = Vec::new();
+    let mut failures = 0usize;
+    while held.len() < density && t.elapsed() < budget && failures < 10 {
+        let batch = (density - held.len()).min(8);
+        let creates = (0..batch).map(|_| {
+            let mut c = h.sandboxes.clone();
+            async move {
+                c.create_sandbox(api::CreateSandboxRequest {
+                    spec: Some(api::SandboxSpec {
+                        idle_policy: api::IdlePolicy::Keep as i32,
+                        ..Default::default()
+                    }),
+                })
+                .await
+            }
+        });
+        for r in futures::future::join_all(creates).await {
+            match r {
+                Ok(resp) => held.push(resp.into_inner().sandbox.unwrap().sandbox_id),
+                Err(e) => {
+                    failures += 1;
+                    eprintln!("density: create failed: {e}");
+                }
+            }
+        }
     }
+    let density_secs = t.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut executor_rss: Vec<u64> = held
+        .iter()
+        .filter_map(|id| executor_rss_kib(id).ok())
+        .collect();
+    executor_rss.sort_unstable();
+    let executor_rss_median = executor_rss
+        .get(executor_rss.len() / 2)
+        .copied()
+        .unwrap_or(0);
+    let runtime_rss = rss_kib("self").unwrap_or(0);
+    let available_after = mem_available_kib();
+    let held_count = held.len();
+    let per_sandbox_kib = if held_count > 0 {
+        available_before.saturating_sub(available_after) / held_count as u64
+    } else {
+        0
+    };
+    // Checks that they are alive, not merely listed.
+    let probe = held.first().cloned();
+    if let Some(probe) = probe {
+        anyhow::ensure!(stdout(&h.sh(&probe, "echo alive").await?) == "alive\n");
+    }
+    delete(&h, held).await?;
+
+    // The table.
+    println!(
+        "{:<30} {:>5} {:>10} {:>9} | {:<34} {:>5} {:>10} {:>9} | {:>7}",
+        "figure", "runs", "median ms", "p95 ms", "baseline", "runs", "median ms", "p95 ms", "ratio"
+    );
+    let mut out = serde_json::Map::new();
+    for r in &rows {
+        let (om, op) = (ms(r.ours.pct(0.5)), ms(r.ours.pct(0.95)));
+        let mut entry = json!({ "runs": r.ours.samples.len(), "median_ms": om, "p95_ms": op });
+        match &r.baseline {
+            Some(b) => {
+                let (bm, bp) = (ms(b.pct(0.5)), ms(b.pct(0.95)));
+                let ratio = if bm > 0.0 { om / bm } else { 0.0 };
+                println!(
+                    "{:<30} {:>5} {:>10.2} {:>9.2} | {:<34} {:>5} {:>10.2} {:>9.2} | {:>7.3}",
+                    r.ours.name,
+                    r.ours.samples.len(),
+                    om,
+                    op,
+                    b.name,
+                    b.samples.len(),
+                    bm,
+                    bp,
+                    ratio
+                );
+                entry["baseline"] = json!({ "name": b.name, "runs": b.samples.len(), "median_ms": bm, "p95_ms": bp });
+                entry["ratio_median"] = json!(ratio);
+            }
+            None => println!(
+                "{:<30} {:>5} {:>10.2} {:>9.2}",
+                r.ours.name,
+                r.ours.samples.len(),
+                om,
+                op
+            ),
+        }
+        if let Some(bytes) = r.bytes {
+            #[allow(clippy::cast_precision_loss)]
+            let mb = bytes as f64 / 1e6;
+            let ours_mbs = mb / r.ours.pct(0.5).as_secs_f64();
+            let base_mbs = r
+                .baseline
+                .as_ref()
+                .map_or(0.0, |b| mb / b.pct(0.5).as_secs_f64());
+            println!(
+                "{:<30} {:>5} {:>10.0} MB/s       | {:<34} {:>5} {:>10.0} MB/s      | {:>7.3}",
+                "  throughput",
+                "",
+                ours_mbs,
+                "",
+                "",
+                base_mbs,
+                if base_mbs > 0.0 {
+                    ours_mbs / base_mbs
+                } else {
+                    0.0
+                }
+            );
+            entry["ours_mb_per_s"] = json!(ours_mbs);
+            entry["baseline_mb_per_s"] = json!(base_mbs);
+        }
+        out.insert(r.ours.name.clone(), entry);
+    }
+    println!(
+        "density: {held_count} idle sandboxes held (asked {density}, {failures} failed creates) in {density_secs:.1} s; \
+         executor RSS median {executor_rss_median} KiB; host memory per sandbox {per_sandbox_kib} KiB; \
+         runtime+bench RSS {runtime_rss_before} -> {runtime_rss} KiB"
+    );
+    out.insert(
+        "density".into(),
+        json!({
+            "asked": density, "held": held_count, "failed_creates": failures, "seconds": density_secs,
+            "executor_rss_median_kib": executor_rss_median, "host_kib_per_sandbox": per_sandbox_kib,
+            "runtime_rss_kib_before": runtime_rss_before, "runtime_rss_kib_after": runtime_rss,
+        }),
+    );
     let path = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target/bench.json".to_owned());
     std::fs::write(
         &path,
-        serde_json::to_string_pretty(&serde_json::Value::Object(json))?,
+        serde_json::to_string_pretty(&serde_json::Value::Object(out))?,
     )?;
     println!("results written to {path}");
     h.stop().await
