@@ -31,6 +31,9 @@ use cell::{Outcome, Replace, Signals};
 use kernel::{Kernel, KernelSetup};
 use turnstile::{Place, Ticket, Turn, Turnstile};
 
+/// Bound on giving a kernel the sandbox env before a cell.
+const ENV_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Largest accepted cell (the gRPC server accepts requests a little larger than this).
 pub(crate) const MAX_CODE_BYTES: usize = 8 * 1024 * 1024;
 /// The reason given to cells ended by executor shutdown.
@@ -225,6 +228,21 @@ impl Shared {
         let Some(kernel) = turn.as_mut() else {
             return CellResult::aborted("the kernel is not available", Duration::ZERO);
         };
+        // A kernel started ahead (eagerly, or for a warm pool member) or under another sandbox env gets
+        // this cell's env before the cell runs.
+        if kernel.env != spec.sandbox_env {
+            let code = kernel::env_sync_code(&kernel.env, &spec.sandbox_env);
+            match kernel.run_silent(&code, None, ENV_SYNC_TIMEOUT).await {
+                Ok(reply) if kernel::status(&reply) == "ok" => {
+                    kernel.env.clone_from(&spec.sandbox_env);
+                }
+                Ok(reply) => tracing::warn!(
+                    error = %kernel::error_text(&reply),
+                    "could not give the kernel the sandbox env"
+                ),
+                Err(e) => tracing::warn!(error = %e, "could not give the kernel the sandbox env"),
+            }
+        }
         let signals = Signals {
             cancel,
             shutdown: &self.shutdown,

@@ -231,6 +231,7 @@ async fn main() -> anyhow::Result<()> {
             image: image.clone(),
             min_idle: 2,
             max_total: 4,
+            kernel: true,
         }];
         c.max_sandboxes = density + 64;
     })

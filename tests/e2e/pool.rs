@@ -14,6 +14,7 @@ fn pool(min_idle: usize, max_total: usize) -> PoolConfig {
         image: executor_image(),
         min_idle,
         max_total,
+        kernel: false,
     }
 }
 
@@ -61,7 +62,14 @@ fn member_containers(h: &Harness) -> anyhow::Result<BTreeSet<String>> {
 
 #[tokio::test]
 async fn a_claim_binds_env_labels_space_and_limits_and_the_pool_refills() -> anyhow::Result<()> {
-    let mut h = Harness::start_with(|c| c.pools = vec![pool(2, 4)]).await?;
+    // Members start their kernel ahead: the claimed sandbox's first cell must still see its env.
+    let mut h = Harness::start_with(|c| {
+        c.pools = vec![PoolConfig {
+            kernel: true,
+            ..pool(2, 4)
+        }]
+    })
+    .await?;
     wait_idle(&mut h, 2).await?;
     let before = member_containers(&h)?;
     h.spaces

@@ -35,6 +35,8 @@ pub(crate) struct Kernel {
     pub(crate) wire: Wire,
     /// Whether helpers.py installed (rollback and inspect need it).
     pub(crate) helpers: bool,
+    /// The sandbox env the kernel's `os.environ` carries (what it was started with, or last given).
+    pub(crate) env: HashMap<String, String>,
 }
 
 /// Why a silent run gave no reply.
@@ -100,6 +102,7 @@ impl Kernel {
                 return Err(format!("the kernel did not run its setup: {e}"));
             }
         }
+        kernel.env = env.clone();
         tracing::info!(pid, ready_after = ?started.elapsed(), "kernel ready");
         Ok(kernel)
     }
@@ -138,6 +141,7 @@ impl Kernel {
             process,
             wire,
             helpers: false,
+            env: HashMap::new(),
         };
         match kernel.warm_up(deadline).await {
             Ok(()) => Ok(kernel),
@@ -206,6 +210,23 @@ impl Kernel {
             }
         }
     }
+}
+
+/// Python that makes the kernel's `os.environ` carry `new` instead of `old` (names of `old` missing from
+/// `new` are removed), without leaving any name in the user's namespace. JSON string literals are valid
+/// Python string literals, so the values need no other quoting.
+pub(crate) fn env_sync_code(
+    old: &HashMap<String, String>,
+    new: &HashMap<String, String>,
+) -> String {
+    let removed: Vec<&String> = old.keys().filter(|k| !new.contains_key(*k)).collect();
+    let literal = |json: String| serde_json::to_string(&json).unwrap_or_else(|_| "'[]'".into());
+    let set = literal(serde_json::to_string(new).unwrap_or_else(|_| "{}".into()));
+    let del = literal(serde_json::to_string(&removed).unwrap_or_else(|_| "[]".into()));
+    format!(
+        "(lambda o, j: ([o.environ.pop(k, None) for k in j.loads({del})], \
+         o.environ.update(j.loads({set}))))(__import__('os'), __import__('json'))"
+    )
 }
 
 /// A reply's status ("ok", "error", "aborted").

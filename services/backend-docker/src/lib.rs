@@ -163,6 +163,7 @@ impl DockerBackend {
             env: Some(
                 std::iter::once(format!("{TOKEN_ENV}={}", spec.token))
                     .chain(self.config.executor_env.iter().cloned())
+                    .chain(spec.executor_env.iter().cloned())
                     .collect(),
             ),
             labels: Some(labels),

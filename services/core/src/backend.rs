@@ -21,6 +21,8 @@ pub struct BackendSpec {
     pub token: String,
     /// Host folders mounted read-only into the sandbox.
     pub data_mounts: Vec<DataMount>,
+    /// `NAME=VALUE` settings for the executor of this sandbox only (never secrets).
+    pub executor_env: Vec<String>,
 }
 
 /// A host folder a sandbox sees read-only.

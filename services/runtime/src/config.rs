@@ -58,8 +58,9 @@ pub struct RuntimeConfig {
     /// `SPACE=HOST_DIR:TARGET` entries separated by `;` (`*` for every space), for example
     /// `research=/srv/datasets:/data`.
     pub data_mounts: Vec<SpaceMount>,
-    /// `MENTIS_POOL`: warm pools, as `IMAGE=MIN_IDLE:MAX_TOTAL` entries separated by `;` (`default` = the
-    /// default executor image), for example `default=2:16`.
+    /// `MENTIS_POOL`: warm pools, as `IMAGE=MIN_IDLE:MAX_TOTAL[:kernel]` entries separated by `;`
+    /// (`default` = the default executor image; `:kernel` starts each member's IPython kernel ahead), for
+    /// example `default=2:16:kernel`.
     pub pools: Vec<PoolConfig>,
 }
 
@@ -71,6 +72,8 @@ pub struct PoolConfig {
     pub min_idle: usize,
     /// Members (idle and being made) at most.
     pub max_total: usize,
+    /// Members start their IPython kernel ahead.
+    pub kernel: bool,
 }
 
 fn parse_pools(value: &str, default_image: &str) -> Result<Vec<PoolConfig>, ConfigError> {
@@ -85,7 +88,16 @@ fn parse_pools(value: &str, default_image: &str) -> Result<Vec<PoolConfig>, Conf
             )
         };
         let (image, sizes) = entry.rsplit_once('=').ok_or_else(|| bad("no '='"))?;
-        let (min, max) = sizes.split_once(':').ok_or_else(|| bad("no ':'"))?;
+        let mut parts = sizes.split(':');
+        let (min, max) = match (parts.next(), parts.next()) {
+            (Some(min), Some(max)) => (min, max),
+            _ => return Err(bad("no ':'")),
+        };
+        let kernel = match parts.next().map(str::trim) {
+            None => false,
+            Some("kernel") => true,
+            Some(_) => return Err(bad("the third part may only be `kernel`")),
+        };
         let min_idle: usize = min
             .trim()
             .parse()
@@ -110,6 +122,7 @@ fn parse_pools(value: &str, default_image: &str) -> Result<Vec<PoolConfig>, Conf
             image,
             min_idle,
             max_total,
+            kernel,
         });
     }
     Ok(out)
@@ -410,7 +423,7 @@ mod tests {
     fn pools_parse_and_are_checked() {
         let c = cfg(&[
             ("MENTIS_EXECUTOR_IMAGE", "x:y"),
-            ("MENTIS_POOL", "default=2:8; other:1=0:1"),
+            ("MENTIS_POOL", "default=2:8; other:1=0:1:kernel"),
         ])
         .expect("ok");
         assert_eq!(c.pools.len(), 2);
@@ -422,13 +435,21 @@ mod tests {
             ),
             ("x:y", 2, 8)
         );
-        assert_eq!(c.pools[1].image, "other:1");
+        assert_eq!(
+            (
+                c.pools[1].image.as_str(),
+                c.pools[0].kernel,
+                c.pools[1].kernel
+            ),
+            ("other:1", false, true)
+        );
         for bad in [
             "default=3:2",
             "default=1",
             "default=a:b",
             "default=0:0",
             "default=1:2;default=1:2",
+            "default=1:2:x",
         ] {
             assert!(cfg(&[("MENTIS_POOL", bad)]).is_err(), "{bad}");
         }

@@ -200,6 +200,7 @@ impl Manager {
             limits: record.limits,
             token: handle.token.clone(),
             data_mounts: self.config.mounts_for(record.space_id.as_str()),
+            executor_env: Vec::new(),
         };
         let this = Arc::clone(self);
         let span = tracing::info_span!("create_sandbox", sandbox_id = %id);

@@ -269,6 +269,42 @@ async fn the_kernel_gets_the_sandbox_env_but_never_the_token() {
 }
 
 #[tokio::test]
+async fn a_kernel_started_ahead_gets_each_cells_sandbox_env() {
+    // Started eagerly, as in a warm pool: it has only the executor's env until a cell brings the sandbox's.
+    let executor = start_ipython_with(|c| c.kernel.eager = true).await;
+    let mut client = executor.client().await;
+    let code = "import os; (os.environ.get('MODE'), os.environ.get('ODD'), os.environ.get('GONE'))";
+    let with_env = |env: &[(&str, &str)]| {
+        let mut request = cell_request(&action_id(), cell(code));
+        request.env = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        request
+    };
+    let first = with_env(&[
+        ("MODE", "warm"),
+        ("ODD", "it's \"quoted\"\n\\ é"),
+        ("GONE", "x"),
+    ]);
+    let cell = collect_cell(start(&mut client, first).await).await.ok();
+    assert_eq!(cell.value(), r#"('warm', 'it\'s "quoted"\n\\ é', 'x')"#);
+    // A later env replaces it: names no longer there are removed.
+    let second = with_env(&[("MODE", "other")]);
+    let cell = collect_cell(start(&mut client, second).await).await.ok();
+    assert_eq!(cell.value(), "('other', None, None)");
+    // No helper name was left in the user's namespace.
+    let names = run_cell(
+        &mut client,
+        "sorted(n for n in dir() if not n.startswith('_'))",
+    )
+    .await
+    .ok()
+    .value();
+    assert!(!names.contains("'o'") && !names.contains("'j'"), "{names}");
+}
+
+#[tokio::test]
 async fn shutdown_ends_running_and_queued_cells_and_kills_the_kernel() {
     let executor = start_ipython().await;
     let mut client = executor.client().await;

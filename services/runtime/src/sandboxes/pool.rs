@@ -179,6 +179,13 @@ impl Manager {
             limits: self.config.limits.default,
             token: stored.token.clone(),
             data_mounts: self.config.mounts_for_every_space(),
+            // A kernel started ahead makes the first cell of a claimed sandbox as quick as the next ones;
+            // the executor gives it the sandbox's env before that cell.
+            executor_env: if pool.config.kernel {
+                vec!["MENTIS_KERNEL_EAGER=1".to_owned()]
+            } else {
+                Vec::new()
+            },
         };
         let made = async {
             let endpoint = self.backend.create(&spec).await?;
