@@ -6,6 +6,7 @@ mod bad_input;
 mod faults;
 mod files;
 mod ipython;
+mod isolation;
 mod lifecycle;
 mod persistence;
 mod pool;

@@ -10,6 +10,8 @@ pub struct DockerConfig {
     pub instance: String,
     /// Dedicated network of the executors (internal, inter-container traffic disabled).
     pub network: String,
+    /// Second network, with a route out, attached to sandboxes whose spec allows egress.
+    pub egress_network: String,
     /// User (uid:gid) the executor runs as.
     pub user: String,
     /// Upper bound of any one Docker call.
@@ -24,6 +26,7 @@ impl Default for DockerConfig {
         Self {
             instance: "default".into(),
             network: "mentis-net".into(),
+            egress_network: "mentis-egress".into(),
             user: "1000:1000".into(),
             call_timeout: Duration::from_secs(60),
             executor_env: Vec::new(),

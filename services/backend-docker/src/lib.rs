@@ -195,6 +195,22 @@ impl DockerBackend {
             )),
             _ => error::to_core("create the container", e),
         })?;
+        if spec.egress {
+            // A second network with a route out (inter-container traffic off there too); the executor is
+            // still reached on the executor network.
+            self.call(
+                "connect egress network",
+                self.docker.connect_network(
+                    &self.config.egress_network,
+                    bollard::models::NetworkConnectRequest {
+                        container: name.clone(),
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .docker_ctx("attach the egress network")?;
+        }
         self.call("start container", self.docker.start_container(&name, None))
             .await
             .docker_ctx("start the container")?;

@@ -1,5 +1,7 @@
-//! The dedicated executor network: a user-defined bridge, internal (no route out) and with inter-container
-//! traffic disabled, so sandboxes reach neither each other nor the outside while the host reaches executors.
+//! The networks: the executor network, a user-defined bridge, internal (no route out) and with
+//! inter-container traffic disabled, so sandboxes reach neither each other nor the outside while the host
+//! reaches executors; and the egress network, attached only to sandboxes whose spec allows egress: a bridge
+//! with a route out, inter-container traffic disabled too.
 
 use std::collections::HashMap;
 
@@ -11,18 +13,98 @@ use crate::config::DockerConfig;
 use crate::error::{is_not_found, to_core};
 use crate::labels::LABEL_MANAGED;
 
-/// Creates the network when it is missing; checks that an existing one is internal.
+/// Creates both networks when missing, and keeps sandboxes from opening connections to the host itself.
 pub(crate) async fn ensure(docker: &Docker, config: &DockerConfig) -> Result<()> {
-    // Engines of API 1.41 accept two networks with one name; serialise the check-then-create of the
-    // runtimes in this process (tests start many) so they never race into a duplicate.
+    // Engines of API 1.41 accept two networks with one name, and iptables' check-then-insert is no better:
+    // serialise the runtimes in this process (tests start many) so they never race into a duplicate.
     static ENSURE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _guard = ENSURE.lock().await;
-    match docker.inspect_network(&config.network, None).await {
+    ensure_one(docker, &config.network, true).await?;
+    ensure_one(docker, &config.egress_network, false).await?;
+    for name in [&config.network, &config.egress_network] {
+        guard_host(&bridge_of(docker, name).await?).await?;
+    }
+    Ok(())
+}
+
+/// The Linux bridge behind a network.
+async fn bridge_of(docker: &Docker, name: &str) -> Result<String> {
+    let net = docker
+        .inspect_network(name, None)
+        .await
+        .map_err(|e| to_core("inspect a network", e))?;
+    if let Some(bridge) = net
+        .options
+        .as_ref()
+        .and_then(|o| o.get("com.docker.network.bridge.name"))
+    {
+        return Ok(bridge.clone());
+    }
+    let id = net.id.unwrap_or_default();
+    match id.get(..12) {
+        Some(short) => Ok(format!("br-{short}")),
+        None => Err(Error::Internal(format!("network {name} has no id"))),
+    }
+}
+
+/// Docker's rules for an internal network drop traffic *through* the host, not traffic *to* it: a sandbox
+/// could open connections to any host service listening on all addresses (the runtime's API with
+/// `MENTIS_LISTEN=0.0.0.0:...`, for one) through its gateway. This drops new connections from the bridge to
+/// the host; replies to connections the host opens (the runtime calling executors) still pass.
+async fn guard_host(bridge: &str) -> Result<()> {
+    let rule = [
+        "INPUT",
+        "-i",
+        bridge,
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "NEW",
+        "-j",
+        "DROP",
+    ];
+    let iptables = |op: &str| {
+        let mut args = vec!["-w", op];
+        args.extend(rule);
+        tokio::process::Command::new("iptables")
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .output()
+    };
+    let check = iptables("-C")
+        .await
+        .map_err(|e| Error::Unavailable(format!("cannot run iptables to guard the host: {e}")))?;
+    if check.status.success() {
+        return Ok(());
+    }
+    let insert = iptables("-I")
+        .await
+        .map_err(|e| Error::Unavailable(format!("cannot run iptables to guard the host: {e}")))?;
+    if !insert.status.success() {
+        return Err(Error::Unavailable(format!(
+            "cannot keep sandboxes on {bridge} from the host (iptables: {})",
+            String::from_utf8_lossy(&insert.stderr).trim()
+        )));
+    }
+    tracing::info!(%bridge, "sandboxes on this bridge cannot open connections to the host");
+    Ok(())
+}
+
+/// Creates a network when it is missing; checks that an existing one is as internal as it must be.
+async fn ensure_one(docker: &Docker, name: &str, internal: bool) -> Result<()> {
+    match docker.inspect_network(name, None).await {
         Ok(net) => {
-            if net.internal != Some(true) {
+            let icc_off = net
+                .options
+                .as_ref()
+                .and_then(|o| o.get("com.docker.network.bridge.enable_icc"))
+                .map(String::as_str)
+                == Some("false");
+            if net.internal.unwrap_or(false) != internal || !icc_off {
                 return Err(Error::FailedPrecondition(format!(
-                    "network {} exists but is not internal; remove it and let the runtime create it",
-                    config.network
+                    "network {name} exists with other settings (internal={internal} and inter-container \
+                     traffic off are needed); remove it and let the runtime create it"
                 )));
             }
             return Ok(());
@@ -31,9 +113,9 @@ pub(crate) async fn ensure(docker: &Docker, config: &DockerConfig) -> Result<()>
         Err(e) => return Err(to_core("inspect the executor network", e)),
     }
     let request = NetworkCreateRequest {
-        name: config.network.clone(),
+        name: name.to_owned(),
         driver: Some("bridge".into()),
-        internal: Some(true),
+        internal: Some(internal),
         options: Some(HashMap::from([(
             "com.docker.network.bridge.enable_icc".to_owned(),
             "false".to_owned(),
@@ -46,13 +128,13 @@ pub(crate) async fn ensure(docker: &Docker, config: &DockerConfig) -> Result<()>
     };
     match docker.create_network(request).await {
         Ok(_) => {
-            tracing::info!(network = %config.network, "created the executor network");
+            tracing::info!(network = %name, internal, "created a network");
             Ok(())
         }
         // Another runtime instance created it at the same moment.
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 409, ..
         }) => Ok(()),
-        Err(e) => Err(to_core("create the executor network", e)),
+        Err(e) => Err(to_core("create a network", e)),
     }
 }

@@ -23,6 +23,8 @@ pub struct BackendSpec {
     pub data_mounts: Vec<DataMount>,
     /// `NAME=VALUE` settings for the executor of this sandbox only (never secrets).
     pub executor_env: Vec<String>,
+    /// Attach the network with a route out (the executor network has none).
+    pub egress: bool,
 }
 
 /// A host folder a sandbox sees read-only.

@@ -179,6 +179,8 @@ pub struct SandboxSpec {
     pub limits: Limits,
     pub external_key: Option<String>,
     pub expiry: Expiry,
+    /// A route out of this machine.
+    pub egress: bool,
 }
 
 /// A sandbox request as it came from a client, before validation.
@@ -199,12 +201,19 @@ pub struct SandboxRequest {
     /// 0 = default.
     pub max_lifetime_seconds: u32,
     pub auto_resume: bool,
+    /// `None` = the runtime's default.
+    pub egress: Option<bool>,
 }
 
 impl SandboxRequest {
     /// Validates the request; every problem is an InvalidArgument naming the field. `defaults` fills in
     /// the expiry settings the request leaves at zero.
-    pub fn validate(self, policy: &LimitsPolicy, defaults: &Expiry) -> Result<SandboxSpec, Error> {
+    pub fn validate(
+        self,
+        policy: &LimitsPolicy,
+        defaults: &Expiry,
+        default_egress: bool,
+    ) -> Result<SandboxSpec, Error> {
         let space_id = SpaceId::parse_or_default(&self.space_id)?;
         let image = if self.image.is_empty() {
             None
@@ -251,6 +260,7 @@ impl SandboxRequest {
             limits,
             external_key,
             expiry,
+            egress: self.egress.unwrap_or(default_egress),
         })
     }
 }
@@ -320,6 +330,8 @@ pub struct Sandbox {
     pub expiry: Expiry,
     /// The last action, file call, create or resume.
     pub last_activity: SystemTime,
+    /// A route out of this machine.
+    pub egress: bool,
 }
 
 #[cfg(test)]
@@ -333,7 +345,9 @@ mod tests {
     #[test]
     fn zero_limits_take_defaults() {
         let p = LimitsPolicy::default();
-        let spec = req().validate(&p, &Expiry::default()).expect("valid");
+        let spec = req()
+            .validate(&p, &Expiry::default(), false)
+            .expect("valid");
         assert_eq!(spec.limits, p.default);
         assert_eq!(spec.space_id.as_str(), "default");
         assert_eq!(spec.image, None);
@@ -359,7 +373,7 @@ mod tests {
                 pids_limit: pids,
                 ..req()
             }
-            .validate(&p, &Expiry::default());
+            .validate(&p, &Expiry::default(), false);
             assert!(
                 matches!(r, Err(Error::InvalidArgument(_))),
                 "{cpu} {mem} {pids}: {r:?}"
@@ -371,7 +385,7 @@ mod tests {
             pids_limit: 64,
             ..req()
         }
-        .validate(&p, &Expiry::default())
+        .validate(&p, &Expiry::default(), false)
         .expect("valid");
         assert_eq!(
             ok.limits,
@@ -390,21 +404,21 @@ mod tests {
             env: [("A=B".to_owned(), "x".to_owned())].into(),
             ..req()
         };
-        assert!(bad_env.validate(&p, &Expiry::default()).is_err());
+        assert!(bad_env.validate(&p, &Expiry::default(), false).is_err());
         let reserved = SandboxRequest {
             labels: [("io.mentis.sandbox-id".to_owned(), "x".to_owned())].into(),
             ..req()
         };
-        assert!(reserved.validate(&p, &Expiry::default()).is_err());
+        assert!(reserved.validate(&p, &Expiry::default(), false).is_err());
         let image = SandboxRequest {
             image: "bad image".into(),
             ..req()
         };
-        assert!(image.validate(&p, &Expiry::default()).is_err());
+        assert!(image.validate(&p, &Expiry::default(), false).is_err());
         let good = SandboxRequest {
             image: "mentis/executor:latest".into(),
             ..req()
         };
-        assert!(good.validate(&p, &Expiry::default()).is_ok());
+        assert!(good.validate(&p, &Expiry::default(), false).is_ok());
     }
 }

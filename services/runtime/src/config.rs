@@ -52,6 +52,8 @@ pub struct RuntimeConfig {
     /// `MENTIS_IDLE_TIMEOUT_SECS` (0 = never), `MENTIS_IDLE_POLICY` (pause|delete|keep),
     /// `MENTIS_MAX_LIFETIME_SECS` (0 = none): expiry of sandboxes whose spec leaves these at zero.
     pub expiry: Expiry,
+    /// `MENTIS_EGRESS_DEFAULT` (deny|allow): egress of sandboxes whose spec leaves it unspecified.
+    pub egress_default: bool,
     /// `MENTIS_REAPER_INTERVAL_SECS`: how often expiry is checked.
     pub reaper_interval: Duration,
     /// `MENTIS_DATA_MOUNTS`: host folders mounted read-only into the sandboxes of a space, as
@@ -242,6 +244,7 @@ impl Default for RuntimeConfig {
             },
             reaper_interval: Duration::from_secs(10),
             data_mounts: Vec::new(),
+            egress_default: false,
             pools: Vec::new(),
         }
     }
@@ -321,6 +324,13 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_REAPER_INTERVAL_SECS") {
             c.reaper_interval = secs("MENTIS_REAPER_INTERVAL_SECS", &v)?;
+        }
+        if let Some(v) = get("MENTIS_EGRESS_DEFAULT") {
+            c.egress_default = match v.as_str() {
+                "deny" => false,
+                "allow" => true,
+                _ => return Err(err("MENTIS_EGRESS_DEFAULT", &v, "use deny or allow")),
+            };
         }
         if let Some(v) = get("MENTIS_DATA_MOUNTS") {
             c.data_mounts = parse_mounts(&v)?;

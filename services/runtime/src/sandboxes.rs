@@ -133,15 +133,22 @@ impl Manager {
         if self.shutdown.is_cancelled() {
             return Err(Error::Unavailable("the runtime is shutting down".into()));
         }
-        let spec = req.validate(&self.config.limits, &self.config.expiry)?;
+        let spec = req.validate(
+            &self.config.limits,
+            &self.config.expiry,
+            self.config.egress_default,
+        )?;
         let image = spec
             .image
             .clone()
             .unwrap_or_else(|| self.config.executor_image.clone());
         // A pool member fits any request for its image, unless the space has data mounts of its own (those
         // are bound at container creation).
+        // Members have no egress network either (networks are attached at creation here).
         let pool = self.pool_for(&image).filter(|_| {
-            self.config.mounts_for(spec.space_id.as_str()) == self.config.mounts_for_every_space()
+            !spec.egress
+                && self.config.mounts_for(spec.space_id.as_str())
+                    == self.config.mounts_for_every_space()
         });
         let member = pool.as_ref().and_then(|p| p.take());
         let (id, token) = match &member {
@@ -162,6 +169,7 @@ impl Manager {
             external_key: spec.external_key.clone(),
             expiry: spec.expiry,
             last_activity: now,
+            egress: spec.egress,
         };
         let handle = Arc::new(SandboxHandle::new(
             record.clone(),
@@ -201,6 +209,7 @@ impl Manager {
             token: handle.token.clone(),
             data_mounts: self.config.mounts_for(record.space_id.as_str()),
             executor_env: Vec::new(),
+            egress: record.egress,
         };
         let this = Arc::clone(self);
         let span = tracing::info_span!("create_sandbox", sandbox_id = %id);

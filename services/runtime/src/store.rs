@@ -20,7 +20,7 @@ use mentis_core::{
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Schema version in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS spaces (
@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     created_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
     activity_ms INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL
+    last_seq INTEGER NOT NULL,
+    egress INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS sandboxes_by_space ON sandboxes(space_id);
 CREATE TABLE IF NOT EXISTS pool (
@@ -187,6 +188,13 @@ impl Store {
             )));
         }
         conn.execute_batch(SCHEMA).map_err(db_err("schema"))?;
+        if version == 1 {
+            // Version 2 added the egress column (CREATE TABLE IF NOT EXISTS left the old table as it was).
+            conn.execute_batch(
+                "ALTER TABLE sandboxes ADD COLUMN egress INTEGER NOT NULL DEFAULT 0",
+            )
+            .map_err(db_err("migrate to schema 2"))?;
+        }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(db_err("schema version"))?;
         Ok(Self {
@@ -381,7 +389,7 @@ impl Store {
             .prepare(
                 "SELECT id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
                  external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-                 updated_ms, activity_ms, last_seq FROM sandboxes ORDER BY created_ms, id",
+                 updated_ms, activity_ms, last_seq, egress FROM sandboxes ORDER BY created_ms, id",
             )
             .map_err(db_err("read sandboxes"))?;
         let rows = stmt
@@ -416,6 +424,7 @@ impl Store {
                             created_at: time(r.get(16)?),
                             updated_at: time(r.get(17)?),
                             last_activity: time(r.get(18)?),
+                            egress: r.get(20)?,
                         },
                         env: from_json(&r.get::<_, String>(6)?),
                         token: r.get(10)?,
@@ -471,9 +480,9 @@ fn insert_sandbox(
         "INSERT OR REPLACE INTO sandboxes
          (id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
           external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-          updated_ms, activity_ms, last_seq)
+          updated_ms, activity_ms, last_seq, egress)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-          ?19, ?20)",
+          ?19, ?20, ?21)",
         params![
             s.id.to_string(),
             s.space_id.as_str(),
@@ -495,6 +504,7 @@ fn insert_sandbox(
             ms(s.updated_at),
             ms(s.last_activity),
             i64::try_from(last_seq).unwrap_or(i64::MAX),
+            s.egress,
         ],
     )
     .map_err(db_err("write a sandbox"))?;
@@ -531,6 +541,7 @@ mod tests {
                 auto_resume: true,
             },
             last_activity: now,
+            egress: true,
         }
     }
 

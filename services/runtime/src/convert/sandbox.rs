@@ -21,6 +21,11 @@ pub fn request_from_proto(spec: Option<api::SandboxSpec>) -> SandboxRequest {
         idle_policy: idle_policy_from_proto(s.idle_policy),
         max_lifetime_seconds: s.max_lifetime_seconds,
         auto_resume: s.auto_resume,
+        egress: match api::Egress::try_from(s.egress) {
+            Ok(api::Egress::Allow) => Some(true),
+            Ok(api::Egress::Deny) => Some(false),
+            Ok(api::Egress::Unspecified) | Err(_) => None,
+        },
     }
 }
 
@@ -97,5 +102,10 @@ pub fn sandbox_to_proto(s: &Sandbox, last_seq: u64) -> api::Sandbox {
         idle_policy: idle_policy_to_proto(s.expiry.idle_policy) as i32,
         max_lifetime_seconds: secs(s.expiry.max_lifetime),
         auto_resume: s.expiry.auto_resume,
+        egress: if s.egress {
+            api::Egress::Allow
+        } else {
+            api::Egress::Deny
+        } as i32,
     }
 }

@@ -186,6 +186,7 @@ impl Manager {
             } else {
                 Vec::new()
             },
+            egress: false,
         };
         let made = async {
             let endpoint = self.backend.create(&spec).await?;

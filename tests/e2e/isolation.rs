@@ -1,0 +1,143 @@
+//! Network isolation: sandboxes reach neither each other's executors, nor the runtime's port, nor any host
+//! service; without egress a sandbox has only the executor network (whose gateway forwards nothing); with
+//! egress its default route goes through the egress network. No traffic is ever sent to an address outside
+//! this machine.
+
+use mentis_e2e::*;
+use mentis_proto::api;
+
+/// Networks a sandbox's container is attached to.
+fn networks(sandbox: &str) -> anyhow::Result<Vec<String>> {
+    let out = inspect(
+        &container_of(sandbox),
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+    )?;
+    let mut names: Vec<String> = out.split_whitespace().map(str::to_owned).collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The gateway of the sandbox's default route, as a dotted address (read from /proc: no tools needed).
+async fn default_gateway(h: &mut Harness, sandbox: &str) -> anyhow::Result<Option<String>> {
+    let table = stdout(&h.sh(sandbox, "cat /proc/net/route").await?);
+    // Destination 00000000 with mask 00000000 is the default route; the gateway is little-endian hex.
+    Ok(table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.get(1) != Some(&"00000000") || f.get(7) != Some(&"00000000") {
+            return None;
+        }
+        let g = u32::from_str_radix(f.get(2)?, 16).ok()?.to_le_bytes();
+        Some(format!("{}.{}.{}.{}", g[0], g[1], g[2], g[3]))
+    }))
+}
+
+/// Whether a TCP connection from the sandbox to `addr:port` succeeds within 3 s.
+async fn connects(h: &mut Harness, sandbox: &str, addr: &str, port: u16) -> anyhow::Result<bool> {
+    let obs = h
+        .sh(
+            sandbox,
+            &format!("timeout 3 bash -c 'exec 3<>/dev/tcp/{addr}/{port}' 2>/dev/null"),
+        )
+        .await?;
+    Ok(cmd_end(&obs)?.exit_code == 0)
+}
+
+#[tokio::test]
+async fn sandboxes_reach_neither_each_other_nor_the_runtime_and_egress_is_opt_in()
+-> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let runtime_port = h.runtime.as_ref().unwrap().addr.port();
+    // A host service listening on every address (as the runtime would with MENTIS_LISTEN=0.0.0.0:...).
+    let host_service = std::net::TcpListener::bind("0.0.0.0:0")?;
+    let host_port = host_service.local_addr()?.port();
+    let a = h.create_default().await?.sandbox_id;
+    let b = h.create_default().await?.sandbox_id;
+    let ip_of = |sandbox: &str| {
+        inspect(
+            &container_of(sandbox),
+            "{{(index .NetworkSettings.Networks \"mentis-net\").IPAddress}}",
+        )
+    };
+    let gateway = inspect(
+        &container_of(&a),
+        "{{(index .NetworkSettings.Networks \"mentis-net\").Gateway}}",
+    )?;
+    let b_ip = ip_of(&b)?;
+    assert!(!b_ip.is_empty() && !gateway.is_empty());
+
+    // The probe works: A reaches its own executor port.
+    let a_ip = ip_of(&a)?;
+    assert!(
+        connects(&mut h, &a, &a_ip, 50052).await?,
+        "the probe itself must work"
+    );
+    // Not B's executor, not the runtime (on the host side of the network, or on loopback).
+    assert!(
+        !connects(&mut h, &a, &b_ip, 50052).await?,
+        "A reached B's executor"
+    );
+    assert!(
+        !connects(&mut h, &a, &gateway, runtime_port).await?,
+        "A reached the runtime via the gateway"
+    );
+    assert!(
+        !connects(&mut h, &a, "127.0.0.1", runtime_port).await?,
+        "A reached the runtime on loopback"
+    );
+    assert!(
+        !connects(&mut h, &a, &gateway, host_port).await?,
+        "A reached a host service through its gateway"
+    );
+    // A container on Docker's default bridge, on this machine: reaching it means forwarding through
+    // the host, which the executor network must not do.
+    let outside = docker(&[
+        "run",
+        "-d",
+        "--rm",
+        "--entrypoint",
+        "python3",
+        &executor_image(),
+        "-m",
+        "http.server",
+        "8000",
+    ])?;
+    let outside = outside.trim().to_owned();
+    let outside_ip = inspect(&outside, "{{.NetworkSettings.IPAddress}}")?;
+    let forwarded = connects(&mut h, &a, &outside_ip, 8000).await;
+    let _ = docker(&["rm", "-f", &outside]);
+    assert!(!forwarded?, "A reached a container outside its network");
+
+    // Egress denied (the default): only the executor network, no route out.
+    let sb = h.get(&a).await?;
+    assert_eq!(sb.egress, api::Egress::Deny as i32);
+    assert_eq!(networks(&a)?, ["mentis-net"]);
+    let a_route = default_gateway(&mut h, &a).await?;
+    assert!(
+        a_route.is_none() || a_route.as_deref() == Some(gateway.as_str()),
+        "{a_route:?}"
+    );
+
+    // Egress allowed: the egress network is attached, with a default route through it.
+    let c = h
+        .create(api::SandboxSpec {
+            egress: api::Egress::Allow as i32,
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(c.egress, api::Egress::Allow as i32);
+    let c = c.sandbox_id;
+    assert_eq!(networks(&c)?, ["mentis-egress", "mentis-net"]);
+    let egress_gateway = inspect(
+        &container_of(&c),
+        "{{(index .NetworkSettings.Networks \"mentis-egress\").Gateway}}",
+    )?;
+    assert_eq!(default_gateway(&mut h, &c).await?, Some(egress_gateway));
+    // Still no way to B on either network.
+    assert!(
+        !connects(&mut h, &c, &b_ip, 50052).await?,
+        "C reached B's executor"
+    );
+    // The executor works as usual.
+    assert_eq!(stdout(&h.sh(&c, "echo ok").await?), "ok\n");
+    h.stop().await
+}
