@@ -141,3 +141,59 @@ async fn sandboxes_reach_neither_each_other_nor_the_runtime_and_egress_is_opt_in
     assert_eq!(stdout(&h.sh(&c, "echo ok").await?), "ok\n");
     h.stop().await
 }
+
+#[tokio::test]
+async fn misbehaving_commands_end_and_the_sandbox_keeps_working() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let id = h
+        .create(api::SandboxSpec {
+            memory_limit_mb: 256,
+            pids_limit: 128,
+            cpu_limit: 0.5,
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    // A memory hog far beyond the limit: the kernel's OOM killer ends it (SIGKILL), not the executor.
+    let hog = h
+        .sh(
+            &id,
+            "python3 -c 'b = bytearray(1024 * 1024 * 1024); print(len(b))'",
+        )
+        .await?;
+    let end = cmd_end(&hog)?;
+    assert_eq!(end.exit_code, 137, "{hog:?}");
+    assert_eq!(stdout(&h.sh(&id, "echo after-hog").await?), "after-hog\n");
+
+    // A fork bomb, bounded by the pids limit and by a timeout that kills its whole process group.
+    let bomb = h
+        .exec(
+            &id,
+            api::ShellAction {
+                command: "b() { b | b & }; b; sleep 5".into(),
+                timeout_seconds: 5,
+                ..Default::default()
+            },
+        )
+        .await?;
+    cmd_end(&bomb)?;
+    assert_eq!(stdout(&h.sh(&id, "echo after-bomb").await?), "after-bomb\n");
+
+    // A CPU spinner ends at its timeout.
+    let spin = h
+        .exec(
+            &id,
+            api::ShellAction {
+                command: "while :; do :; done".into(),
+                timeout_seconds: 2,
+                ..Default::default()
+            },
+        )
+        .await?;
+    assert_eq!(cmd_end(&spin)?.reason, api::EndReason::TimedOut as i32);
+    assert_eq!(stdout(&h.sh(&id, "echo after-spin").await?), "after-spin\n");
+    // No capabilities, not root.
+    let status = stdout(&h.sh(&id, "id -u; grep CapEff /proc/self/status").await?);
+    assert_eq!(status, "1000\nCapEff:\t0000000000000000\n");
+    h.stop().await
+}
