@@ -583,6 +583,26 @@ mod tests {
     }
 
     #[test]
+    fn a_schema_1_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // Schema 1: the sandboxes table without the egress column.
+            let conn = Connection::open(dir.path().join("mentis.db")).unwrap();
+            let v1 = SCHEMA.replace(",\n    egress INTEGER NOT NULL DEFAULT 0", "");
+            assert_ne!(v1, SCHEMA);
+            conn.execute_batch(&v1).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let s = sandbox();
+        store.put_sandbox(&s, &BTreeMap::new(), "tok", 1).unwrap();
+        assert!(store.sandboxes().unwrap()[0].record.egress);
+        drop(store);
+        // Opening again does not migrate twice.
+        assert!(Store::open(dir.path()).is_ok());
+    }
+
+    #[test]
     fn a_claim_moves_a_member_to_the_sandboxes_once() {
         let store = Store::in_memory().unwrap();
         let s = sandbox();
