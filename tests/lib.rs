@@ -114,10 +114,8 @@ impl Harness {
                 "executor image {image} is missing: run `make test` (or `make image`) to build it"
             )
         })?;
-        let instance = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let guard = InstanceGuard {
-            instance: instance.clone(),
-        };
+        let guard = Self::new_instance();
+        let instance = guard.instance.clone();
         let data_dir = tempfile::tempdir()?;
         let mut config = RuntimeConfig {
             listen: "127.0.0.1:0".parse()?,
@@ -218,22 +216,33 @@ impl Harness {
         self.create(api::SandboxSpec::default()).await
     }
 
-    /// Runs `command` with Execute and collects every observation up to the end of the stream.
-    pub async fn exec(
+    /// Runs `action` with Execute and collects every observation up to the end of the stream.
+    async fn execute(
         &mut self,
         sandbox: &str,
-        shell: api::ShellAction,
+        action: api::Action,
+        within: Duration,
     ) -> Result<Vec<api::Observation>> {
         let stream = self
             .actions
             .execute(api::ExecuteRequest {
                 sandbox_id: sandbox.to_owned(),
-                action: Some(shell_action(shell)),
+                action: Some(action),
                 action_id: String::new(),
             })
             .await?
             .into_inner();
-        collect(stream, Duration::from_secs(120)).await
+        collect(stream, within).await
+    }
+
+    /// Runs a shell action with Execute and collects its observations.
+    pub async fn exec(
+        &mut self,
+        sandbox: &str,
+        shell: api::ShellAction,
+    ) -> Result<Vec<api::Observation>> {
+        self.execute(sandbox, shell_action(shell), Duration::from_secs(120))
+            .await
     }
 
     /// Runs a plain command with Execute.
@@ -247,6 +256,14 @@ impl Harness {
             rt.stop().await?;
         }
         Ok(())
+    }
+}
+
+/// The status code of a call's outcome (`Ok` when it succeeded).
+pub fn code<T>(r: std::result::Result<T, tonic::Status>) -> tonic::Code {
+    match r {
+        Ok(_) => tonic::Code::Ok,
+        Err(s) => s.code(),
     }
 }
 
@@ -365,16 +382,8 @@ impl Harness {
         sandbox: &str,
         c: api::IPythonAction,
     ) -> Result<Vec<api::Observation>> {
-        let stream = self
-            .actions
-            .execute(api::ExecuteRequest {
-                sandbox_id: sandbox.to_owned(),
-                action: Some(cell_with(c)),
-                action_id: String::new(),
-            })
-            .await?
-            .into_inner();
-        collect(stream, Duration::from_secs(180)).await
+        self.execute(sandbox, cell_with(c), Duration::from_secs(180))
+            .await
     }
 
     /// Runs a plain cell with Execute.

@@ -4,13 +4,6 @@ use mentis_e2e::*;
 use mentis_proto::api;
 use tonic::Code;
 
-fn code<T>(r: Result<T, tonic::Status>) -> Code {
-    match r {
-        Ok(_) => Code::Ok,
-        Err(s) => s.code(),
-    }
-}
-
 #[tokio::test]
 async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyhow::Result<()> {
     let mut h = Harness::start().await?;

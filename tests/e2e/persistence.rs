@@ -7,13 +7,6 @@ use mentis_e2e::*;
 use mentis_proto::api;
 use tonic::Code;
 
-fn code<T>(r: Result<T, tonic::Status>) -> Code {
-    match r {
-        Ok(_) => Code::Ok,
-        Err(s) => s.code(),
-    }
-}
-
 async fn pause(h: &mut Harness, id: &str) -> anyhow::Result<api::Sandbox> {
     Ok(h.sandboxes
         .pause_sandbox(api::PauseSandboxRequest {

@@ -15,13 +15,6 @@ fn space(id: &str, max: u32) -> api::Space {
     }
 }
 
-fn code<T>(r: Result<T, tonic::Status>) -> Code {
-    match r {
-        Ok(_) => Code::Ok,
-        Err(s) => s.code(),
-    }
-}
-
 #[tokio::test]
 async fn space_crud_limits_and_deletion() -> anyhow::Result<()> {
     let mut h = Harness::start().await?;

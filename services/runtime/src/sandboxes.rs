@@ -16,8 +16,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use mentis_core::{
-    Action, ActionId, BackendSpec, Error, ObservationKind, Result, Sandbox, SandboxBackend,
-    SandboxId, SandboxRequest, SandboxState, Space, SpaceId,
+    Action, ActionId, BackendSpec, Error, Result, Sandbox, SandboxBackend, SandboxId,
+    SandboxRequest, SandboxState, Space, SpaceId,
 };
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -77,6 +77,37 @@ impl std::fmt::Debug for Manager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Manager").finish_non_exhaustive()
     }
+}
+
+/// A client of the executor at `endpoint`, once it answers its health check (within `within`).
+async fn ready_executor(
+    config: &RuntimeConfig,
+    endpoint: &mentis_core::Endpoint,
+    token: &str,
+    within: Duration,
+) -> Result<ExecutorClient> {
+    let client = ExecutorClient::new(
+        endpoint,
+        token,
+        config.executor_call_timeout,
+        config.executor_keepalive,
+    )?;
+    client.wait_ready(within).await?;
+    Ok(client)
+}
+
+/// The executor of an existing sandbox (its container started again when it stopped), once it answers:
+/// for recovery, resume and takeover after a restart.
+async fn reach_executor(
+    backend: &dyn SandboxBackend,
+    config: &RuntimeConfig,
+    id: SandboxId,
+    token: &str,
+    within: Duration,
+) -> Result<(ExecutorClient, mentis_core::Endpoint)> {
+    let endpoint = backend.ensure_running(id).await?;
+    let client = ready_executor(config, &endpoint, token, within).await?;
+    Ok((client, endpoint))
 }
 
 fn random_token() -> String {
@@ -177,9 +208,10 @@ impl Manager {
             ObservationLog::new(id, self.config.log_limits),
             token,
         ));
-        let admitted = self.admit(&handle, &record, &spec.env, member.is_some());
-        match (admitted, member, pool) {
-            (Ok(None), Some(member), Some(pool)) => {
+        let claim = member.zip(pool);
+        let admitted = self.admit(&handle, &record, &spec.env, claim.is_some());
+        match (admitted, claim) {
+            (Ok(None), Some((member, pool))) => {
                 let this = Arc::clone(self);
                 let span = tracing::info_span!("claim_sandbox", sandbox_id = %id);
                 return self
@@ -188,17 +220,16 @@ impl Manager {
                     .await
                     .map_err(|e| Error::Internal(format!("claim task failed: {e}")))?;
             }
-            (Ok(None), _, _) => {}
-            (other, member, pool) => {
+            (Ok(None), None) => {}
+            (refused, claim) => {
                 // Not claimed after all: the member goes back to its pool.
-                if let (Some(m), Some(p)) = (member, pool) {
-                    p.put_back(m);
+                if let Some((member, pool)) = claim {
+                    pool.put_back(member);
                 }
-                return match other {
-                    Ok(Some(existing)) => Ok(existing),
-                    Ok(None) => Err(Error::Internal("unreachable admission outcome".into())),
-                    Err(e) => Err(e),
-                };
+                // An existing sandbox with the request's key, or why the request was refused.
+                return refused.and_then(|existing| {
+                    existing.ok_or_else(|| Error::Internal("admission had no outcome".into()))
+                });
             }
         }
         let backend_spec = BackendSpec {
@@ -235,12 +266,9 @@ impl Manager {
             let space = self.space_record(&record.space_id)?;
             // Get-or-create: a live sandbox with this key in this space is the answer.
             if let Some(key) = &record.external_key
-                && let Some(existing) = map.values().find(|h| {
-                    let s = h.snapshot();
-                    !s.state.is_final()
-                        && s.space_id == record.space_id
-                        && s.external_key.as_ref() == Some(key)
-                })
+                && let Some(existing) = map
+                    .values()
+                    .find(|h| h.is_live_with_key(&record.space_id, key))
             {
                 return Ok(Some(existing.snapshot()));
             }
@@ -252,8 +280,7 @@ impl Manager {
             }
             let in_space = map
                 .values()
-                .map(|h| h.snapshot())
-                .filter(|s| !s.state.is_final() && s.space_id == record.space_id)
+                .filter(|h| h.is_live_in(&record.space_id))
                 .count();
             let max = space.limits.max_sandboxes as usize;
             if max > 0 && in_space >= max {
@@ -307,13 +334,7 @@ impl Manager {
     fn running(&self, h: &Arc<SandboxHandle>, message: &str) {
         h.set_state(SandboxState::Running, "");
         self.persist(h);
-        h.log.append(
-            None,
-            ObservationKind::AgentState {
-                message: message.into(),
-                details: [("state".to_owned(), "RUNNING".to_owned())].into(),
-            },
-        );
+        h.agent_state(message, &[("state", "RUNNING")]);
         self.watch_health(h);
     }
 
@@ -321,17 +342,19 @@ impl Manager {
         let started = tokio::time::Instant::now();
         let result = async {
             let endpoint = self.backend.create(&spec).await?;
-            let client = ExecutorClient::new(
+            let ready = ready_executor(
+                &self.config,
                 &endpoint,
                 &spec.token,
-                self.config.executor_call_timeout,
-                self.config.executor_keepalive,
-            )?;
-            if let Err(e) = client.wait_ready(self.config.ready_timeout).await {
-                let _ = self.backend.delete(spec.id).await;
-                return Err(e);
+                self.config.ready_timeout,
+            );
+            match ready.await {
+                Ok(client) => Ok(client),
+                Err(e) => {
+                    let _ = self.backend.delete(spec.id).await;
+                    Err(e)
+                }
             }
-            Ok(client)
         }
         .await;
         match result {
@@ -429,16 +452,9 @@ impl Manager {
                         tracing::warn!("action pumps did not finish in time");
                     }
                     this.backend.delete(id).await?;
-                    h.log.append(
-                        None,
-                        ObservationKind::AgentState {
-                            message: format!("sandbox {reason}"),
-                            details: [
-                                ("state".to_owned(), "TERMINATED".to_owned()),
-                                ("reason".to_owned(), reason.to_owned()),
-                            ]
-                            .into(),
-                        },
+                    h.agent_state(
+                        format!("sandbox {reason}"),
+                        &[("state", "TERMINATED"), ("reason", reason)],
                     );
                     h.log.close();
                     h.set_state(SandboxState::Terminated, reason);
@@ -507,12 +523,8 @@ impl Manager {
         mentis_core::sandbox::validate_external_key(key)?;
         self.read()
             .values()
+            .find(|h| h.is_live_with_key(space, key))
             .map(|h| (h.snapshot(), h.log.last_seq()))
-            .find(|(s, _)| {
-                !s.state.is_final()
-                    && &s.space_id == space
-                    && s.external_key.as_deref() == Some(key)
-            })
             .ok_or_else(|| {
                 Error::NotFound(format!("no live sandbox with key {key:?} in space {space}"))
             })
@@ -659,8 +671,7 @@ impl Manager {
 
     /// Writes every changed record (state, last activity, newest seq) to the store.
     fn flush(&self) {
-        let handles: Vec<Arc<SandboxHandle>> = self.read().values().cloned().collect();
-        for h in handles {
+        for h in self.handles() {
             let seq_changed =
                 h.log.last_seq() != h.stored_seq.load(std::sync::atomic::Ordering::Relaxed);
             if h.take_dirty() || seq_changed {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use mentis_core::{ActionId, Error, Sandbox, SandboxId, SandboxState};
+use mentis_core::{ActionId, Error, ObservationKind, Sandbox, SandboxId, SandboxState, SpaceId};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -109,6 +109,20 @@ impl SandboxHandle {
         }
     }
 
+    /// Logs a sandbox-level `agent_state` observation (no action id).
+    pub fn agent_state(&self, message: impl Into<String>, details: &[(&str, &str)]) {
+        self.log.append(
+            None,
+            ObservationKind::AgentState {
+                message: message.into(),
+                details: details
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            },
+        );
+    }
+
     /// Marks activity now (an action, a file call): the idle timeout starts again.
     pub fn touch(&self) {
         lock(&self.record).last_activity = SystemTime::now();
@@ -123,6 +137,18 @@ impl SandboxHandle {
     /// A copy of the record.
     pub fn snapshot(&self) -> Sandbox {
         lock(&self.record).clone()
+    }
+
+    /// Whether the sandbox is live (not TERMINATED or FAILED) and in `space`.
+    pub fn is_live_in(&self, space: &SpaceId) -> bool {
+        let r = lock(&self.record);
+        !r.state.is_final() && &r.space_id == space
+    }
+
+    /// Whether the sandbox is live, in `space`, and carries the client key `key`.
+    pub fn is_live_with_key(&self, space: &SpaceId, key: &str) -> bool {
+        let r = lock(&self.record);
+        !r.state.is_final() && &r.space_id == space && r.external_key.as_deref() == Some(key)
     }
 
     pub fn state(&self) -> SandboxState {

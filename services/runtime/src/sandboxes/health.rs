@@ -6,29 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mentis_core::{Error, ObservationKind, SandboxBackend, SandboxState};
+use mentis_core::{Error, SandboxBackend, SandboxState};
 
 use super::handle::SandboxHandle;
 use crate::config::RuntimeConfig;
-use crate::executor_client::ExecutorClient;
 
 /// Failed checks in a row before a sandbox is UNHEALTHY (one miss can be a hiccup).
 const FAILURES_BEFORE_UNHEALTHY: u32 = 2;
 /// Upper bound of one health check.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
-
-fn agent_state(h: &SandboxHandle, message: &str, details: &[(&str, String)]) {
-    h.log.append(
-        None,
-        ObservationKind::AgentState {
-            message: message.to_owned(),
-            details: details
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                .collect(),
-        },
-    );
-}
 
 /// Watches `h` until it is deleted.
 pub(super) async fn watch(
@@ -56,11 +42,7 @@ pub(super) async fn watch(
                 failures = 0;
                 if h.transition(&[SandboxState::Unhealthy], SandboxState::Running, "") {
                     tracing::info!("executor answers again");
-                    agent_state(
-                        &h,
-                        "executor reachable again",
-                        &[("state", "RUNNING".into())],
-                    );
+                    h.agent_state("executor reachable again", &[("state", "RUNNING")]);
                 }
             }
             Err(e) => {
@@ -73,10 +55,9 @@ pub(super) async fn watch(
                     )
                 {
                     tracing::warn!(error = %e, "executor unreachable");
-                    agent_state(
-                        &h,
+                    h.agent_state(
                         "executor unreachable",
-                        &[("state", "UNHEALTHY".into()), ("reason", e.to_string())],
+                        &[("state", "UNHEALTHY"), ("reason", &e.to_string())],
                     );
                 }
                 if h.state() == SandboxState::Unhealthy {
@@ -93,10 +74,9 @@ pub(super) async fn watch(
                                 reason.clone(),
                             ) {
                                 tracing::warn!(%reason, "sandbox gone");
-                                agent_state(
-                                    &h,
+                                h.agent_state(
                                     "sandbox gone",
-                                    &[("state", "TERMINATED".into()), ("reason", reason)],
+                                    &[("state", "TERMINATED"), ("reason", &reason)],
                                 );
                                 end_gone(&h, backend.as_ref()).await;
                             }
@@ -132,21 +112,14 @@ async fn recover(
     backend: &dyn SandboxBackend,
     config: &RuntimeConfig,
 ) -> Result<(), Error> {
-    let endpoint = backend.ensure_running(h.id).await?;
-    let client = ExecutorClient::new(
-        &endpoint,
-        &h.token,
-        config.executor_call_timeout,
-        config.executor_keepalive,
-    )?;
-    client.wait_ready(config.ready_timeout).await?;
+    let (client, endpoint) =
+        super::reach_executor(backend, config, h.id, &h.token, config.ready_timeout).await?;
     h.set_executor(client);
     if h.transition(&[SandboxState::Unhealthy], SandboxState::Running, "") {
         tracing::info!(endpoint = %endpoint.uri, "executor recovered");
-        agent_state(
-            h,
+        h.agent_state(
             "executor recovered",
-            &[("state", "RUNNING".into()), ("endpoint", endpoint.uri)],
+            &[("state", "RUNNING"), ("endpoint", &endpoint.uri)],
         );
     }
     Ok(())

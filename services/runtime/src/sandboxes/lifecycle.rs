@@ -3,25 +3,11 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use mentis_core::{Error, IdlePolicy, ObservationKind, Result, Sandbox, SandboxId, SandboxState};
+use mentis_core::{Error, IdlePolicy, Result, Sandbox, SandboxId, SandboxState};
 
 use super::Manager;
 use super::handle::{SandboxHandle, state_name};
 use crate::executor_client::ExecutorClient;
-
-fn agent_state(h: &SandboxHandle, message: String, state: &str, reason: &str) {
-    h.log.append(
-        None,
-        ObservationKind::AgentState {
-            message,
-            details: [
-                ("state".to_owned(), state.to_owned()),
-                ("reason".to_owned(), reason.to_owned()),
-            ]
-            .into(),
-        },
-    );
-}
 
 impl Manager {
     /// Freezes a RUNNING sandbox. Idempotent for a PAUSED one. FailedPrecondition while actions run (their
@@ -55,7 +41,7 @@ impl Manager {
         }
         self.backend.pause(id).await?;
         h.set_state(SandboxState::Paused, reason);
-        agent_state(&h, "sandbox paused".into(), "PAUSED", reason);
+        h.agent_state("sandbox paused", &[("state", "PAUSED"), ("reason", reason)]);
         self.persist(&h);
         tracing::info!(sandbox_id = %id, reason, "sandbox paused");
         Ok(h.snapshot())
@@ -83,18 +69,18 @@ impl Manager {
         self.backend.resume(h.id).await?;
         // The old connection died of missed keepalives while frozen: connect afresh (the address may have
         // changed too, if the engine restarted the container meanwhile).
-        let endpoint = self.backend.ensure_running(h.id).await?;
-        let client = ExecutorClient::new(
-            &endpoint,
+        let (client, _) = super::reach_executor(
+            self.backend.as_ref(),
+            &self.config,
+            h.id,
             &h.token,
-            self.config.executor_call_timeout,
-            self.config.executor_keepalive,
-        )?;
-        client.wait_ready(self.config.ready_timeout).await?;
+            self.config.ready_timeout,
+        )
+        .await?;
         h.set_executor(client);
         h.set_state(SandboxState::Running, "");
         h.touch();
-        agent_state(h, "sandbox resumed".into(), "RUNNING", "");
+        h.agent_state("sandbox resumed", &[("state", "RUNNING")]);
         self.persist(h);
         tracing::info!(sandbox_id = %h.id, "sandbox resumed");
         Ok(h.snapshot())

@@ -22,6 +22,8 @@ use crate::store::StoredMember;
 
 /// Upper bound of one health check of an idle member.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a member taken over after a restart has to answer (else it is remade).
+const MEMBER_TAKEOVER_READY: Duration = Duration::from_secs(10);
 /// Pause after a failed attempt to make a member (a broken image must not spin).
 const RETRY_PAUSE: Duration = Duration::from_secs(2);
 
@@ -190,14 +192,13 @@ impl Manager {
         };
         let made = async {
             let endpoint = self.backend.create(&spec).await?;
-            let client = ExecutorClient::new(
+            super::ready_executor(
+                &self.config,
                 &endpoint,
                 &stored.token,
-                self.config.executor_call_timeout,
-                self.config.executor_keepalive,
-            )?;
-            client.wait_ready(self.config.ready_timeout).await?;
-            Ok(client)
+                self.config.ready_timeout,
+            )
+            .await
         }
         .await;
         match made {
@@ -262,8 +263,15 @@ impl Manager {
             let running = found.get(&m.id) == Some(&BackendState::Running);
             let kept = match pool {
                 Some(pool) if running && pool.idle().len() < pool.config.max_total => {
-                    match self.reconnect_member(&m).await {
-                        Ok(client) => {
+                    let reached = super::reach_executor(
+                        self.backend.as_ref(),
+                        &self.config,
+                        m.id,
+                        &m.token,
+                        MEMBER_TAKEOVER_READY,
+                    );
+                    match reached.await {
+                        Ok((client, _)) => {
                             pool.idle().push_back(Member {
                                 id: m.id,
                                 token: m.token.clone(),
@@ -285,17 +293,5 @@ impl Manager {
                 self.drop_member(m.id).await;
             }
         }
-    }
-
-    async fn reconnect_member(&self, m: &StoredMember) -> Result<ExecutorClient> {
-        let endpoint = self.backend.ensure_running(m.id).await?;
-        let client = ExecutorClient::new(
-            &endpoint,
-            &m.token,
-            self.config.executor_call_timeout,
-            self.config.executor_keepalive,
-        )?;
-        client.wait_ready(Duration::from_secs(10)).await?;
-        Ok(client)
     }
 }

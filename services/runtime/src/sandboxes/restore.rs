@@ -2,16 +2,15 @@
 //! taken over (their containers are never killed because the runtime restarted); paused ones stay paused;
 //! records whose container vanished become TERMINATED with the reason; containers with no record go.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mentis_core::{BackendState, Error, ObservationKind, Result, SandboxId, SandboxState};
+use mentis_core::{BackendState, Error, Result, SandboxId, SandboxState};
 
 use super::Manager;
 use super::handle::SandboxHandle;
-use crate::executor_client::ExecutorClient;
 use crate::observations::ObservationLog;
 use crate::store::StoredSandbox;
 
@@ -58,7 +57,7 @@ impl Manager {
             .collect();
         let stored = self.store.sandboxes()?;
         let members = self.store.members()?;
-        let known: Vec<SandboxId> = stored
+        let known: HashSet<SandboxId> = stored
             .iter()
             .map(|s| s.record.id)
             .chain(members.iter().map(|m| m.id))
@@ -74,6 +73,8 @@ impl Manager {
             .buffer_unordered(RESTORE_CONCURRENCY)
             .collect::<()>()
             .await;
+        // Ended records past their retention go now.
+        self.forget_old_ended();
         for (id, state) in found {
             if !known.contains(&id) {
                 tracing::info!(sandbox_id = %id, ?state, "removing a sandbox with no record");
@@ -102,22 +103,14 @@ impl Manager {
         if was.is_final() {
             // Kept for Get until the retention time passes; its log is gone.
             h.log.close();
-            self.forget_old_ended();
             return;
         }
         let gone = |reason: &str| {
             tracing::warn!(sandbox_id = %id, reason, "sandbox ended while the runtime was down");
             h.set_state(SandboxState::Terminated, reason);
-            h.log.append(
-                None,
-                ObservationKind::AgentState {
-                    message: "sandbox gone".into(),
-                    details: [
-                        ("state".to_owned(), "TERMINATED".to_owned()),
-                        ("reason".to_owned(), reason.to_owned()),
-                    ]
-                    .into(),
-                },
+            h.agent_state(
+                "sandbox gone",
+                &[("state", "TERMINATED"), ("reason", reason)],
             );
             h.log.close();
         };
@@ -149,15 +142,21 @@ impl Manager {
                 tracing::info!(sandbox_id = %id, "took over a paused sandbox");
             }
             (_, Some(BackendState::Running | BackendState::Stopped)) => {
-                match self.reconnect(&h).await {
-                    Ok(()) => {
+                let within = TAKEOVER_READY.min(self.config.ready_timeout);
+                let reached = super::reach_executor(
+                    self.backend.as_ref(),
+                    &self.config,
+                    id,
+                    &h.token,
+                    within,
+                );
+                match reached.await {
+                    Ok((client, _)) => {
+                        h.set_executor(client);
                         h.set_state(SandboxState::Running, "");
-                        h.log.append(
-                            None,
-                            ObservationKind::AgentState {
-                                message: "sandbox taken over after a runtime restart".into(),
-                                details: [("state".to_owned(), "RUNNING".to_owned())].into(),
-                            },
+                        h.agent_state(
+                            "sandbox taken over after a runtime restart",
+                            &[("state", "RUNNING")],
                         );
                         tracing::info!(sandbox_id = %id, "took over a running sandbox");
                     }
@@ -175,20 +174,5 @@ impl Manager {
             h.touch();
         }
         self.persist(&h);
-    }
-
-    async fn reconnect(&self, h: &SandboxHandle) -> Result<()> {
-        let endpoint = self.backend.ensure_running(h.id).await?;
-        let client = ExecutorClient::new(
-            &endpoint,
-            &h.token,
-            self.config.executor_call_timeout,
-            self.config.executor_keepalive,
-        )?;
-        client
-            .wait_ready(TAKEOVER_READY.min(self.config.ready_timeout))
-            .await?;
-        h.set_executor(client);
-        Ok(())
     }
 }

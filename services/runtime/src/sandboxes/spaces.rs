@@ -13,12 +13,7 @@ pub type SpaceView = (Space, u32);
 
 impl Manager {
     fn live_in(&self, space: &SpaceId) -> u32 {
-        let n = self
-            .read()
-            .values()
-            .map(|h| h.snapshot())
-            .filter(|s| !s.state.is_final() && &s.space_id == space)
-            .count();
+        let n = self.read().values().filter(|h| h.is_live_in(space)).count();
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
@@ -122,10 +117,7 @@ impl Manager {
         let members: Vec<_> = self
             .handles()
             .into_iter()
-            .filter(|h| {
-                let s = h.snapshot();
-                !s.state.is_final() && &s.space_id == id
-            })
+            .filter(|h| h.is_live_in(id))
             .map(|h| h.id)
             .collect();
         if !members.is_empty() && !force {
@@ -141,11 +133,7 @@ impl Manager {
         // Locks in the order create takes them (sandboxes, then spaces), so a sandbox is either created
         // before this look (and keeps the space) or finds the space gone.
         let sandboxes = self.write();
-        let created_meanwhile = sandboxes.values().any(|h| {
-            let s = h.snapshot();
-            !s.state.is_final() && &s.space_id == id
-        });
-        if created_meanwhile {
+        if sandboxes.values().any(|h| h.is_live_in(id)) {
             return Err(Error::FailedPrecondition(format!(
                 "space {id} got a new sandbox while it was being deleted"
             )));
