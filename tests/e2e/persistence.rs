@@ -307,7 +307,12 @@ async fn a_store_belongs_to_one_instance() -> anyhow::Result<()> {
     let dir = h.data_dir.path().to_owned();
     // Another instance on this store would take the first one's sandboxes for vanished ones.
     let other = Harness::start_with(|c| c.data_dir = dir).await;
-    let err = other.err().expect("a second instance on the same store must not start");
-    assert!(format!("{err:#}").contains("belongs to instance"), "{err:#}");
+    let err = other
+        .err()
+        .expect("a second instance on the same store must not start");
+    assert!(
+        format!("{err:#}").contains("belongs to instance"),
+        "{err:#}"
+    );
     h.stop().await
 }
