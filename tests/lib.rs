@@ -14,7 +14,10 @@ use mentis_proto::api::{
     self, action_service_client::ActionServiceClient, sandbox_service_client::SandboxServiceClient,
     space_service_client::SpaceServiceClient,
 };
+use mentis_runtime::config::AuthConfig;
 use mentis_runtime::{Runtime, RuntimeConfig};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 pub use mentis_proto::api::observation::Kind;
@@ -85,13 +88,42 @@ impl Drop for InstanceGuard {
     }
 }
 
-/// A runtime of this test, with clients.
+/// Adds `authorization: Bearer <key>` to every call (none: no header).
+#[derive(Clone)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Bearer {
+    pub fn new(key: Option<&str>) -> Self {
+        Self(key.map(|k| format!("Bearer {k}").parse().unwrap()))
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A channel to the public API that presents a key.
+pub type ApiChannel = InterceptedService<Channel, Bearer>;
+
+/// A random admin key.
+pub fn random_key() -> String {
+    format!("test-admin-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A runtime of this test, with clients (presenting the admin key).
 pub struct Harness {
     pub runtime: Option<Runtime>,
-    pub sandboxes: SandboxServiceClient<Channel>,
-    pub actions: ActionServiceClient<Channel>,
-    pub spaces: SpaceServiceClient<Channel>,
-    pub channel: Channel,
+    pub sandboxes: SandboxServiceClient<ApiChannel>,
+    pub actions: ActionServiceClient<ApiChannel>,
+    pub spaces: SpaceServiceClient<ApiChannel>,
+    pub channel: ApiChannel,
+    /// The bare channel: add a key with [`Harness::with_key`].
+    pub raw: Channel,
     /// The runtime's MENTIS_DATA_DIR (its store), removed at the end.
     pub data_dir: tempfile::TempDir,
     // Last, so it runs after the runtime is gone.
@@ -124,37 +156,48 @@ impl Harness {
             ..RuntimeConfig::default()
         };
         config.docker.instance = instance;
+        let admin_key = random_key();
+        config.auth = AuthConfig::Keys {
+            admin_key: Some(admin_key.clone()),
+        };
         // Tests read streams strictly; a test about keepalives shortens this.
         config.stream.keepalive = Duration::from_secs(600);
         tweak(&mut config);
         let runtime = Runtime::start(config).await?;
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", runtime.addr))?
+        let raw = tonic::transport::Endpoint::from_shared(format!("http://{}", runtime.addr))?
             .connect()
             .await?;
-        Ok(Self {
-            runtime: Some(runtime),
-            sandboxes: SandboxServiceClient::new(channel.clone()),
-            actions: ActionServiceClient::new(channel.clone()),
-            spaces: SpaceServiceClient::new(channel.clone()),
-            channel,
-            data_dir,
-            guard,
-        })
+        // With MENTIS_AUTH=disabled (a tweak) the key is simply not looked at.
+        let mut h = Self::over(raw, Some(&admin_key), data_dir, guard);
+        h.runtime = Some(runtime);
+        Ok(h)
+    }
+
+    /// `raw` presenting `key` (or nothing).
+    pub fn with_key(&self, key: Option<&str>) -> ApiChannel {
+        InterceptedService::new(self.raw.clone(), Bearer::new(key))
     }
 
     pub async fn start() -> Result<Self> {
         Self::start_with(|_| {}).await
     }
 
-    /// Clients over a runtime that runs elsewhere (a [`RuntimeProcess`]); `data_dir` and `guard` are
-    /// that runtime's.
-    pub fn over(channel: Channel, data_dir: tempfile::TempDir, guard: InstanceGuard) -> Self {
+    /// Clients presenting `key` over a runtime that runs elsewhere (a [`RuntimeProcess`]); `data_dir` and
+    /// `guard` are that runtime's.
+    pub fn over(
+        raw: Channel,
+        key: Option<&str>,
+        data_dir: tempfile::TempDir,
+        guard: InstanceGuard,
+    ) -> Self {
+        let channel = InterceptedService::new(raw.clone(), Bearer::new(key));
         Self {
             runtime: None,
             sandboxes: SandboxServiceClient::new(channel.clone()),
             actions: ActionServiceClient::new(channel.clone()),
             spaces: SpaceServiceClient::new(channel.clone()),
             channel,
+            raw,
             data_dir,
             guard,
         }
@@ -447,6 +490,7 @@ pub fn cell_value(obs: &[api::Observation]) -> Option<String> {
 pub struct RuntimeProcess {
     child: std::process::Child,
     pub addr: std::net::SocketAddr,
+    data_dir: std::path::PathBuf,
 }
 
 impl RuntimeProcess {
@@ -477,7 +521,11 @@ impl RuntimeProcess {
             .stdout(std::process::Stdio::null())
             .spawn()
             .context("start mentis-runtime-under-test")?;
-        let mut process = Self { child, addr };
+        let mut process = Self {
+            child,
+            addr,
+            data_dir: data_dir.to_owned(),
+        };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = process.child.try_wait()? {
@@ -494,7 +542,30 @@ impl RuntimeProcess {
         }
     }
 
-    /// A channel to its API.
+    /// The admin key it made in its data folder on first start.
+    pub fn admin_key(&self) -> Result<String> {
+        let path = self.data_dir.join(mentis_runtime::auth::ADMIN_KEY_FILE);
+        Ok(std::fs::read_to_string(&path)
+            .with_context(|| format!("read {}", path.display()))?
+            .trim()
+            .to_owned())
+    }
+
+    /// Clients of its API presenting its admin key.
+    pub async fn harness(
+        &self,
+        data_dir: tempfile::TempDir,
+        guard: InstanceGuard,
+    ) -> Result<Harness> {
+        Ok(Harness::over(
+            self.channel().await?,
+            Some(&self.admin_key()?),
+            data_dir,
+            guard,
+        ))
+    }
+
+    /// A bare channel to its API.
     pub async fn channel(&self) -> Result<Channel> {
         Ok(
             tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))?

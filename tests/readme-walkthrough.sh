@@ -32,6 +32,9 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 
+# The README reads the admin key from the data folder; blocks after the first get $AUTH from here.
+export MENTIS_DATA_DIR=$work/data
+export AUTH="authorization: Bearer $(cat "$MENTIS_DATA_DIR/admin.key")"
 sed -n '/<!-- walkthrough:begin -->/,/<!-- walkthrough:end -->/p' README.md | sed '/^```/d; /^<!--/d' >"$work/walk.sh"
 if ! bash -euo pipefail "$work/walk.sh" >"$work/out" 2>&1; then
   echo "readme-walkthrough: the README's commands failed:" >&2
@@ -52,11 +55,24 @@ if ! bash -euo pipefail "$work/lifecycle.sh" >"$work/lifecycle.out" 2>&1; then
   exit 1
 fi
 cat "$work/lifecycle.out" >>"$work/out"
+sed -n '/<!-- keys:begin -->/,/<!-- keys:end -->/p' README.md | sed '/^```/d; /^<!--/d' >"$work/keys.sh"
+if ! bash -euo pipefail "$work/keys.sh" >"$work/keys.out" 2>&1; then
+  echo "readme-walkthrough: the README's key commands failed:" >&2
+  cat "$work/keys.out" "$work/runtime.log" >&2
+  exit 1
+fi
+cat "$work/keys.out" >>"$work/out"
+grep -qE "team b's sandbox: [0-9a-z-]{8,}" "$work/keys.out" || { echo "readme-walkthrough: keys: no sandbox for team b" >&2; cat "$work/keys.out" >&2; exit 1; }
+for want in 'Code: PermissionDenied' 'Code: Unauthenticated' '"revokeTime"'; do
+  grep -qF -- "$want" "$work/keys.out" || { echo "readme-walkthrough: keys: output lacks $want" >&2; cat "$work/keys.out" >&2; exit 1; }
+done
+[ "$(grep -c 'Code: Unauthenticated' "$work/keys.out")" = 2 ] ||
+  { echo "readme-walkthrough: keys: expected Unauthenticated twice (no key, revoked key)" >&2; cat "$work/keys.out" >&2; exit 1; }
 {
-  echo 'SANDBOX=$(grpcurl -plaintext -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)'
+  echo 'SANDBOX=$(grpcurl -plaintext -H "$AUTH" -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)'
   sed -n '/<!-- files:begin -->/,/<!-- files:end -->/p' README.md | sed '/^```/d; /^<!--/d'
-  echo 'grpcurl -plaintext -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d'
-  echo 'grpcurl -plaintext -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.SandboxService/DeleteSandbox'
+  echo 'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d'
+  echo 'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.SandboxService/DeleteSandbox'
 } >"$work/files.sh"
 if ! bash -euo pipefail "$work/files.sh" >"$work/files.out" 2>&1; then
   echo "readme-walkthrough: the README's file commands failed:" >&2

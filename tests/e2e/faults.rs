@@ -207,34 +207,33 @@ async fn idle_streams_carry_keepalives_and_subscribers_see_one_sequence() -> any
     let mut h = Harness::start_with(|c| c.stream.keepalive = Duration::from_secs(1)).await?;
     let sb = h.create_default().await?;
     let id = sb.sandbox_id.clone();
-    let follow = |mut actions: api::action_service_client::ActionServiceClient<
-        tonic::transport::Channel,
-    >,
-                  id: String| async move {
-        let mut s = actions
-            .stream_observations(api::StreamObservationsRequest {
-                sandbox_id: id,
-                after_seq: 0,
-                action_id: String::new(),
-            })
-            .await?
-            .into_inner();
-        let (mut seqs, mut keepalives) = (Vec::new(), 0);
-        while let Some(m) = tokio::time::timeout(Duration::from_secs(30), s.next()).await? {
-            match m?.kind {
-                Some(api::stream_observations_response::Kind::Observation(o)) => {
-                    let end = matches!(o.kind, Some(Kind::CmdEnd(_)));
-                    seqs.push(o.seq);
-                    if end {
-                        break;
+    let follow =
+        |mut actions: api::action_service_client::ActionServiceClient<mentis_e2e::ApiChannel>,
+         id: String| async move {
+            let mut s = actions
+                .stream_observations(api::StreamObservationsRequest {
+                    sandbox_id: id,
+                    after_seq: 0,
+                    action_id: String::new(),
+                })
+                .await?
+                .into_inner();
+            let (mut seqs, mut keepalives) = (Vec::new(), 0);
+            while let Some(m) = tokio::time::timeout(Duration::from_secs(30), s.next()).await? {
+                match m?.kind {
+                    Some(api::stream_observations_response::Kind::Observation(o)) => {
+                        let end = matches!(o.kind, Some(Kind::CmdEnd(_)));
+                        seqs.push(o.seq);
+                        if end {
+                            break;
+                        }
                     }
+                    Some(api::stream_observations_response::Kind::Keepalive(_)) => keepalives += 1,
+                    other => anyhow::bail!("unexpected {other:?}"),
                 }
-                Some(api::stream_observations_response::Kind::Keepalive(_)) => keepalives += 1,
-                other => anyhow::bail!("unexpected {other:?}"),
             }
-        }
-        anyhow::Ok((seqs, keepalives))
-    };
+            anyhow::Ok((seqs, keepalives))
+        };
     let a = tokio::spawn(follow(h.actions.clone(), id.clone()));
     let b = tokio::spawn(follow(h.actions.clone(), id.clone()));
     // Idle for a while, then one command.

@@ -5,14 +5,13 @@ use bytes::Bytes;
 use mentis_e2e::*;
 use mentis_proto::api::{self, file_service_client::FileServiceClient};
 use tonic::Code;
-use tonic::transport::Channel;
 
-fn files(h: &Harness) -> FileServiceClient<Channel> {
+fn files(h: &Harness) -> FileServiceClient<ApiChannel> {
     FileServiceClient::new(h.channel.clone())
 }
 
 async fn write(
-    client: &mut FileServiceClient<Channel>,
+    client: &mut FileServiceClient<ApiChannel>,
     sandbox: &str,
     path: &str,
     chunks: Vec<Bytes>,
@@ -38,7 +37,7 @@ async fn write(
 }
 
 async fn read(
-    client: &mut FileServiceClient<Channel>,
+    client: &mut FileServiceClient<ApiChannel>,
     sandbox: &str,
     path: &str,
 ) -> Result<Vec<u8>, tonic::Status> {

@@ -2,6 +2,7 @@
 //! They fail (never skip) when Docker or the image is missing; `make test` provides both.
 #![allow(clippy::unwrap_used)]
 
+mod auth;
 mod bad_input;
 mod faults;
 mod files;

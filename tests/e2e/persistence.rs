@@ -218,7 +218,7 @@ async fn a_killed_runtime_takes_its_sandboxes_over_when_started_again() -> anyho
     let instance = guard.instance.clone();
     let data_dir = tempfile::tempdir()?;
     let mut first = RuntimeProcess::start(bin, &instance, data_dir.path()).await?;
-    let mut h = Harness::over(first.channel().await?, data_dir, guard);
+    let mut h = first.harness(data_dir, guard).await?;
 
     let running = h
         .create(api::SandboxSpec {
@@ -243,7 +243,7 @@ async fn a_killed_runtime_takes_its_sandboxes_over_when_started_again() -> anyho
         data_dir, guard, ..
     } = h;
     let second = RuntimeProcess::start(bin, &instance, data_dir.path()).await?;
-    let mut h = Harness::over(second.channel().await?, data_dir, guard);
+    let mut h = second.harness(data_dir, guard).await?;
 
     let sb = h.get(&running).await?;
     assert_eq!(sb.state, api::SandboxState::Running as i32, "{sb:?}");

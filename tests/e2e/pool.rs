@@ -197,7 +197,7 @@ async fn after_a_restart_members_and_claimed_sandboxes_are_told_apart() -> anyho
     let data_dir = tempfile::tempdir()?;
     let env = [("MENTIS_POOL", "default=2:3")];
     let mut first = RuntimeProcess::start_with_env(bin, &instance, data_dir.path(), &env).await?;
-    let mut h = Harness::over(first.channel().await?, data_dir, guard);
+    let mut h = first.harness(data_dir, guard).await?;
     wait_idle(&mut h, 2).await?;
     let claimed = h
         .create(api::SandboxSpec {
@@ -215,7 +215,7 @@ async fn after_a_restart_members_and_claimed_sandboxes_are_told_apart() -> anyho
         data_dir, guard, ..
     } = h;
     let second = RuntimeProcess::start_with_env(bin, &instance, data_dir.path(), &env).await?;
-    let mut h = Harness::over(second.channel().await?, data_dir, guard);
+    let mut h = second.harness(data_dir, guard).await?;
 
     // The claimed one is still a sandbox, the two idle members are members again, nothing was remade.
     let sb = h.get(&claimed).await?;

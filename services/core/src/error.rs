@@ -22,6 +22,12 @@ pub enum Error {
     /// Docker or the executor is unreachable, or the service is shutting down.
     #[error("{0}")]
     Unavailable(String),
+    /// No credentials, or credentials the runtime does not know (or has revoked).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Known credentials that do not allow this call (another space, an admin-only call).
+    #[error("{0}")]
+    PermissionDenied(String),
     /// Anything else. The message is for the log, not for the client.
     #[error("{0}")]
     Internal(String),

@@ -1,9 +1,11 @@
 //! The public gRPC API: proto requests become domain calls on the manager, domain results become protos.
 //! This layer (with `status`) is the only one that knows tonic's server side.
 
+pub mod access;
 mod action_service;
 mod connect;
 mod file_service;
+mod key_service;
 pub mod outbound;
 mod paging;
 mod sandbox_service;
@@ -13,5 +15,6 @@ mod streams;
 
 pub use action_service::ActionApi;
 pub use file_service::FileApi;
+pub use key_service::KeyApi;
 pub use sandbox_service::SandboxApi;
 pub use space_service::SpaceApi;

@@ -9,6 +9,10 @@ use mentis_backend_docker::DockerConfig;
 pub use mentis_core::DataMount;
 use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
 
+mod auth;
+
+pub use auth::AuthConfig;
+
 use crate::api::outbound::StreamPolicy;
 use crate::observations::LogLimits;
 
@@ -64,6 +68,8 @@ pub struct RuntimeConfig {
     /// (`default` = the default executor image; `:kernel` starts each member's IPython kernel ahead), for
     /// example `default=2:16:kernel`.
     pub pools: Vec<PoolConfig>,
+    /// `MENTIS_AUTH` (keys|disabled), `MENTIS_ADMIN_KEY` or `MENTIS_ADMIN_KEY_FILE`.
+    pub auth: AuthConfig,
 }
 
 /// A warm pool: containers of one image made ahead with a healthy executor.
@@ -246,6 +252,7 @@ impl Default for RuntimeConfig {
             data_mounts: Vec::new(),
             egress_default: false,
             pools: Vec::new(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -258,7 +265,10 @@ impl RuntimeConfig {
 
     /// Reads the settings through `get` (the environment, or a map in tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut c = Self::default();
+        let mut c = Self {
+            auth: auth::from_lookup(&get)?,
+            ..Self::default()
+        };
         if let Some(v) = get("MENTIS_LISTEN") {
             c.listen = parse("MENTIS_LISTEN", &v)?;
         }

@@ -2,6 +2,7 @@
 //! with an observation log and a client of its executor, on a pluggable backend (Docker today).
 
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod convert;

@@ -53,6 +53,8 @@ pub struct Submitted {
 #[derive(Debug, Clone, Default)]
 pub struct ListQuery {
     pub space_id: Option<String>,
+    /// Only sandboxes of these spaces (the caller's); `None` = any space.
+    pub allowed: Option<std::collections::BTreeSet<SpaceId>>,
     pub labels: Vec<(String, String)>,
     /// Any of these states; empty = any state.
     pub states: Vec<SandboxState>,
@@ -379,6 +381,11 @@ impl Manager {
     }
 
     /// A sandbox's record and the seq of its newest observation.
+    /// The space of a sandbox.
+    pub fn space_of(&self, id: SandboxId) -> Result<SpaceId> {
+        Ok(self.handle(id)?.space_id())
+    }
+
     pub fn get(&self, id: SandboxId) -> Result<(Sandbox, u64)> {
         let h = self.handle(id)?;
         Ok((h.snapshot(), h.log.last_seq()))
@@ -395,6 +402,7 @@ impl Manager {
                     .as_deref()
                     .is_none_or(|sp| s.space_id.as_str() == sp)
             })
+            .filter(|(s, _)| q.allowed.as_ref().is_none_or(|a| a.contains(&s.space_id)))
             .filter(|(s, _)| q.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
             .filter(|(s, _)| q.states.is_empty() || q.states.contains(&s.state))
             .collect();

@@ -8,6 +8,7 @@ use std::time::Duration;
 use mentis_backend_docker::DockerBackend;
 use mentis_proto::api::action_service_server::ActionServiceServer;
 use mentis_proto::api::file_service_server::FileServiceServer;
+use mentis_proto::api::key_service_server::KeyServiceServer;
 use mentis_proto::api::sandbox_service_server::SandboxServiceServer;
 use mentis_proto::api::space_service_server::SpaceServiceServer;
 use tokio::net::TcpListener;
@@ -15,8 +16,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{ActionApi, FileApi, SandboxApi, SpaceApi};
-use crate::config::RuntimeConfig;
+use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SpaceApi};
+use crate::auth::layer::AuthLayer;
+use crate::auth::{self, Keyring};
+use crate::config::{AuthConfig, RuntimeConfig};
 use crate::sandboxes::Manager;
 use crate::store::Store;
 
@@ -63,10 +66,28 @@ impl Runtime {
         let backend = Arc::new(DockerBackend::connect(config.docker.clone()).await?);
         let shutdown = CancellationToken::new();
         let store = Arc::new(Store::open(&config.data_dir)?);
+        let keyring = Arc::new(match &config.auth {
+            AuthConfig::Keys { admin_key } => Keyring::new(
+                &auth::admin_key(admin_key.as_deref(), &config.data_dir)?,
+                Arc::clone(&store),
+            )?,
+            AuthConfig::Disabled => {
+                tracing::warn!(
+                    "!!! AUTHENTICATION IS DISABLED (MENTIS_AUTH=disabled): anybody who reaches {addr} \
+                     can create sandboxes and run code in them. Use this for local development only. !!!"
+                );
+                Keyring::disabled(Arc::clone(&store))
+            }
+        });
         let manager = Manager::new(Arc::clone(&config), backend, store, shutdown.child_token());
         manager.start().await?;
-        let task = tokio::spawn(serve(manager, listener, shutdown.clone()));
-        tracing::info!(%addr, image = %config.executor_image, instance = %config.docker.instance, "mentis-runtime serving");
+        let auth = if keyring.enabled() {
+            "keys"
+        } else {
+            "DISABLED"
+        };
+        let task = tokio::spawn(serve(manager, keyring, listener, shutdown.clone()));
+        tracing::info!(%addr, image = %config.executor_image, instance = %config.docker.instance, auth, "mentis-runtime serving");
         Ok(Self {
             addr,
             shutdown,
@@ -105,6 +126,7 @@ impl Runtime {
 
 async fn serve(
     manager: Arc<Manager>,
+    keyring: Arc<Keyring>,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
@@ -117,6 +139,12 @@ async fn serve(
         .await;
     health_reporter
         .set_serving::<ActionServiceServer<ActionApi>>()
+        .await;
+    health_reporter
+        .set_serving::<FileServiceServer<FileApi>>()
+        .await;
+    health_reporter
+        .set_serving::<KeyServiceServer<KeyApi>>()
         .await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(mentis_proto::PUBLIC_FILE_DESCRIPTOR_SET)
@@ -139,6 +167,8 @@ async fn serve(
     let result = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        // Every call but health and reflection needs a key (see `auth::layer`).
+        .layer(AuthLayer::new(Arc::clone(&keyring)))
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -146,6 +176,10 @@ async fn serve(
         .add_service(SpaceServiceServer::new(SpaceApi::new(Arc::clone(&manager))))
         .add_service(ActionServiceServer::new(action_api))
         .add_service(FileServiceServer::new(FileApi::new(Arc::clone(&manager))))
+        .add_service(KeyServiceServer::new(KeyApi::new(
+            Arc::clone(&manager),
+            keyring,
+        )))
         // No Nagle (Server::tcp_nodelay does not apply to an incoming stream we bring): observations
         // are small messages, and Nagle with delayed ACKs adds ~40 ms to every round trip.
         .serve_with_incoming_shutdown(

@@ -19,8 +19,10 @@ use mentis_core::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod keys;
+
 /// Schema version in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS spaces (
@@ -61,6 +63,14 @@ CREATE TABLE IF NOT EXISTS pool (
     image TEXT NOT NULL,
     token TEXT NOT NULL,
     created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    digest TEXT NOT NULL UNIQUE,
+    spaces TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    revoked_ms INTEGER
 );
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::access::{self, caller};
 use super::outbound::{self, Guarded, Outgoing, StreamPolicy};
 use super::status::to_status;
 use super::streams::only_action;
@@ -100,15 +101,18 @@ impl ActionService for ActionApi {
         &self,
         req: Request<Streaming<api::ConnectRequest>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
-        Ok(Response::new(self.start_session(req.into_inner())))
+        let caller = caller(&req)?;
+        Ok(Response::new(self.start_session(req.into_inner(), caller)))
     }
 
     async fn execute(
         &self,
         req: Request<api::ExecuteRequest>,
     ) -> Result<Response<Self::ExecuteStream>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
         let sandbox = SandboxId::parse(&r.sandbox_id).map_err(to_status)?;
+        access::sandbox(&caller, &self.manager, sandbox)?;
         let action = action_from_proto(r.action).map_err(to_status)?;
         let action_id = parse_action_id(&r.action_id).map_err(to_status)?;
         let handle = self.manager.handle(sandbox).map_err(to_status)?;
@@ -138,8 +142,10 @@ impl ActionService for ActionApi {
         &self,
         req: Request<api::StreamObservationsRequest>,
     ) -> Result<Response<Self::StreamObservationsStream>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
         let sandbox = SandboxId::parse(&r.sandbox_id).map_err(to_status)?;
+        access::sandbox(&caller, &self.manager, sandbox)?;
         let action = parse_action_id(&r.action_id).map_err(to_status)?;
         let handle = self.manager.handle(sandbox).map_err(to_status)?;
         let items = handle.log.follow(r.after_seq);
@@ -166,8 +172,10 @@ impl ActionService for ActionApi {
         &self,
         req: Request<api::CancelActionRequest>,
     ) -> Result<Response<api::CancelActionResponse>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
         let sandbox = SandboxId::parse(&r.sandbox_id).map_err(to_status)?;
+        access::sandbox(&caller, &self.manager, sandbox)?;
         let action = ActionId::parse(&r.action_id).map_err(to_status)?;
         self.manager
             .cancel(sandbox, &action)
@@ -180,7 +188,9 @@ impl ActionService for ActionApi {
         &self,
         req: Request<api::ResetKernelRequest>,
     ) -> Result<Response<api::ResetKernelResponse>, Status> {
+        let caller = caller(&req)?;
         let sandbox = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
+        access::sandbox(&caller, &self.manager, sandbox)?;
         self.manager
             .reset_kernel(sandbox)
             .await
@@ -192,8 +202,10 @@ impl ActionService for ActionApi {
         &self,
         req: Request<api::InspectVariablesRequest>,
     ) -> Result<Response<api::InspectVariablesResponse>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
         let sandbox = SandboxId::parse(&r.sandbox_id).map_err(to_status)?;
+        access::sandbox(&caller, &self.manager, sandbox)?;
         let vars = self
             .manager
             .inspect_variables(sandbox, r.names)

@@ -13,6 +13,7 @@ use tonic::{Status, Streaming};
 use super::action_service::{ActionApi, gap, keepalive, parse_action_id};
 use super::outbound::{self, Guarded, Outbound};
 use super::status::{client_message, code_name, to_status};
+use crate::auth::Caller;
 use crate::convert::{action_from_proto, observation_to_proto};
 use crate::observations::LogItem;
 
@@ -36,12 +37,13 @@ impl ActionApi {
     pub(super) fn start_session(
         &self,
         inbound: Streaming<api::ConnectRequest>,
+        caller: Caller,
     ) -> Guarded<api::ConnectResponse> {
         let (tx, rx) = outbound::channel(self.policy);
         let api = self.clone();
         self.sessions.spawn(async move {
             tokio::select! {
-                () = api.session(inbound, &tx) => {}
+                () = api.session(inbound, &tx, &caller) => {}
                 () = api.shutdown.cancelled() => {
                     let _ = tx.send(Err(Status::unavailable("the runtime is shutting down"))).await;
                 }
@@ -50,7 +52,7 @@ impl ActionApi {
         rx
     }
 
-    async fn session(&self, mut inbound: Streaming<api::ConnectRequest>, tx: &Tx) {
+    async fn session(&self, mut inbound: Streaming<api::ConnectRequest>, tx: &Tx, caller: &Caller) {
         let first = tokio::select! {
             m = inbound.message() => m,
             () = tx.closed() => return,
@@ -68,14 +70,17 @@ impl ActionApi {
             }
             Ok(None) | Err(_) => return,
         };
-        let handle =
-            match SandboxId::parse(&attach.sandbox_id).and_then(|id| self.manager.handle(id)) {
-                Ok(h) => h,
-                Err(e) => {
-                    tx.send(Err(to_status(e))).await;
-                    return;
-                }
-            };
+        // The caller may act on this sandbox (its space); the session never leaves it.
+        let handle = match SandboxId::parse(&attach.sandbox_id)
+            .and_then(|id| self.manager.handle(id))
+            .and_then(|h| caller.require_space(&h.space_id()).map(|()| h))
+        {
+            Ok(h) => h,
+            Err(e) => {
+                tx.send(Err(to_status(e))).await;
+                return;
+            }
+        };
         let sandbox = handle.id;
         let last_seq = handle.log.last_seq();
         let attached = connect_response::Attached {

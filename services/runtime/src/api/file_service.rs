@@ -12,7 +12,9 @@ use mentis_proto::executor as exec;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::access::{self, caller};
 use super::status::to_status;
+use crate::auth::Caller;
 use crate::executor_client::{ExecutorClient, status_to_error};
 use crate::sandboxes::Manager;
 
@@ -33,8 +35,9 @@ impl FileApi {
 
     /// The executor of a RUNNING sandbox (NotFound, FailedPrecondition or Unavailable otherwise); a PAUSED
     /// sandbox with auto_resume is resumed first. A file call counts as activity for the idle timeout.
-    async fn executor(&self, sandbox_id: &str) -> Result<ExecutorClient, Status> {
+    async fn executor(&self, caller: &Caller, sandbox_id: &str) -> Result<ExecutorClient, Status> {
         let id = SandboxId::parse(sandbox_id).map_err(to_status)?;
+        access::sandbox(caller, &self.manager, id)?;
         self.manager.executor_for(id).await.map_err(to_status)
     }
 }
@@ -125,8 +128,9 @@ impl FileService for FileApi {
         &self,
         req: Request<api::ReadFileRequest>,
     ) -> Result<Response<Self::ReadFileStream>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
-        let executor = self.executor(&r.sandbox_id).await?;
+        let executor = self.executor(&caller, &r.sandbox_id).await?;
         let stream = executor
             .read_file(exec::ReadFileRequest {
                 path: r.path,
@@ -144,6 +148,7 @@ impl FileService for FileApi {
         &self,
         req: Request<Streaming<api::WriteFileRequest>>,
     ) -> Result<Response<api::WriteFileResponse>, Status> {
+        let caller = caller(&req)?;
         let mut inbound = req.into_inner();
         let header = match inbound.message().await? {
             Some(api::WriteFileRequest {
@@ -155,7 +160,7 @@ impl FileService for FileApi {
                 )));
             }
         };
-        let executor = self.executor(&header.sandbox_id).await?;
+        let executor = self.executor(&caller, &header.sandbox_id).await?;
         let first = exec::WriteFileRequest {
             kind: Some(exec::write_file_request::Kind::Header(
                 exec::WriteFileHeader {
@@ -185,8 +190,9 @@ impl FileService for FileApi {
         &self,
         req: Request<api::ListFilesRequest>,
     ) -> Result<Response<api::ListFilesResponse>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
-        let executor = self.executor(&r.sandbox_id).await?;
+        let executor = self.executor(&caller, &r.sandbox_id).await?;
         let listed = executor
             .list_files(exec::ListFilesRequest {
                 path: r.path,
@@ -204,8 +210,9 @@ impl FileService for FileApi {
         &self,
         req: Request<api::StatFileRequest>,
     ) -> Result<Response<api::StatFileResponse>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
-        let executor = self.executor(&r.sandbox_id).await?;
+        let executor = self.executor(&caller, &r.sandbox_id).await?;
         let file = executor
             .stat_file(exec::StatFileRequest { path: r.path })
             .await
@@ -217,8 +224,9 @@ impl FileService for FileApi {
         &self,
         req: Request<api::EditFileRequest>,
     ) -> Result<Response<api::EditFileResponse>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
-        let executor = self.executor(&r.sandbox_id).await?;
+        let executor = self.executor(&caller, &r.sandbox_id).await?;
         let edited = executor
             .edit_file(exec::EditFileRequest {
                 path: r.path,
@@ -238,8 +246,9 @@ impl FileService for FileApi {
         &self,
         req: Request<api::DeleteFileRequest>,
     ) -> Result<Response<api::DeleteFileResponse>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
-        let executor = self.executor(&r.sandbox_id).await?;
+        let executor = self.executor(&caller, &r.sandbox_id).await?;
         executor
             .delete_file(exec::DeleteFileRequest {
                 path: r.path,
@@ -254,8 +263,9 @@ impl FileService for FileApi {
         &self,
         req: Request<api::MakeDirectoryRequest>,
     ) -> Result<Response<api::MakeDirectoryResponse>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
-        let executor = self.executor(&r.sandbox_id).await?;
+        let executor = self.executor(&caller, &r.sandbox_id).await?;
         let directory = executor
             .make_directory(exec::MakeDirectoryRequest {
                 path: r.path,
@@ -272,6 +282,7 @@ impl FileService for FileApi {
         &self,
         req: Request<Streaming<api::UploadRequest>>,
     ) -> Result<Response<api::UploadResponse>, Status> {
+        let caller = caller(&req)?;
         let mut inbound = req.into_inner();
         let header = match inbound.message().await? {
             Some(api::UploadRequest {
@@ -283,7 +294,7 @@ impl FileService for FileApi {
                 )));
             }
         };
-        let executor = self.executor(&header.sandbox_id).await?;
+        let executor = self.executor(&caller, &header.sandbox_id).await?;
         let first = exec::UploadRequest {
             kind: Some(exec::upload_request::Kind::Header(exec::UploadHeader {
                 path: header.path,
@@ -310,8 +321,9 @@ impl FileService for FileApi {
         &self,
         req: Request<api::DownloadRequest>,
     ) -> Result<Response<Self::DownloadStream>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
-        let executor = self.executor(&r.sandbox_id).await?;
+        let executor = self.executor(&caller, &r.sandbox_id).await?;
         let stream = executor
             .download(exec::DownloadRequest { path: r.path })
             .await

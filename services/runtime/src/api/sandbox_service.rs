@@ -6,6 +6,7 @@ use mentis_core::{SandboxId, SpaceId};
 use mentis_proto::api::{self, sandbox_service_server::SandboxService};
 use tonic::{Request, Response, Status};
 
+use super::access::{self, caller};
 use super::paging;
 use super::status::to_status;
 use crate::convert::{request_from_proto, sandbox_to_proto, state_from_proto};
@@ -29,7 +30,10 @@ impl SandboxService for SandboxApi {
         &self,
         req: Request<api::CreateSandboxRequest>,
     ) -> Result<Response<api::CreateSandboxResponse>, Status> {
+        let caller = caller(&req)?;
         let request = request_from_proto(req.into_inner().spec);
+        let space = SpaceId::parse_or_default(&request.space_id).map_err(to_status)?;
+        caller.require_space(&space).map_err(to_status)?;
         let sandbox = self.manager.create(request).await.map_err(to_status)?;
         Ok(Response::new(api::CreateSandboxResponse {
             sandbox: Some(sandbox_to_proto(&sandbox, 0)),
@@ -40,7 +44,9 @@ impl SandboxService for SandboxApi {
         &self,
         req: Request<api::GetSandboxRequest>,
     ) -> Result<Response<api::GetSandboxResponse>, Status> {
+        let caller = caller(&req)?;
         let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
+        access::sandbox(&caller, &self.manager, id)?;
         let (sandbox, last_seq) = self.manager.get(id).map_err(to_status)?;
         Ok(Response::new(api::GetSandboxResponse {
             sandbox: Some(sandbox_to_proto(&sandbox, last_seq)),
@@ -51,9 +57,14 @@ impl SandboxService for SandboxApi {
         &self,
         req: Request<api::ListSandboxesRequest>,
     ) -> Result<Response<api::ListSandboxesResponse>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
         let page_size = paging::page_size(r.page_size).map_err(to_status)?;
         let after = paging::page_token(&r.page_token, SandboxId::parse).map_err(to_status)?;
+        if !r.space_id.is_empty() {
+            let space = SpaceId::parse(&r.space_id).map_err(to_status)?;
+            caller.require_space(&space).map_err(to_status)?;
+        }
         let states = r
             .states
             .iter()
@@ -62,6 +73,7 @@ impl SandboxService for SandboxApi {
             .map_err(to_status)?;
         let query = ListQuery {
             space_id: (!r.space_id.is_empty()).then_some(r.space_id),
+            allowed: caller.spaces().cloned(),
             labels: r.labels.into_iter().collect(),
             states,
             page_size,
@@ -88,7 +100,9 @@ impl SandboxService for SandboxApi {
         &self,
         req: Request<api::DeleteSandboxRequest>,
     ) -> Result<Response<api::DeleteSandboxResponse>, Status> {
+        let caller = caller(&req)?;
         let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
+        access::sandbox(&caller, &self.manager, id)?;
         self.manager.delete(id).await.map_err(to_status)?;
         Ok(Response::new(api::DeleteSandboxResponse {}))
     }
@@ -97,7 +111,9 @@ impl SandboxService for SandboxApi {
         &self,
         req: Request<api::PauseSandboxRequest>,
     ) -> Result<Response<api::PauseSandboxResponse>, Status> {
+        let caller = caller(&req)?;
         let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
+        access::sandbox(&caller, &self.manager, id)?;
         let sandbox = self.manager.pause(id).await.map_err(to_status)?;
         let (_, last_seq) = self.manager.get(id).map_err(to_status)?;
         Ok(Response::new(api::PauseSandboxResponse {
@@ -109,7 +125,9 @@ impl SandboxService for SandboxApi {
         &self,
         req: Request<api::ResumeSandboxRequest>,
     ) -> Result<Response<api::ResumeSandboxResponse>, Status> {
+        let caller = caller(&req)?;
         let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
+        access::sandbox(&caller, &self.manager, id)?;
         let sandbox = self.manager.resume(id).await.map_err(to_status)?;
         let (_, last_seq) = self.manager.get(id).map_err(to_status)?;
         Ok(Response::new(api::ResumeSandboxResponse {
@@ -144,8 +162,10 @@ impl SandboxService for SandboxApi {
         &self,
         req: Request<api::GetSandboxByKeyRequest>,
     ) -> Result<Response<api::GetSandboxByKeyResponse>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
         let space = SpaceId::parse_or_default(&r.space_id).map_err(to_status)?;
+        caller.require_space(&space).map_err(to_status)?;
         let (sandbox, last_seq) = self
             .manager
             .get_by_key(&space, &r.external_key)

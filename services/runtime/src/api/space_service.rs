@@ -6,6 +6,7 @@ use mentis_core::SpaceId;
 use mentis_proto::api::{self, space_service_server::SpaceService};
 use tonic::{Request, Response, Status};
 
+use super::access::caller;
 use super::paging;
 use super::status::to_status;
 use crate::convert::{space_from_proto, space_to_proto, update_from_proto};
@@ -29,6 +30,9 @@ impl SpaceService for SpaceApi {
         &self,
         req: Request<api::CreateSpaceRequest>,
     ) -> Result<Response<api::CreateSpaceResponse>, Status> {
+        caller(&req)?
+            .require_admin("CreateSpace")
+            .map_err(to_status)?;
         let space = space_from_proto(req.into_inner().space).map_err(to_status)?;
         let (space, n) = self.manager.create_space(space).map_err(to_status)?;
         Ok(Response::new(api::CreateSpaceResponse {
@@ -40,7 +44,9 @@ impl SpaceService for SpaceApi {
         &self,
         req: Request<api::GetSpaceRequest>,
     ) -> Result<Response<api::GetSpaceResponse>, Status> {
+        let caller = caller(&req)?;
         let id = SpaceId::parse(&req.into_inner().space_id).map_err(to_status)?;
+        caller.require_space(&id).map_err(to_status)?;
         let (space, n) = self.manager.get_space(&id).map_err(to_status)?;
         Ok(Response::new(api::GetSpaceResponse {
             space: Some(space_to_proto(&space, n)),
@@ -51,12 +57,15 @@ impl SpaceService for SpaceApi {
         &self,
         req: Request<api::ListSpacesRequest>,
     ) -> Result<Response<api::ListSpacesResponse>, Status> {
+        let caller = caller(&req)?;
         let r = req.into_inner();
         let page_size = paging::page_size(r.page_size).map_err(to_status)?;
         let after = paging::page_token(&r.page_token, SpaceId::parse).map_err(to_status)?;
-        let (page, more) = self
-            .manager
-            .list_spaces(after.as_ref().map(SpaceId::as_str), page_size);
+        let (page, more) = self.manager.list_spaces(
+            after.as_ref().map(SpaceId::as_str),
+            page_size,
+            caller.spaces(),
+        );
         let next_page_token = if more {
             page.last()
                 .map(|(s, _)| s.id.to_string())
@@ -74,6 +83,9 @@ impl SpaceService for SpaceApi {
         &self,
         req: Request<api::UpdateSpaceRequest>,
     ) -> Result<Response<api::UpdateSpaceResponse>, Status> {
+        caller(&req)?
+            .require_admin("UpdateSpace")
+            .map_err(to_status)?;
         let r = req.into_inner();
         let (id, update) = update_from_proto(r.space, r.update_mask).map_err(to_status)?;
         let (space, n) = self.manager.update_space(&id, update).map_err(to_status)?;
@@ -86,6 +98,9 @@ impl SpaceService for SpaceApi {
         &self,
         req: Request<api::DeleteSpaceRequest>,
     ) -> Result<Response<api::DeleteSpaceResponse>, Status> {
+        caller(&req)?
+            .require_admin("DeleteSpace")
+            .map_err(to_status)?;
         let r = req.into_inner();
         let id = SpaceId::parse(&r.space_id).map_err(to_status)?;
         self.manager

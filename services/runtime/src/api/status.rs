@@ -12,6 +12,8 @@ pub fn code(e: &Error) -> Code {
         Error::FailedPrecondition(_) => Code::FailedPrecondition,
         Error::ResourceExhausted(_) => Code::ResourceExhausted,
         Error::Unavailable(_) => Code::Unavailable,
+        Error::Unauthenticated(_) => Code::Unauthenticated,
+        Error::PermissionDenied(_) => Code::PermissionDenied,
         Error::Internal(_) => Code::Internal,
     }
 }
@@ -25,6 +27,8 @@ pub fn code_name(e: &Error) -> &'static str {
         Error::FailedPrecondition(_) => "FAILED_PRECONDITION",
         Error::ResourceExhausted(_) => "RESOURCE_EXHAUSTED",
         Error::Unavailable(_) => "UNAVAILABLE",
+        Error::Unauthenticated(_) => "UNAUTHENTICATED",
+        Error::PermissionDenied(_) => "PERMISSION_DENIED",
         Error::Internal(_) => "INTERNAL",
     }
 }

@@ -139,6 +139,11 @@ impl SandboxHandle {
         lock(&self.record).clone()
     }
 
+    /// The space the sandbox belongs to.
+    pub fn space_id(&self) -> SpaceId {
+        lock(&self.record).space_id.clone()
+    }
+
     /// Whether the sandbox is live (not TERMINATED or FAILED) and in `space`.
     pub fn is_live_in(&self, space: &SpaceId) -> bool {
         let r = lock(&self.record);

@@ -63,8 +63,13 @@ impl Manager {
         Ok((space, n))
     }
 
-    /// One page of spaces in id order after `after`, and whether more follow.
-    pub fn list_spaces(&self, after: Option<&str>, page_size: usize) -> (Vec<SpaceView>, bool) {
+    /// One page of spaces in id order (only those in `allowed`, when given), and whether more follow.
+    pub fn list_spaces(
+        &self,
+        after: Option<&str>,
+        page_size: usize,
+        allowed: Option<&std::collections::BTreeSet<SpaceId>>,
+    ) -> (Vec<SpaceView>, bool) {
         let page: Vec<Space> = {
             let map = self.spaces.read().unwrap_or_else(|p| p.into_inner());
             let range = match after {
@@ -73,7 +78,11 @@ impl Manager {
                 }
                 None => map.range::<str, _>(..),
             };
-            range.take(page_size + 1).map(|(_, s)| s.clone()).collect()
+            range
+                .filter(|(_, s)| allowed.is_none_or(|a| a.contains(&s.id)))
+                .take(page_size + 1)
+                .map(|(_, s)| s.clone())
+                .collect()
         };
         let more = page.len() > page_size;
         let views = page

@@ -1,0 +1,78 @@
+//! API keys in the store: their SHA-256, never the keys themselves.
+
+use std::collections::BTreeSet;
+
+use mentis_core::{Error, Result, SpaceId};
+use rusqlite::params;
+
+use super::{Store, db_err, ms, time};
+use crate::auth::{KeyDigest, KeyRecord};
+
+impl Store {
+    /// Inserts or replaces a key.
+    pub fn put_api_key(&self, k: &KeyRecord) -> Result<()> {
+        let spaces: Vec<&str> = k.spaces.iter().map(SpaceId::as_str).collect();
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO api_keys (id, name, digest, spaces, created_ms, revoked_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    k.id,
+                    k.name,
+                    hex::encode(k.digest),
+                    serde_json::to_string(&spaces).unwrap_or_else(|_| "[]".into()),
+                    ms(k.created_at),
+                    k.revoked_at.map(ms),
+                ],
+            )
+            .map_err(db_err("write an API key"))?;
+        Ok(())
+    }
+
+    /// Every key, in id order.
+    pub fn api_keys(&self) -> Result<Vec<KeyRecord>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare(
+                "SELECT id, name, digest, spaces, created_ms, revoked_ms FROM api_keys ORDER BY id",
+            )
+            .map_err(db_err("read API keys"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, Option<i64>>(5)?,
+                ))
+            })
+            .map_err(db_err("read API keys"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, name, digest, spaces, created, revoked) =
+                row.map_err(db_err("read an API key"))?;
+            let bad = |what: &str| Error::Internal(format!("store: API key {id}: bad {what}"));
+            let digest: KeyDigest = hex::decode(&digest)
+                .ok()
+                .and_then(|d| d.try_into().ok())
+                .ok_or_else(|| bad("digest"))?;
+            let spaces: Vec<String> = serde_json::from_str(&spaces).map_err(|_| bad("spaces"))?;
+            let spaces = spaces
+                .iter()
+                .map(|s| SpaceId::parse(s))
+                .collect::<Result<BTreeSet<_>>>()
+                .map_err(|_| bad("spaces"))?;
+            out.push(KeyRecord {
+                id,
+                name,
+                spaces,
+                digest,
+                created_at: time(created),
+                revoked_at: revoked.map(time),
+            });
+        }
+        Ok(out)
+    }
+}
