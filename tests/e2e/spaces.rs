@@ -10,7 +10,10 @@ fn space(id: &str, max: u32) -> api::Space {
         display_name: format!("Space {id}"),
         description: "e2e".into(),
         metadata: [("team".to_owned(), "e2e".to_owned())].into(),
-        limits: Some(api::SpaceLimits { max_sandboxes: max }),
+        limits: Some(api::SpaceLimits {
+            max_sandboxes: max,
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, ContainerStateStatusEnum, EndpointSettings, HostConfig, NetworkingConfig,
-    VolumeCreateRequest,
+    ResourcesUlimits, VolumeCreateRequest,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
@@ -154,6 +154,20 @@ impl DockerBackend {
             pids_limit: Some(spec.limits.pids),
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
+            ulimits: Some(vec![ResourcesUlimits {
+                name: Some("nofile".into()),
+                soft: Some(spec.limits.nofile),
+                hard: Some(spec.limits.nofile),
+            }]),
+            readonly_rootfs: Some(spec.read_only_rootfs),
+            // With a read-only root, /tmp is a tmpfs (its pages count in the memory limit) and HOME points
+            // there (IPython, matplotlib and pip write under HOME).
+            tmpfs: spec.read_only_rootfs.then(|| {
+                HashMap::from([(
+                    "/tmp".to_owned(),
+                    format!("rw,nosuid,nodev,mode=1777,size={}m", spec.limits.memory_mb),
+                )])
+            }),
             ..Default::default()
         };
         let body = ContainerCreateBody {
@@ -164,6 +178,7 @@ impl DockerBackend {
                 std::iter::once(format!("{TOKEN_ENV}={}", spec.token))
                     .chain(self.config.executor_env.iter().cloned())
                     .chain(spec.executor_env.iter().cloned())
+                    .chain(spec.read_only_rootfs.then(|| "HOME=/tmp".to_owned()))
                     .collect(),
             ),
             labels: Some(labels),

@@ -25,6 +25,8 @@ pub struct BackendSpec {
     pub executor_env: Vec<String>,
     /// Attach the network with a route out (the executor network has none).
     pub egress: bool,
+    /// Only /workspace and a /tmp tmpfs are writable.
+    pub read_only_rootfs: bool,
 }
 
 /// A host folder a sandbox sees read-only.

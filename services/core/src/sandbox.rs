@@ -27,86 +27,7 @@ impl SandboxState {
     }
 }
 
-/// Resource limits of one sandbox, with every default filled in.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
-    /// CPU cores (may be fractional).
-    pub cpu: f64,
-    /// Memory in MiB; swap is not allowed beyond it.
-    pub memory_mb: i64,
-    /// Processes and threads.
-    pub pids: i64,
-}
-
-/// Defaults applied when a spec leaves a limit at zero, and the maxima a spec may ask for.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LimitsPolicy {
-    pub default: Limits,
-    pub max: Limits,
-}
-
-/// Smallest memory limit we accept: below this not even the executor and a shell fit.
-pub const MIN_MEMORY_MB: i64 = 32;
-/// Smallest pids limit we accept: the executor, its runtime threads and a shell need this many.
-pub const MIN_PIDS: i64 = 16;
-
-impl Default for LimitsPolicy {
-    fn default() -> Self {
-        Self {
-            default: Limits {
-                cpu: 1.0,
-                memory_mb: 1024,
-                pids: 512,
-            },
-            max: Limits {
-                cpu: 16.0,
-                memory_mb: 64 * 1024,
-                pids: 32_768,
-            },
-        }
-    }
-}
-
-impl LimitsPolicy {
-    /// Resolves requested limits (0 = default) and rejects negative, non-finite, too small or too big ones.
-    pub fn resolve(&self, cpu: f64, memory_mb: i64, pids: i64) -> Result<Limits, Error> {
-        let cpu = if cpu == 0.0 {
-            self.default.cpu
-        } else if !cpu.is_finite() || cpu < 0.01 || cpu > self.max.cpu {
-            return Err(Error::invalid(format!(
-                "cpu_limit {cpu} is out of range: use 0 (default {}) or 0.01..={}",
-                self.default.cpu, self.max.cpu
-            )));
-        } else {
-            cpu
-        };
-        let memory_mb = match memory_mb {
-            0 => self.default.memory_mb,
-            m if (MIN_MEMORY_MB..=self.max.memory_mb).contains(&m) => m,
-            m => {
-                return Err(Error::invalid(format!(
-                    "memory_limit_mb {m} is out of range: use 0 (default {}) or {MIN_MEMORY_MB}..={}",
-                    self.default.memory_mb, self.max.memory_mb
-                )));
-            }
-        };
-        let pids = match pids {
-            0 => self.default.pids,
-            p if (MIN_PIDS..=self.max.pids).contains(&p) => p,
-            p => {
-                return Err(Error::invalid(format!(
-                    "pids_limit {p} is out of range: use 0 (default {}) or {MIN_PIDS}..={}",
-                    self.default.pids, self.max.pids
-                )));
-            }
-        };
-        Ok(Limits {
-            cpu,
-            memory_mb,
-            pids,
-        })
-    }
-}
+pub use crate::limits::{Limits, LimitsPolicy, MIN_MEMORY_MB, MIN_NOFILE, MIN_PIDS};
 
 /// Label keys under this prefix belong to the control plane.
 pub const RESERVED_LABEL_PREFIX: &str = "io.mentis.";
@@ -181,6 +102,8 @@ pub struct SandboxSpec {
     pub expiry: Expiry,
     /// A route out of this machine.
     pub egress: bool,
+    /// Only /workspace and /tmp (a tmpfs) are writable.
+    pub read_only_rootfs: bool,
 }
 
 /// A sandbox request as it came from a client, before validation.
@@ -193,6 +116,9 @@ pub struct SandboxRequest {
     pub cpu_limit: f64,
     pub memory_limit_mb: i64,
     pub pids_limit: i64,
+    pub nofile_limit: i64,
+    /// `None` = the space's or the runtime's default.
+    pub read_only_rootfs: Option<bool>,
     pub external_key: String,
     /// 0 = default.
     pub idle_timeout_seconds: u32,
@@ -213,6 +139,7 @@ impl SandboxRequest {
         policy: &LimitsPolicy,
         defaults: &Expiry,
         default_egress: bool,
+        default_read_only: bool,
     ) -> Result<SandboxSpec, Error> {
         let space_id = SpaceId::parse_or_default(&self.space_id)?;
         let image = if self.image.is_empty() {
@@ -232,7 +159,12 @@ impl SandboxRequest {
         };
         validate_env(&self.env, "spec.env")?;
         validate_labels(&self.labels)?;
-        let limits = policy.resolve(self.cpu_limit, self.memory_limit_mb, self.pids_limit)?;
+        let limits = policy.resolve(Limits {
+            cpu: self.cpu_limit,
+            memory_mb: self.memory_limit_mb,
+            pids: self.pids_limit,
+            nofile: self.nofile_limit,
+        })?;
         let external_key = if self.external_key.is_empty() {
             None
         } else {
@@ -261,6 +193,7 @@ impl SandboxRequest {
             external_key,
             expiry,
             egress: self.egress.unwrap_or(default_egress),
+            read_only_rootfs: self.read_only_rootfs.unwrap_or(default_read_only),
         })
     }
 }
@@ -332,6 +265,8 @@ pub struct Sandbox {
     pub last_activity: SystemTime,
     /// A route out of this machine.
     pub egress: bool,
+    /// Only /workspace and /tmp are writable.
+    pub read_only_rootfs: bool,
 }
 
 #[cfg(test)]
@@ -346,7 +281,7 @@ mod tests {
     fn zero_limits_take_defaults() {
         let p = LimitsPolicy::default();
         let spec = req()
-            .validate(&p, &Expiry::default(), false)
+            .validate(&p, &Expiry::default(), false, false)
             .expect("valid");
         assert_eq!(spec.limits, p.default);
         assert_eq!(spec.space_id.as_str(), "default");
@@ -373,7 +308,7 @@ mod tests {
                 pids_limit: pids,
                 ..req()
             }
-            .validate(&p, &Expiry::default(), false);
+            .validate(&p, &Expiry::default(), false, false);
             assert!(
                 matches!(r, Err(Error::InvalidArgument(_))),
                 "{cpu} {mem} {pids}: {r:?}"
@@ -385,14 +320,15 @@ mod tests {
             pids_limit: 64,
             ..req()
         }
-        .validate(&p, &Expiry::default(), false)
+        .validate(&p, &Expiry::default(), false, false)
         .expect("valid");
         assert_eq!(
             ok.limits,
             Limits {
                 cpu: 0.5,
                 memory_mb: 256,
-                pids: 64
+                pids: 64,
+                nofile: LimitsPolicy::default().default.nofile,
             }
         );
     }
@@ -404,21 +340,33 @@ mod tests {
             env: [("A=B".to_owned(), "x".to_owned())].into(),
             ..req()
         };
-        assert!(bad_env.validate(&p, &Expiry::default(), false).is_err());
+        assert!(
+            bad_env
+                .validate(&p, &Expiry::default(), false, false)
+                .is_err()
+        );
         let reserved = SandboxRequest {
             labels: [("io.mentis.sandbox-id".to_owned(), "x".to_owned())].into(),
             ..req()
         };
-        assert!(reserved.validate(&p, &Expiry::default(), false).is_err());
+        assert!(
+            reserved
+                .validate(&p, &Expiry::default(), false, false)
+                .is_err()
+        );
         let image = SandboxRequest {
             image: "bad image".into(),
             ..req()
         };
-        assert!(image.validate(&p, &Expiry::default(), false).is_err());
+        assert!(
+            image
+                .validate(&p, &Expiry::default(), false, false)
+                .is_err()
+        );
         let good = SandboxRequest {
             image: "mentis/executor:latest".into(),
             ..req()
         };
-        assert!(good.validate(&p, &Expiry::default(), false).is_ok());
+        assert!(good.validate(&p, &Expiry::default(), false, false).is_ok());
     }
 }

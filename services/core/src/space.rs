@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use crate::error::Error;
 use crate::ids::SpaceId;
+use crate::limits::Limits;
 
 const MAX_DISPLAY_NAME: usize = 256;
 const MAX_DESCRIPTION: usize = 4096;
@@ -13,11 +14,17 @@ const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_KEY: usize = 256;
 const MAX_METADATA_VALUE: usize = 4096;
 
-/// What a space may hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What a space may hold, and how its sandboxes are bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct SpaceLimits {
     /// Live sandboxes at once; 0 = no limit of its own.
     pub max_sandboxes: u32,
+    /// Limits of sandboxes whose spec leaves them at zero (zero fields: the runtime's defaults).
+    pub sandbox_default: Limits,
+    /// Most a sandbox spec may ask for (zero fields: the runtime's maxima, which a space never exceeds).
+    pub sandbox_max: Limits,
+    /// Read-only root filesystem for sandboxes whose spec does not say; `None` = the runtime's default.
+    pub read_only_rootfs: Option<bool>,
 }
 
 /// A space as the control plane keeps it.
@@ -154,7 +161,10 @@ mod tests {
         s.apply(
             SpaceUpdate {
                 description: Some("d".into()),
-                limits: Some(SpaceLimits { max_sandboxes: 3 }),
+                limits: Some(SpaceLimits {
+                    max_sandboxes: 3,
+                    ..SpaceLimits::default()
+                }),
                 ..SpaceUpdate::default()
             },
             now,

@@ -10,6 +10,7 @@ pub use mentis_core::DataMount;
 use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
 
 mod auth;
+mod limits;
 
 pub use auth::AuthConfig;
 
@@ -32,8 +33,12 @@ pub struct RuntimeConfig {
     pub data_dir: PathBuf,
     /// `MENTIS_INSTANCE`, `MENTIS_NETWORK`.
     pub docker: DockerConfig,
-    /// Default and maximum limits of a sandbox.
+    /// `MENTIS_SANDBOX_DEFAULT`, `MENTIS_SANDBOX_MAX`: default and maximum limits of a sandbox, as
+    /// `cpu=1,memory_mb=1024,pids=512,nofile=1024` (any subset). Spaces may narrow them.
     pub limits: LimitsPolicy,
+    /// `MENTIS_READ_ONLY_ROOTFS` (true|false): root filesystem of sandboxes whose spec and space leave it
+    /// unspecified.
+    pub read_only_rootfs: bool,
     /// `MENTIS_LOG_MAX_ENTRIES`, `MENTIS_LOG_MAX_BYTES`: bounds of each sandbox's observation log.
     pub log_limits: LogLimits,
     /// `MENTIS_MAX_SANDBOXES`: live sandboxes at once.
@@ -233,6 +238,7 @@ impl Default for RuntimeConfig {
             data_dir: PathBuf::from("mentis-data"),
             docker: DockerConfig::default(),
             limits: LimitsPolicy::default(),
+            read_only_rootfs: false,
             log_limits: LogLimits::default(),
             max_sandboxes: 256,
             max_actions_per_sandbox: 64,
@@ -267,6 +273,8 @@ impl RuntimeConfig {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut c = Self {
             auth: auth::from_lookup(&get)?,
+            limits: limits::policy(&get, LimitsPolicy::default())?,
+            read_only_rootfs: limits::read_only(&get)?,
             ..Self::default()
         };
         if let Some(v) = get("MENTIS_LISTEN") {

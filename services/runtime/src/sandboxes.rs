@@ -166,10 +166,20 @@ impl Manager {
         if self.shutdown.is_cancelled() {
             return Err(Error::Unavailable("the runtime is shutting down".into()));
         }
+        // The space narrows the runtime's limits and may set the root filesystem's default.
+        let space = self.space_record(&SpaceId::parse_or_default(&req.space_id)?)?;
+        let policy = self
+            .config
+            .limits
+            .narrowed(&space.limits.sandbox_default, &space.limits.sandbox_max);
         let spec = req.validate(
-            &self.config.limits,
+            &policy,
             &self.config.expiry,
             self.config.egress_default,
+            space
+                .limits
+                .read_only_rootfs
+                .unwrap_or(self.config.read_only_rootfs),
         )?;
         let image = spec
             .image
@@ -177,9 +187,12 @@ impl Manager {
             .unwrap_or_else(|| self.config.executor_image.clone());
         // A pool member fits any request for its image, unless the space has data mounts of its own (those
         // are bound at container creation).
-        // Members have no egress network either (networks are attached at creation here).
+        // Members have no egress network either (networks are attached at creation here), and their
+        // ulimits and root filesystem are the runtime's defaults (`docker update` changes neither).
         let pool = self.pool_for(&image).filter(|_| {
             !spec.egress
+                && spec.limits.nofile == self.config.limits.default.nofile
+                && spec.read_only_rootfs == self.config.read_only_rootfs
                 && self.config.mounts_for(spec.space_id.as_str())
                     == self.config.mounts_for_every_space()
         });
@@ -203,6 +216,7 @@ impl Manager {
             expiry: spec.expiry,
             last_activity: now,
             egress: spec.egress,
+            read_only_rootfs: spec.read_only_rootfs,
         };
         let handle = Arc::new(SandboxHandle::new(
             record.clone(),
@@ -243,6 +257,7 @@ impl Manager {
             data_mounts: self.config.mounts_for(record.space_id.as_str()),
             executor_env: Vec::new(),
             egress: record.egress,
+            read_only_rootfs: record.read_only_rootfs,
         };
         let this = Arc::clone(self);
         let span = tracing::info_span!("create_sandbox", sandbox_id = %id);

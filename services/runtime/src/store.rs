@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS spaces (
     metadata TEXT NOT NULL,
     max_sandboxes INTEGER NOT NULL,
     created_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL
+    updated_ms INTEGER NOT NULL,
+    sandbox_limits TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS sandboxes (
     id TEXT PRIMARY KEY,
@@ -55,7 +56,9 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     updated_ms INTEGER NOT NULL,
     activity_ms INTEGER NOT NULL,
     last_seq INTEGER NOT NULL,
-    egress INTEGER NOT NULL DEFAULT 0
+    egress INTEGER NOT NULL DEFAULT 0,
+    nofile INTEGER NOT NULL DEFAULT 0,
+    read_only INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS sandboxes_by_space ON sandboxes(space_id);
 CREATE TABLE IF NOT EXISTS pool (
@@ -198,12 +201,15 @@ impl Store {
             )));
         }
         conn.execute_batch(SCHEMA).map_err(db_err("schema"))?;
-        if version == 1 {
-            // Version 2 added the egress column (CREATE TABLE IF NOT EXISTS left the old table as it was).
-            conn.execute_batch(
-                "ALTER TABLE sandboxes ADD COLUMN egress INTEGER NOT NULL DEFAULT 0",
-            )
-            .map_err(db_err("migrate to schema 2"))?;
+        // CREATE TABLE IF NOT EXISTS leaves an older table as it was: add what later versions added
+        // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys).
+        for (table, column, decl) in [
+            ("sandboxes", "egress", "INTEGER NOT NULL DEFAULT 0"),
+            ("sandboxes", "nofile", "INTEGER NOT NULL DEFAULT 0"),
+            ("sandboxes", "read_only", "INTEGER NOT NULL DEFAULT 0"),
+            ("spaces", "sandbox_limits", "TEXT NOT NULL DEFAULT '{}'"),
+        ] {
+            add_column_if_missing(&conn, table, column, decl)?;
         }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(db_err("schema version"))?;
@@ -222,8 +228,9 @@ impl Store {
         self.conn()
             .execute(
                 "INSERT OR REPLACE INTO spaces
-                 (id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                 (id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms,
+                  sandbox_limits)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     s.id.as_str(),
                     s.display_name,
@@ -231,7 +238,8 @@ impl Store {
                     to_json(&s.metadata),
                     s.limits.max_sandboxes,
                     ms(s.created_at),
-                    ms(s.updated_at)
+                    ms(s.updated_at),
+                    space_limits_json(&s.limits),
                 ],
             )
             .map_err(db_err("write a space"))?;
@@ -250,8 +258,8 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn
             .prepare(
-                "SELECT id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms
-                 FROM spaces ORDER BY id",
+                "SELECT id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms,
+                 sandbox_limits FROM spaces ORDER BY id",
             )
             .map_err(db_err("read spaces"))?;
         let rows = stmt
@@ -264,12 +272,13 @@ impl Store {
                     r.get::<_, u32>(4)?,
                     r.get::<_, i64>(5)?,
                     r.get::<_, i64>(6)?,
+                    r.get::<_, String>(7)?,
                 ))
             })
             .map_err(db_err("read spaces"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, display_name, description, metadata, max, created, updated) =
+            let (id, display_name, description, metadata, max, created, updated, sandbox_limits) =
                 row.map_err(db_err("read a space"))?;
             let Ok(id) = SpaceId::parse(&id) else {
                 tracing::warn!(%id, "store: skipping a space with an invalid id");
@@ -280,7 +289,7 @@ impl Store {
                 display_name,
                 description,
                 metadata: from_json(&metadata),
-                limits: SpaceLimits { max_sandboxes: max },
+                limits: space_limits_from_json(max, &sandbox_limits),
                 created_at: time(created),
                 updated_at: time(updated),
             });
@@ -399,7 +408,8 @@ impl Store {
             .prepare(
                 "SELECT id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
                  external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-                 updated_ms, activity_ms, last_seq, egress FROM sandboxes ORDER BY created_ms, id",
+                 updated_ms, activity_ms, last_seq, egress, nofile, read_only FROM sandboxes
+                 ORDER BY created_ms, id",
             )
             .map_err(db_err("read sandboxes"))?;
         let rows = stmt
@@ -423,6 +433,7 @@ impl Store {
                                 cpu: r.get(7)?,
                                 memory_mb: r.get(8)?,
                                 pids: r.get(9)?,
+                                nofile: r.get(21)?,
                             },
                             external_key: r.get(11)?,
                             expiry: Expiry {
@@ -435,6 +446,7 @@ impl Store {
                             updated_at: time(r.get(17)?),
                             last_activity: time(r.get(18)?),
                             egress: r.get(20)?,
+                            read_only_rootfs: r.get(22)?,
                         },
                         env: from_json(&r.get::<_, String>(6)?),
                         token: r.get(10)?,
@@ -479,6 +491,48 @@ impl Store {
     }
 }
 
+fn add_column_if_missing(conn: &Connection, table: &str, column: &str, decl: &str) -> Result<()> {
+    let present: bool = conn
+        .query_row(
+            &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
+            params![column],
+            |r| r.get(0),
+        )
+        .map_err(db_err("read the schema"))?;
+    if !present {
+        conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
+            .map_err(db_err("migrate the schema"))?;
+    }
+    Ok(())
+}
+
+/// A space's sandbox limits as JSON (zero fields are "not set").
+fn space_limits_json(l: &SpaceLimits) -> String {
+    let limits = |l: &Limits| serde_json::json!({"cpu": l.cpu, "memory_mb": l.memory_mb, "pids": l.pids, "nofile": l.nofile});
+    serde_json::json!({
+        "default": limits(&l.sandbox_default),
+        "max": limits(&l.sandbox_max),
+        "read_only_rootfs": l.read_only_rootfs,
+    })
+    .to_string()
+}
+
+fn space_limits_from_json(max_sandboxes: u32, text: &str) -> SpaceLimits {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let limits = |l: &serde_json::Value| Limits {
+        cpu: l["cpu"].as_f64().unwrap_or(0.0),
+        memory_mb: l["memory_mb"].as_i64().unwrap_or(0),
+        pids: l["pids"].as_i64().unwrap_or(0),
+        nofile: l["nofile"].as_i64().unwrap_or(0),
+    };
+    SpaceLimits {
+        max_sandboxes,
+        sandbox_default: limits(&v["default"]),
+        sandbox_max: limits(&v["max"]),
+        read_only_rootfs: v["read_only_rootfs"].as_bool(),
+    }
+}
+
 fn insert_sandbox(
     conn: &Connection,
     s: &Sandbox,
@@ -490,9 +544,9 @@ fn insert_sandbox(
         "INSERT OR REPLACE INTO sandboxes
          (id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
           external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-          updated_ms, activity_ms, last_seq, egress)
+          updated_ms, activity_ms, last_seq, egress, nofile, read_only)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-          ?19, ?20, ?21)",
+          ?19, ?20, ?21, ?22, ?23)",
         params![
             s.id.to_string(),
             s.space_id.as_str(),
@@ -515,6 +569,8 @@ fn insert_sandbox(
             ms(s.last_activity),
             i64::try_from(last_seq).unwrap_or(i64::MAX),
             s.egress,
+            s.limits.nofile,
+            s.read_only_rootfs,
         ],
     )
     .map_err(db_err("write a sandbox"))?;
@@ -539,6 +595,7 @@ mod tests {
                 cpu: 0.5,
                 memory_mb: 256,
                 pids: 64,
+                nofile: 128,
             },
             created_at: now,
             updated_at: now,
@@ -552,6 +609,7 @@ mod tests {
             },
             last_activity: now,
             egress: true,
+            read_only_rootfs: true,
         }
     }
 
@@ -596,17 +654,27 @@ mod tests {
     fn a_schema_1_database_is_migrated() {
         let dir = tempfile::tempdir().unwrap();
         {
-            // Schema 1: the sandboxes table without the egress column.
+            // Schema 1: without what versions 2 (egress) and 3 (nofile, read_only, sandbox_limits) added.
             let conn = Connection::open(dir.path().join("mentis.db")).unwrap();
-            let v1 = SCHEMA.replace(",\n    egress INTEGER NOT NULL DEFAULT 0", "");
-            assert_ne!(v1, SCHEMA);
+            let v1 = SCHEMA
+                .replace(
+                    ",\n    egress INTEGER NOT NULL DEFAULT 0,\n    nofile INTEGER NOT NULL DEFAULT 0,\n    read_only INTEGER NOT NULL DEFAULT 0",
+                    "",
+                )
+                .replace(",\n    sandbox_limits TEXT NOT NULL DEFAULT '{}'", "");
+            assert_eq!(SCHEMA.len() - v1.len(), 167, "both parts were removed");
             conn.execute_batch(&v1).unwrap();
             conn.pragma_update(None, "user_version", 1).unwrap();
         }
         let store = Store::open(dir.path()).unwrap();
         let s = sandbox();
         store.put_sandbox(&s, &BTreeMap::new(), "tok", 1).unwrap();
-        assert!(store.sandboxes().unwrap()[0].record.egress);
+        assert_eq!(store.sandboxes().unwrap()[0].record, s);
+        let mut space = Space::default_space(time(ms(SystemTime::now())));
+        space.limits.sandbox_max.memory_mb = 512;
+        space.limits.read_only_rootfs = Some(true);
+        store.put_space(&space).unwrap();
+        assert_eq!(store.spaces().unwrap(), vec![space]);
         drop(store);
         // Opening again does not migrate twice.
         assert!(Store::open(dir.path()).is_ok());

@@ -16,6 +16,8 @@ pub fn request_from_proto(spec: Option<api::SandboxSpec>) -> SandboxRequest {
         cpu_limit: s.cpu_limit,
         memory_limit_mb: s.memory_limit_mb,
         pids_limit: s.pids_limit,
+        nofile_limit: s.nofile_limit,
+        read_only_rootfs: read_only_from_proto(s.root_filesystem),
         external_key: s.external_key,
         idle_timeout_seconds: s.idle_timeout_seconds,
         idle_policy: idle_policy_from_proto(s.idle_policy),
@@ -26,6 +28,24 @@ pub fn request_from_proto(spec: Option<api::SandboxSpec>) -> SandboxRequest {
             Ok(api::Egress::Deny) => Some(false),
             Ok(api::Egress::Unspecified) | Err(_) => None,
         },
+    }
+}
+
+/// `Some(true)` for READ_ONLY, `Some(false)` for WRITABLE, `None` (the default) otherwise.
+pub fn read_only_from_proto(v: i32) -> Option<bool> {
+    match api::RootFilesystem::try_from(v) {
+        Ok(api::RootFilesystem::ReadOnly) => Some(true),
+        Ok(api::RootFilesystem::Writable) => Some(false),
+        Ok(api::RootFilesystem::Unspecified) | Err(_) => None,
+    }
+}
+
+/// The proto of a resolved root filesystem setting.
+pub fn read_only_to_proto(read_only: bool) -> api::RootFilesystem {
+    if read_only {
+        api::RootFilesystem::ReadOnly
+    } else {
+        api::RootFilesystem::Writable
     }
 }
 
@@ -93,6 +113,8 @@ pub fn sandbox_to_proto(s: &Sandbox, last_seq: u64) -> api::Sandbox {
         cpu_limit: s.limits.cpu,
         memory_limit_mb: s.limits.memory_mb,
         pids_limit: s.limits.pids,
+        nofile_limit: s.limits.nofile,
+        root_filesystem: read_only_to_proto(s.read_only_rootfs) as i32,
         state_reason: s.state_reason.clone(),
         update_time: Some(timestamp(s.updated_at)),
         last_seq,

@@ -2,9 +2,10 @@
 
 use std::time::SystemTime;
 
-use mentis_core::{Error, Space, SpaceId, SpaceLimits, SpaceUpdate};
+use mentis_core::{Error, Limits, Space, SpaceId, SpaceLimits, SpaceUpdate};
 use mentis_proto::api;
 
+use super::sandbox::{read_only_from_proto, read_only_to_proto};
 use super::timestamp;
 
 /// A space to create; InvalidArgument for a missing or malformed id.
@@ -23,8 +24,30 @@ pub fn space_from_proto(s: Option<api::Space>) -> Result<Space, Error> {
 }
 
 fn limits_from_proto(l: Option<api::SpaceLimits>) -> SpaceLimits {
+    let l = l.unwrap_or_default();
+    let sandbox = |s: Option<api::SandboxLimits>| {
+        let s = s.unwrap_or_default();
+        Limits {
+            cpu: s.cpu,
+            memory_mb: s.memory_mb,
+            pids: s.pids,
+            nofile: s.nofile,
+        }
+    };
     SpaceLimits {
-        max_sandboxes: l.map_or(0, |l| l.max_sandboxes),
+        max_sandboxes: l.max_sandboxes,
+        sandbox_default: sandbox(l.sandbox_default),
+        sandbox_max: sandbox(l.sandbox_max),
+        read_only_rootfs: read_only_from_proto(l.root_filesystem),
+    }
+}
+
+fn sandbox_limits_to_proto(l: &Limits) -> api::SandboxLimits {
+    api::SandboxLimits {
+        cpu: l.cpu,
+        memory_mb: l.memory_mb,
+        pids: l.pids,
+        nofile: l.nofile,
     }
 }
 
@@ -65,6 +88,13 @@ pub fn space_to_proto(s: &Space, sandbox_count: u32) -> api::Space {
         metadata: s.metadata.clone().into_iter().collect(),
         limits: Some(api::SpaceLimits {
             max_sandboxes: s.limits.max_sandboxes,
+            sandbox_default: Some(sandbox_limits_to_proto(&s.limits.sandbox_default)),
+            sandbox_max: Some(sandbox_limits_to_proto(&s.limits.sandbox_max)),
+            root_filesystem: s
+                .limits
+                .read_only_rootfs
+                .map_or(api::RootFilesystem::Unspecified, read_only_to_proto)
+                as i32,
         }),
         create_time: Some(timestamp(s.created_at)),
         update_time: Some(timestamp(s.updated_at)),

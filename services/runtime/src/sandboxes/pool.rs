@@ -179,6 +179,7 @@ impl Manager {
             space_id: None,
             image: stored.image.clone(),
             limits: self.config.limits.default,
+            read_only_rootfs: self.config.read_only_rootfs,
             token: stored.token.clone(),
             data_mounts: self.config.mounts_for_every_space(),
             // A kernel started ahead makes the first cell of a claimed sandbox as quick as the next ones;

@@ -41,6 +41,7 @@ impl Manager {
     /// Creates a space; AlreadyExists when the id is taken.
     pub fn create_space(&self, mut space: Space) -> Result<SpaceView> {
         space.validate()?;
+        self.check_space_limits(&space.limits)?;
         let now = SystemTime::now();
         space.created_at = now;
         space.updated_at = now;
@@ -61,6 +62,13 @@ impl Manager {
         let space = self.space_record(id)?;
         let n = self.live_in(id);
         Ok((space, n))
+    }
+
+    /// A space's sandbox limits lie within the runtime's policy.
+    fn check_space_limits(&self, l: &mentis_core::SpaceLimits) -> Result<()> {
+        self.config
+            .limits
+            .check_space(&l.sandbox_default, &l.sandbox_max)
     }
 
     /// One page of spaces in id order (only those in `allowed`, when given), and whether more follow.
@@ -99,6 +107,9 @@ impl Manager {
     /// Changes a space.
     pub fn update_space(&self, id: &SpaceId, update: SpaceUpdate) -> Result<SpaceView> {
         update.validate()?;
+        if let Some(l) = &update.limits {
+            self.check_space_limits(l)?;
+        }
         let space = {
             let mut map = self.spaces_write();
             let space = map
