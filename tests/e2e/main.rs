@@ -5,6 +5,7 @@
 mod bad_input;
 mod faults;
 mod files;
+mod gvisor;
 mod ipython;
 mod isolation;
 mod lifecycle;
