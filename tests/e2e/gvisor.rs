@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use mentis_e2e::*;
 use mentis_proto::api;
 use mentis_runtime::RuntimeConfig;
-use mentis_runtime::config::ContainerRuntime;
+use mentis_runtime::config::{ContainerRuntime, PoolConfig};
 
 /// Runs `deploy/ensure-runsc.sh` once per test process (it edits the engine's config and reloads it).
 fn ensure_runsc() -> anyhow::Result<()> {
@@ -147,4 +147,82 @@ async fn gvisor_sandboxes_keep_network_isolation_and_egress_is_opt_in() -> anyho
         assert_eq!(inspect(c, "{{.HostConfig.Runtime}}")?, "runsc", "{c}");
     }
     h.stop().await
+}
+
+#[tokio::test]
+async fn gvisor_pool_members_serve_default_limits_and_other_limits_start_cold() -> anyhow::Result<()>
+{
+    ensure_runsc()?;
+    let mut h = Harness::start_with(|c| {
+        c.docker.runtime = ContainerRuntime::Runsc;
+        c.pools = vec![PoolConfig {
+            image: executor_image(),
+            min_idle: 1,
+            max_total: 2,
+            kernel: false,
+        }];
+    })
+    .await?;
+    let is_member = |id: &str| {
+        inspect(
+            &container_of(id),
+            "{{index .Config.Labels \"io.mentis.pool\"}}",
+        )
+    };
+    wait_idle(&mut h).await?;
+
+    // runsc cannot change a running container's limits, so a member cannot take these on: a cold create.
+    let custom = h
+        .create(api::SandboxSpec {
+            memory_limit_mb: 512,
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(
+        custom.state,
+        api::SandboxState::Running as i32,
+        "{custom:?}"
+    );
+    assert_ne!(is_member(&custom.sandbox_id)?, "true");
+    assert_eq!(
+        inspect(&container_of(&custom.sandbox_id), "{{.HostConfig.Memory}}")?,
+        (512 * 1024 * 1024).to_string()
+    );
+    assert_eq!(
+        stdout(&h.sh(&custom.sandbox_id, "echo cold").await?),
+        "cold\n"
+    );
+
+    // Default limits: served warm by a gVisor member.
+    let warm = h.create_default().await?;
+    assert_eq!(is_member(&warm.sandbox_id)?, "true");
+    assert_eq!(
+        inspect(&container_of(&warm.sandbox_id), "{{.HostConfig.Runtime}}")?,
+        "runsc"
+    );
+    assert_eq!(
+        stdout(&h.sh(&warm.sandbox_id, "echo warm").await?),
+        "warm\n"
+    );
+    h.stop().await
+}
+
+/// Waits until the one pool has an idle member.
+async fn wait_idle(h: &mut Harness) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let pools = h
+            .sandboxes
+            .list_pools(api::ListPoolsRequest {})
+            .await?
+            .into_inner()
+            .pools;
+        if pools.first().is_some_and(|p| p.idle >= 1) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the pool has no idle member: {pools:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -357,7 +357,18 @@ impl SandboxBackend for DockerBackend {
         self.endpoint_of(&name).await
     }
 
+    fn updates_limits(&self) -> bool {
+        // runsc has no `update` command: the engine fails every update of a gVisor container.
+        self.runtime == runtime::Chosen::Runc
+    }
+
     async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()> {
+        if !self.updates_limits() {
+            return Err(Error::FailedPrecondition(format!(
+                "the limits of sandbox {id} cannot change: gVisor (runsc) containers keep the limits \
+                 they were created with"
+            )));
+        }
         let (memory, nano_cpus) = docker_limits(limits);
         let update = bollard::models::ContainerUpdateBody {
             memory: Some(memory),

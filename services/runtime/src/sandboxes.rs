@@ -175,11 +175,13 @@ impl Manager {
             .unwrap_or_else(|| self.config.executor_image.clone());
         // A pool member fits any request for its image, unless the space has data mounts of its own (those
         // are bound at container creation).
-        // Members have no egress network either (networks are attached at creation here).
+        // Members have no egress network either (networks are attached at creation here), and keep the
+        // default limits where the backend cannot change them.
         let pool = self.pool_for(&image).filter(|_| {
             !spec.egress
                 && self.config.mounts_for(spec.space_id.as_str())
                     == self.config.mounts_for_every_space()
+                && (self.backend.updates_limits() || spec.limits == self.config.limits.default)
         });
         let member = pool.as_ref().and_then(|p| p.take());
         let (id, token) = match &member {
