@@ -46,6 +46,12 @@ async fn connects(h: &mut Harness, sandbox: &str, addr: &str, port: u16) -> anyh
 async fn sandboxes_reach_neither_each_other_nor_the_runtime_and_egress_is_opt_in()
 -> anyhow::Result<()> {
     let mut h = Harness::start().await?;
+    check_network_isolation(&mut h).await?;
+    h.stop().await
+}
+
+/// The isolation checks on a runtime started in this process (also run under gVisor).
+pub(crate) async fn check_network_isolation(h: &mut Harness) -> anyhow::Result<()> {
     let runtime_port = h.runtime.as_ref().unwrap().addr.port();
     // A host service listening on every address (as the runtime would with MENTIS_LISTEN=0.0.0.0:...).
     let host_service = std::net::TcpListener::bind("0.0.0.0:0")?;
@@ -68,24 +74,24 @@ async fn sandboxes_reach_neither_each_other_nor_the_runtime_and_egress_is_opt_in
     // The probe works: A reaches its own executor port.
     let a_ip = ip_of(&a)?;
     assert!(
-        connects(&mut h, &a, &a_ip, 50052).await?,
+        connects(h, &a, &a_ip, 50052).await?,
         "the probe itself must work"
     );
     // Not B's executor, not the runtime (on the host side of the network, or on loopback).
     assert!(
-        !connects(&mut h, &a, &b_ip, 50052).await?,
+        !connects(h, &a, &b_ip, 50052).await?,
         "A reached B's executor"
     );
     assert!(
-        !connects(&mut h, &a, &gateway, runtime_port).await?,
+        !connects(h, &a, &gateway, runtime_port).await?,
         "A reached the runtime via the gateway"
     );
     assert!(
-        !connects(&mut h, &a, "127.0.0.1", runtime_port).await?,
+        !connects(h, &a, "127.0.0.1", runtime_port).await?,
         "A reached the runtime on loopback"
     );
     assert!(
-        !connects(&mut h, &a, &gateway, host_port).await?,
+        !connects(h, &a, &gateway, host_port).await?,
         "A reached a host service through its gateway"
     );
     // A container on Docker's default bridge, on this machine: reaching it means forwarding through
@@ -103,7 +109,7 @@ async fn sandboxes_reach_neither_each_other_nor_the_runtime_and_egress_is_opt_in
     ])?;
     let outside = outside.trim().to_owned();
     let outside_ip = inspect(&outside, "{{.NetworkSettings.IPAddress}}")?;
-    let forwarded = connects(&mut h, &a, &outside_ip, 8000).await;
+    let forwarded = connects(h, &a, &outside_ip, 8000).await;
     let _ = docker(&["rm", "-f", &outside]);
     assert!(!forwarded?, "A reached a container outside its network");
 
@@ -111,7 +117,7 @@ async fn sandboxes_reach_neither_each_other_nor_the_runtime_and_egress_is_opt_in
     let sb = h.get(&a).await?;
     assert_eq!(sb.egress, api::Egress::Deny as i32);
     assert_eq!(networks(&a)?, ["mentis-net"]);
-    let a_route = default_gateway(&mut h, &a).await?;
+    let a_route = default_gateway(h, &a).await?;
     assert!(
         a_route.is_none() || a_route.as_deref() == Some(gateway.as_str()),
         "{a_route:?}"
@@ -131,15 +137,15 @@ async fn sandboxes_reach_neither_each_other_nor_the_runtime_and_egress_is_opt_in
         &container_of(&c),
         "{{(index .NetworkSettings.Networks \"mentis-egress\").Gateway}}",
     )?;
-    assert_eq!(default_gateway(&mut h, &c).await?, Some(egress_gateway));
+    assert_eq!(default_gateway(h, &c).await?, Some(egress_gateway));
     // Still no way to B on either network.
     assert!(
-        !connects(&mut h, &c, &b_ip, 50052).await?,
+        !connects(h, &c, &b_ip, 50052).await?,
         "C reached B's executor"
     );
     // The executor works as usual.
     assert_eq!(stdout(&h.sh(&c, "echo ok").await?), "ok\n");
-    h.stop().await
+    Ok(())
 }
 
 #[tokio::test]

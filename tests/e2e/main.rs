@@ -6,6 +6,7 @@ mod auth;
 mod bad_input;
 mod faults;
 mod files;
+mod gvisor;
 mod hardening;
 mod ipython;
 mod isolation;

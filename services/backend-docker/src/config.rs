@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::runtime::ContainerRuntime;
+
 /// How the Docker backend names and bounds what it creates.
 #[derive(Debug, Clone)]
 pub struct DockerConfig {
@@ -19,6 +21,8 @@ pub struct DockerConfig {
     /// `NAME=VALUE` settings of the executor, given to every container (never secrets: they show in
     /// `docker inspect`; the token is the one secret and is removed by the executor from its env).
     pub executor_env: Vec<String>,
+    /// OCI runtime of the sandbox containers: runc, runsc (gVisor) or auto.
+    pub runtime: ContainerRuntime,
 }
 
 impl Default for DockerConfig {
@@ -30,6 +34,7 @@ impl Default for DockerConfig {
             user: "1000:1000".into(),
             call_timeout: Duration::from_secs(60),
             executor_env: Vec::new(),
+            runtime: ContainerRuntime::Runc,
         }
     }
 }

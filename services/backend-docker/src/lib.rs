@@ -5,6 +5,7 @@ mod config;
 mod error;
 mod labels;
 mod network;
+mod runtime;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -26,6 +27,7 @@ use mentis_core::{
 pub use config::DockerConfig;
 use error::{DockerCallExt, is_not_found};
 pub use labels::{LABEL_INSTANCE, LABEL_MANAGED, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_SPACE_ID};
+pub use runtime::{ContainerRuntime, RUNSC};
 
 /// Memory in bytes and CPU in nano-CPUs, as the engine takes them.
 fn docker_limits(limits: Limits) -> (i64, i64) {
@@ -43,12 +45,15 @@ pub const TOKEN_ENV: &str = "MENTIS_EXECUTOR_TOKEN";
 pub struct DockerBackend {
     docker: Docker,
     config: DockerConfig,
+    /// The runtime `config.runtime` resolved to against the engine, once at connect.
+    runtime: runtime::Chosen,
 }
 
 impl std::fmt::Debug for DockerBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DockerBackend")
             .field("config", &self.config)
+            .field("runtime", &self.runtime)
             .finish()
     }
 }
@@ -63,7 +68,12 @@ impl DockerBackend {
             .await
             .map_err(|_| Error::Unavailable("the Docker engine did not answer in time".into()))?
             .map_err(|e| Error::Unavailable(format!("cannot reach the Docker engine: {e}")))?;
-        Ok(Self { docker, config })
+        let runtime = runtime::resolve(&docker, config.runtime, config.call_timeout).await?;
+        Ok(Self {
+            docker,
+            config,
+            runtime,
+        })
     }
 
     async fn container_status(&self, name: &str) -> Result<Option<ContainerStateStatusEnum>> {
@@ -168,6 +178,7 @@ impl DockerBackend {
                     format!("rw,nosuid,nodev,mode=1777,size={}m", spec.limits.memory_mb),
                 )])
             }),
+            runtime: self.runtime.docker_name(),
             ..Default::default()
         };
         let body = ContainerCreateBody {
@@ -361,7 +372,18 @@ impl SandboxBackend for DockerBackend {
         self.endpoint_of(&name).await
     }
 
+    fn updates_limits(&self) -> bool {
+        // runsc has no `update` command: the engine fails every update of a gVisor container.
+        self.runtime == runtime::Chosen::Runc
+    }
+
     async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()> {
+        if !self.updates_limits() {
+            return Err(Error::FailedPrecondition(format!(
+                "the limits of sandbox {id} cannot change: gVisor (runsc) containers keep the limits \
+                 they were created with"
+            )));
+        }
         let (memory, nano_cpus) = docker_limits(limits);
         let update = bollard::models::ContainerUpdateBody {
             memory: Some(memory),

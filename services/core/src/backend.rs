@@ -96,6 +96,12 @@ pub trait SandboxBackend: Send + Sync + 'static {
     /// Changes the CPU, memory and pids limits of a running sandbox (binding a claimed pool member).
     async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()>;
 
+    /// Whether [`SandboxBackend::update_limits`] works here; when not, a pool member serves only requests
+    /// with the default limits (gVisor's runsc cannot change a running container's limits).
+    fn updates_limits(&self) -> bool {
+        true
+    }
+
     /// Freezes every process of the sandbox (memory kept, no CPU). Idempotent.
     async fn pause(&self, id: SandboxId) -> Result<()>;
 

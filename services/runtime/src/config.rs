@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use mentis_backend_docker::ContainerRuntime;
 use mentis_backend_docker::DockerConfig;
 pub use mentis_core::DataMount;
 use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
@@ -22,6 +23,10 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
 /// Default executor image, built by `deploy/build-executor-image.sh`.
 pub const DEFAULT_EXECUTOR_IMAGE: &str = "mentis/executor:latest";
 
+/// OCI runtime of sandbox containers: `runc` (default), `runsc` (gVisor; start fails when the engine lacks
+/// it) or `auto` (runsc when the engine offers it).
+pub const CONTAINER_RUNTIME_ENV: &str = "MENTIS_CONTAINER_RUNTIME";
+
 /// Everything the runtime needs to know at start.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -31,7 +36,7 @@ pub struct RuntimeConfig {
     pub executor_image: String,
     /// `MENTIS_DATA_DIR`: the durable store (`mentis.db`).
     pub data_dir: PathBuf,
-    /// `MENTIS_INSTANCE`, `MENTIS_NETWORK`.
+    /// `MENTIS_INSTANCE`, `MENTIS_NETWORK`, `MENTIS_CONTAINER_RUNTIME`.
     pub docker: DockerConfig,
     /// `MENTIS_SANDBOX_DEFAULT`, `MENTIS_SANDBOX_MAX`: default and maximum limits of a sandbox, as
     /// `cpu=1,memory_mb=1024,pids=512,nofile=1024` (any subset). Spaces may narrow them.
@@ -303,6 +308,10 @@ impl RuntimeConfig {
         if let Some(v) = get("MENTIS_NETWORK").filter(|v| !v.is_empty()) {
             c.docker.network = v;
         }
+        if let Some(v) = get(CONTAINER_RUNTIME_ENV) {
+            c.docker.runtime = ContainerRuntime::parse(&v)
+                .ok_or_else(|| err(CONTAINER_RUNTIME_ENV, &v, "use runc, runsc or auto"))?;
+        }
         if let Some(v) = get("MENTIS_LOG_MAX_ENTRIES") {
             c.log_limits.max_entries = positive("MENTIS_LOG_MAX_ENTRIES", &v)?;
         }
@@ -480,6 +489,27 @@ mod tests {
             "default=1:2:x",
         ] {
             assert!(cfg(&[("MENTIS_POOL", bad)]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn container_runtime_is_read_and_checked() {
+        assert_eq!(
+            cfg(&[]).expect("defaults").docker.runtime,
+            ContainerRuntime::Runc
+        );
+        for (value, want) in [
+            ("runc", ContainerRuntime::Runc),
+            ("runsc", ContainerRuntime::Runsc),
+            ("auto", ContainerRuntime::Auto),
+        ] {
+            let c = cfg(&[(CONTAINER_RUNTIME_ENV, value)]).expect(value);
+            assert_eq!(c.docker.runtime, want);
+        }
+        for bad in ["", "gvisor", "kata"] {
+            let e = cfg(&[(CONTAINER_RUNTIME_ENV, bad)]).expect_err(bad);
+            assert_eq!(e.var, CONTAINER_RUNTIME_ENV);
+            assert!(e.to_string().contains("runc, runsc or auto"), "{e}");
         }
     }
 

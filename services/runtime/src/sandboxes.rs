@@ -187,14 +187,16 @@ impl Manager {
             .unwrap_or_else(|| self.config.executor_image.clone());
         // A pool member fits any request for its image, unless the space has data mounts of its own (those
         // are bound at container creation).
-        // Members have no egress network either (networks are attached at creation here), and their
-        // ulimits and root filesystem are the runtime's defaults (`docker update` changes neither).
+        // Members have no egress network either (networks are attached at creation here), their ulimits
+        // and root filesystem are the runtime's defaults (`docker update` changes neither), and they keep
+        // the default limits where the backend cannot change those either.
         let pool = self.pool_for(&image).filter(|_| {
             !spec.egress
                 && spec.limits.nofile == self.config.limits.default.nofile
                 && spec.read_only_rootfs == self.config.read_only_rootfs
                 && self.config.mounts_for(spec.space_id.as_str())
                     == self.config.mounts_for_every_space()
+                && (self.backend.updates_limits() || spec.limits == self.config.limits.default)
         });
         let member = pool.as_ref().and_then(|p| p.take());
         let (id, token) = match &member {

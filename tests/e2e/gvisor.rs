@@ -1,0 +1,228 @@
+//! gVisor: with `MENTIS_CONTAINER_RUNTIME=runsc` sandboxes run under runsc (a user-space kernel between user
+//! code and the host) and work as usual: shell, IPython with state across cells, network isolation,
+//! deletion that leaves nothing behind. The tests install and register Debian's runsc themselves
+//! (`deploy/ensure-runsc.sh`) and fail, never skip, when that is impossible.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use mentis_e2e::*;
+use mentis_proto::api;
+use mentis_runtime::RuntimeConfig;
+use mentis_runtime::config::{ContainerRuntime, PoolConfig};
+
+/// Runs `deploy/ensure-runsc.sh` once per test process (it edits the engine's config and reloads it).
+fn ensure_runsc() -> anyhow::Result<()> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ensure-runsc.sh");
+        let out = std::process::Command::new(script)
+            .output()
+            .map_err(|e| format!("cannot run {script}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{script} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    })
+    .clone()
+    .map_err(|e| anyhow::anyhow!("gVisor cannot be set up on this machine: {e}"))
+}
+
+/// Checks that the sandbox's container runs under runsc, from the outside and from the inside.
+async fn assert_under_gvisor(h: &mut Harness, sandbox: &str) -> anyhow::Result<()> {
+    let container = container_of(sandbox);
+    assert_eq!(inspect(&container, "{{.HostConfig.Runtime}}")?, "runsc");
+    // gVisor's kernel introduces itself in its own log, which runc containers never show.
+    let dmesg = stdout(&h.sh(sandbox, "dmesg 2>&1 | head -n 3").await?);
+    assert!(dmesg.contains("Starting gVisor"), "dmesg: {dmesg:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn gvisor_sandboxes_run_shell_and_ipython() -> anyhow::Result<()> {
+    ensure_runsc()?;
+    // The setting as an operator writes it (in-process, so that runtimes of this test binary never race
+    // each other into creating the networks twice).
+    let runtime = RuntimeConfig::from_lookup(|k| {
+        (k == "MENTIS_CONTAINER_RUNTIME").then(|| "runsc".to_owned())
+    })?
+    .docker
+    .runtime;
+    let mut h = Harness::start_with(|c| c.docker.runtime = runtime).await?;
+
+    let started = Instant::now();
+    let id = h.create_default().await?.sandbox_id;
+    let created_in = started.elapsed();
+    assert_under_gvisor(&mut h, &id).await?;
+
+    // Shell: output, exit code, the usual user and workspace.
+    let started = Instant::now();
+    let obs = h.sh(&id, "echo hello from gvisor").await?;
+    let shell_round_trip = started.elapsed();
+    assert_eq!(stdout(&obs), "hello from gvisor\n");
+    assert_eq!(cmd_end(&obs)?.exit_code, 0);
+    let obs = h
+        .sh(&id, "id -u; pwd; echo data > f.txt; cat f.txt; exit 3")
+        .await?;
+    assert_eq!(stdout(&obs), "1000\n/workspace\ndata\n");
+    assert_eq!(cmd_end(&obs)?.exit_code, 3);
+
+    // IPython: a real kernel under gVisor, with state kept from one cell to the next.
+    let started = Instant::now();
+    let first = h.py(&id, "x = 20 + 1\nprint('ready')").await?;
+    let first_cell = started.elapsed();
+    assert_eq!(
+        ipython_result(&first)?.status,
+        api::IpythonStatus::Ok as i32,
+        "{first:?}"
+    );
+    assert_eq!(cell_stdout(&first), "ready\n");
+    let second = h.py(&id, "x * 2").await?;
+    assert_eq!(
+        ipython_result(&second)?.status,
+        api::IpythonStatus::Ok as i32
+    );
+    assert_eq!(cell_value(&second).as_deref(), Some("42"));
+    // Files written by the kernel are seen by the shell: one workspace.
+    h.py(&id, "open('from_py.txt', 'w').write('py')").await?;
+    assert_eq!(stdout(&h.sh(&id, "cat from_py.txt").await?), "py");
+
+    // A timeout still kills the command under gVisor.
+    let slow = h
+        .exec(
+            &id,
+            api::ShellAction {
+                command: "sleep 30".into(),
+                timeout_seconds: 1,
+                ..Default::default()
+            },
+        )
+        .await?;
+    assert_eq!(cmd_end(&slow)?.reason, api::EndReason::TimedOut as i32);
+
+    eprintln!(
+        "gvisor: create {created_in:?}, first shell round trip {shell_round_trip:?}, first cell \
+         (kernel start) {first_cell:?}"
+    );
+
+    // Delete: container and workspace volume are gone.
+    let container = container_of(&id);
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(h.guard.containers().is_empty() && h.guard.volumes().is_empty()) {
+        if Instant::now() > deadline {
+            bail!(
+                "left behind after delete: containers {:?}, volumes {:?}",
+                h.guard.containers(),
+                h.guard.volumes()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(docker(&["inspect", &container]).is_err());
+    h.stop().await
+}
+
+#[tokio::test]
+async fn gvisor_sandboxes_keep_network_isolation_and_egress_is_opt_in() -> anyhow::Result<()> {
+    ensure_runsc()?;
+    let mut h = Harness::start_with(|c| c.docker.runtime = ContainerRuntime::Runsc).await?;
+    crate::isolation::check_network_isolation(&mut h)
+        .await
+        .context("network isolation under gVisor")?;
+    // Every sandbox the checks made ran under gVisor.
+    let containers = h.guard.containers();
+    assert!(containers.len() >= 3, "{containers:?}");
+    for c in &containers {
+        assert_eq!(inspect(c, "{{.HostConfig.Runtime}}")?, "runsc", "{c}");
+    }
+    h.stop().await
+}
+
+#[tokio::test]
+async fn gvisor_pool_members_serve_default_limits_and_other_limits_start_cold() -> anyhow::Result<()>
+{
+    ensure_runsc()?;
+    let mut h = Harness::start_with(|c| {
+        c.docker.runtime = ContainerRuntime::Runsc;
+        c.pools = vec![PoolConfig {
+            image: executor_image(),
+            min_idle: 1,
+            max_total: 2,
+            kernel: false,
+        }];
+    })
+    .await?;
+    let is_member = |id: &str| {
+        inspect(
+            &container_of(id),
+            "{{index .Config.Labels \"io.mentis.pool\"}}",
+        )
+    };
+    wait_idle(&mut h).await?;
+
+    // runsc cannot change a running container's limits, so a member cannot take these on: a cold create.
+    let custom = h
+        .create(api::SandboxSpec {
+            memory_limit_mb: 512,
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(
+        custom.state,
+        api::SandboxState::Running as i32,
+        "{custom:?}"
+    );
+    assert_ne!(is_member(&custom.sandbox_id)?, "true");
+    assert_eq!(
+        inspect(&container_of(&custom.sandbox_id), "{{.HostConfig.Memory}}")?,
+        (512 * 1024 * 1024).to_string()
+    );
+    assert_eq!(
+        stdout(&h.sh(&custom.sandbox_id, "echo cold").await?),
+        "cold\n"
+    );
+
+    // Default limits: served warm by a gVisor member.
+    let warm = h.create_default().await?;
+    assert_eq!(is_member(&warm.sandbox_id)?, "true");
+    assert_eq!(
+        inspect(&container_of(&warm.sandbox_id), "{{.HostConfig.Runtime}}")?,
+        "runsc"
+    );
+    assert_eq!(
+        stdout(&h.sh(&warm.sandbox_id, "echo warm").await?),
+        "warm\n"
+    );
+    h.stop().await
+}
+
+/// Waits until the one pool has an idle member.
+async fn wait_idle(h: &mut Harness) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let pools = h
+            .sandboxes
+            .list_pools(api::ListPoolsRequest {})
+            .await?
+            .into_inner()
+            .pools;
+        if pools.first().is_some_and(|p| p.idle >= 1) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the pool has no idle member: {pools:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
