@@ -35,51 +35,38 @@ done
 # The README reads the admin key from the data folder; blocks after the first get $AUTH from here.
 export MENTIS_DATA_DIR=$work/data
 export AUTH="authorization: Bearer $(cat "$MENTIS_DATA_DIR/admin.key")"
-sed -n '/<!-- walkthrough:begin -->/,/<!-- walkthrough:end -->/p' README.md | sed '/^```/d; /^<!--/d' >"$work/walk.sh"
-if ! bash -euo pipefail "$work/walk.sh" >"$work/out" 2>&1; then
-  echo "readme-walkthrough: the README's commands failed:" >&2
-  cat "$work/out" "$work/runtime.log" >&2
-  exit 1
-fi
-sed -n '/<!-- python:begin -->/,/<!-- python:end -->/p' README.md | sed '/^```/d; /^<!--/d' >"$work/python.sh"
-if ! bash -euo pipefail "$work/python.sh" >"$work/python.out" 2>&1; then
-  echo "readme-walkthrough: the README's Python client failed:" >&2
-  cat "$work/python.out" "$work/runtime.log" >&2
-  exit 1
-fi
-cat "$work/python.out" >>"$work/out"
-sed -n '/<!-- lifecycle:begin -->/,/<!-- lifecycle:end -->/p' README.md | sed '/^```/d; /^<!--/d' >"$work/lifecycle.sh"
-if ! bash -euo pipefail "$work/lifecycle.sh" >"$work/lifecycle.out" 2>&1; then
-  echo "readme-walkthrough: the README's lifecycle commands failed:" >&2
-  cat "$work/lifecycle.out" "$work/runtime.log" >&2
-  exit 1
-fi
-cat "$work/lifecycle.out" >>"$work/out"
-sed -n '/<!-- keys:begin -->/,/<!-- keys:end -->/p' README.md | sed '/^```/d; /^<!--/d' >"$work/keys.sh"
-if ! bash -euo pipefail "$work/keys.sh" >"$work/keys.out" 2>&1; then
-  echo "readme-walkthrough: the README's key commands failed:" >&2
-  cat "$work/keys.out" "$work/runtime.log" >&2
-  exit 1
-fi
-cat "$work/keys.out" >>"$work/out"
-grep -qE "team b's sandbox: [0-9a-z-]{8,}" "$work/keys.out" || { echo "readme-walkthrough: keys: no sandbox for team b" >&2; cat "$work/keys.out" >&2; exit 1; }
-for want in 'Code: PermissionDenied' 'Code: Unauthenticated' '"revokeTime"'; do
-  grep -qF -- "$want" "$work/keys.out" || { echo "readme-walkthrough: keys: output lacks $want" >&2; cat "$work/keys.out" >&2; exit 1; }
+# Runs one README block (between <!-- NAME:begin --> and <!-- NAME:end -->), between an optional prelude
+# and epilogue, and appends what it printed to $work/out.
+run_block() {
+  local name=$1 prelude=${2:-} epilogue=${3:-}
+  {
+    printf '%s\n' "$prelude"
+    sed -n "/<!-- $name:begin -->/,/<!-- $name:end -->/p" README.md | sed '/^```/d; /^<!--/d'
+    printf '%s\n' "$epilogue"
+  } >"$work/$name.sh"
+  if ! bash -euo pipefail "$work/$name.sh" >"$work/$name.out" 2>&1; then
+    echo "readme-walkthrough: the README's $name block failed:" >&2
+    cat "$work/$name.out" "$work/runtime.log" >&2
+    exit 1
+  fi
+  cat "$work/$name.out" >>"$work/out"
+}
+: >"$work/out"
+run_block walkthrough
+run_block python
+run_block lifecycle
+run_block keys
+run_block files \
+  'SANDBOX=$(grpcurl -plaintext -H "$AUTH" -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)' \
+  'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d
+grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.SandboxService/DeleteSandbox'
+
+keys_fail() { echo "readme-walkthrough: keys: $1" >&2; cat "$work/keys.out" >&2; exit 1; }
+grep -qE "team b's sandbox: [0-9a-z-]{8,}" "$work/keys.out" || keys_fail "no sandbox for team b"
+for want in 'Code: PermissionDenied' '"revokeTime"'; do
+  grep -qF -- "$want" "$work/keys.out" || keys_fail "output lacks $want"
 done
-[ "$(grep -c 'Code: Unauthenticated' "$work/keys.out")" = 2 ] ||
-  { echo "readme-walkthrough: keys: expected Unauthenticated twice (no key, revoked key)" >&2; cat "$work/keys.out" >&2; exit 1; }
-{
-  echo 'SANDBOX=$(grpcurl -plaintext -H "$AUTH" -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)'
-  sed -n '/<!-- files:begin -->/,/<!-- files:end -->/p' README.md | sed '/^```/d; /^<!--/d'
-  echo 'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d'
-  echo 'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.SandboxService/DeleteSandbox'
-} >"$work/files.sh"
-if ! bash -euo pipefail "$work/files.sh" >"$work/files.out" 2>&1; then
-  echo "readme-walkthrough: the README's file commands failed:" >&2
-  cat "$work/files.out" "$work/runtime.log" >&2
-  exit 1
-fi
-cat "$work/files.out" >>"$work/out"
+[ "$(grep -c 'Code: Unauthenticated' "$work/keys.out")" = 2 ] || keys_fail "expected Unauthenticated twice (no key, revoked key)"
 [ "$(grep -c '^SANDBOX_STATE_RUNNING$' "$work/lifecycle.out")" = 2 ] ||
   { echo "readme-walkthrough: lifecycle: expected RUNNING twice" >&2; cat "$work/lifecycle.out" >&2; exit 1; }
 fail=0
