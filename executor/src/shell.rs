@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cgroup::Cgroup;
 use crate::config::TOKEN_ENV;
 use crate::events::{CmdEnd, Event, EventSink};
 use crate::registry::Registration;
@@ -76,10 +77,15 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
         Ok(dir) => dir,
         Err(message) => return CmdEnd::failed_to_start(message),
     };
+    let cgroup = Cgroup::get();
+    let counters = cgroup.counters().await;
     let mut child = match command(&spec, &dir).spawn() {
         Ok(child) => child,
         Err(e) => return CmdEnd::failed_to_start(format!("cannot start /bin/bash: {e}")),
     };
+    if let Some(pid) = child.id() {
+        crate::demote::demote(pid);
+    }
     let started = Instant::now();
     let timeout = spec.timeout.unwrap_or(ctx.default_timeout);
     let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
@@ -120,7 +126,8 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
     // On a normal exit background processes (servers started with `&`) keep running by design; on the
     // other paths supervise already killed the group.
     group.disarm();
-    process::cmd_end(exit, started.elapsed(), timeout)
+    let duration = started.elapsed();
+    process::cmd_end(exit, duration, timeout, cgroup.hits_since(counters).await)
 }
 
 /// Resolves and checks the working directory; the error is the `cmd_end` message.
