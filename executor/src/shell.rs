@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::cgroup::Cgroup;
 use crate::config::TOKEN_ENV;
+use crate::demote;
 use crate::events::{CmdEnd, Event, EventSink};
 use crate::registry::Registration;
 use process::ProcessGroup;
@@ -83,15 +84,13 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
         Ok(child) => child,
         Err(e) => return CmdEnd::failed_to_start(format!("cannot start /bin/bash: {e}")),
     };
-    if let Some(pid) = child.id() {
-        crate::demote::demote(pid);
-    }
     let started = Instant::now();
     let timeout = spec.timeout.unwrap_or(ctx.default_timeout);
     let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
         // Only possible if the child was already reaped, which nothing did yet.
         return CmdEnd::failed_to_start("the started process has no pid".to_owned());
     };
+    demote::lower_priority(pid.unsigned_abs());
     // From here on, leaving early (task dropped at runtime shutdown) kills the group.
     let mut group = ProcessGroup::new(pid);
     tracing::debug!(pid, ?dir, "shell action started");
@@ -146,7 +145,8 @@ async fn work_dir(workspace: &Path, work_dir: &str) -> Result<PathBuf, String> {
 }
 
 fn command(spec: &ShellSpec, dir: &Path) -> Command {
-    let mut command = Command::new("/bin/bash");
+    // bash as user code: the OOM killer's first choice from its start.
+    let mut command = demote::bash();
     command
         .arg("-c")
         .arg(&spec.command)

@@ -216,7 +216,13 @@ async fn misbehaving_commands_end_and_the_sandbox_keeps_working() -> anyhow::Res
 
     // A memory hog in a cell: the kernel is OOM-killed, the cell says so, and the next cell runs on a
     // fresh kernel.
-    h.py(&id, "before = 1").await?;
+    let score = h
+        .py(
+            &id,
+            "before = 1\nprint(open('/proc/self/oom_score_adj').read().strip())",
+        )
+        .await?;
+    assert_eq!(cell_stdout(&score), "1000\n");
     let hog = h.py(&id, "b = bytearray(1024 * 1024 * 1024)").await?;
     let r = ipython_result(&hog)?;
     assert_eq!(r.status, api::IpythonStatus::Aborted as i32, "{r:?}");

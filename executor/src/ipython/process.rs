@@ -117,8 +117,6 @@ impl KernelProcess {
         let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
             return Err("the started kernel has no pid".to_owned());
         };
-        // Cells are user code: the OOM killer picks the kernel (or what a cell started), not the executor.
-        crate::demote::demote(pid.unsigned_abs());
         let stderr_tail = Arc::new(Mutex::new(String::new()));
         if let Some(stderr) = child.stderr.take() {
             launch.tracker.spawn(
