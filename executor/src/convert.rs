@@ -159,6 +159,8 @@ fn cmd_end(end: CmdEnd) -> api::CmdEnd {
         EndReason::TimedOut => api::EndReason::TimedOut,
         EndReason::Cancelled => api::EndReason::Cancelled,
         EndReason::FailedToStart => api::EndReason::FailedToStart,
+        EndReason::OomKilled => api::EndReason::OomKilled,
+        EndReason::PidsLimitReached => api::EndReason::PidsLimitReached,
     };
     api::CmdEnd {
         exit_code: end.exit_code,

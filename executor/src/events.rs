@@ -26,6 +26,10 @@ pub(crate) enum EndReason {
     TimedOut,
     Cancelled,
     FailedToStart,
+    /// Killed by the OOM killer when the memory limit was reached (see `cgroup`).
+    OomKilled,
+    /// Failed or timed out after the pids limit refused a fork.
+    PidsLimitReached,
 }
 
 /// The terminal event of a shell action.

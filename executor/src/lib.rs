@@ -6,8 +6,10 @@
 
 mod actions;
 mod auth;
+mod cgroup;
 mod config;
 mod convert;
+mod demote;
 mod error;
 mod events;
 mod files;

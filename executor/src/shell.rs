@@ -18,7 +18,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cgroup::Cgroup;
 use crate::config::TOKEN_ENV;
+use crate::demote;
 use crate::events::{CmdEnd, Event, EventSink};
 use crate::registry::Registration;
 use process::ProcessGroup;
@@ -76,6 +78,8 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
         Ok(dir) => dir,
         Err(message) => return CmdEnd::failed_to_start(message),
     };
+    let cgroup = Cgroup::get();
+    let counters = cgroup.counters().await;
     let mut child = match command(&spec, &dir).spawn() {
         Ok(child) => child,
         Err(e) => return CmdEnd::failed_to_start(format!("cannot start /bin/bash: {e}")),
@@ -86,6 +90,7 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
         // Only possible if the child was already reaped, which nothing did yet.
         return CmdEnd::failed_to_start("the started process has no pid".to_owned());
     };
+    demote::lower_priority(pid.unsigned_abs());
     // From here on, leaving early (task dropped at runtime shutdown) kills the group.
     let mut group = ProcessGroup::new(pid);
     tracing::debug!(pid, ?dir, "shell action started");
@@ -120,7 +125,8 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
     // On a normal exit background processes (servers started with `&`) keep running by design; on the
     // other paths supervise already killed the group.
     group.disarm();
-    process::cmd_end(exit, started.elapsed(), timeout)
+    let duration = started.elapsed();
+    process::cmd_end(exit, duration, timeout, cgroup.hits_since(counters).await)
 }
 
 /// Resolves and checks the working directory; the error is the `cmd_end` message.
@@ -139,7 +145,8 @@ async fn work_dir(workspace: &Path, work_dir: &str) -> Result<PathBuf, String> {
 }
 
 fn command(spec: &ShellSpec, dir: &Path) -> Command {
-    let mut command = Command::new("/bin/bash");
+    // bash as user code: the OOM killer's first choice from its start.
+    let mut command = demote::bash();
     command
         .arg("-c")
         .arg(&spec.command)

@@ -160,18 +160,38 @@ async fn misbehaving_commands_end_and_the_sandbox_keeps_working() -> anyhow::Res
         })
         .await?
         .sandbox_id;
-    // A memory hog far beyond the limit: the kernel's OOM killer ends it (SIGKILL), not the executor.
-    let hog = h
-        .sh(
+    // User code is the OOM killer's first choice and runs at a lower priority; the executor (the parent of
+    // a command's bash) is neither. Field 19 of /proc/PID/stat is the nice value.
+    let standing = stdout(
+        &h.sh(
             &id,
-            "python3 -c 'b = bytearray(1024 * 1024 * 1024); print(len(b))'",
+            "cat /proc/self/oom_score_adj /proc/$PPID/oom_score_adj /proc/$PPID/comm; \
+             awk '{print $19}' /proc/$$/stat /proc/$PPID/stat",
         )
-        .await?;
-    let end = cmd_end(&hog)?;
-    assert_eq!(end.exit_code, 137, "{hog:?}");
-    assert_eq!(stdout(&h.sh(&id, "echo after-hog").await?), "after-hog\n");
+        .await?,
+    );
+    let standing: Vec<&str> = standing.split_whitespace().collect();
+    assert_eq!(standing, ["1000", "0", "mentis-executor", "5", "0"]);
 
-    // A fork bomb, bounded by the pids limit and by a timeout that kills its whole process group.
+    // A memory hog far beyond the limit: the kernel's OOM killer ends it (SIGKILL), not the executor,
+    // and cmd_end says so. Once exec'd by bash (the command is the hog), once as bash's child.
+    for command in [
+        "python3 -c 'b = bytearray(1024 * 1024 * 1024); print(len(b))'",
+        "cd /tmp && python3 -c 'b = bytearray(1024 * 1024 * 1024); print(len(b))'; exit $?",
+    ] {
+        let hog = h.sh(&id, command).await?;
+        let end = cmd_end(&hog)?;
+        assert_eq!(end.exit_code, 137, "{hog:?}");
+        assert_eq!(end.reason, api::EndReason::OomKilled as i32, "{end:?}");
+        assert_eq!(
+            end.message, "killed by the out-of-memory killer (memory limit 256 MiB)",
+            "{end:?}"
+        );
+        assert_eq!(stdout(&h.sh(&id, "echo after-hog").await?), "after-hog\n");
+    }
+
+    // A fork bomb, bounded by the pids limit and by a timeout that kills its whole process group; cmd_end
+    // names the limit.
     let bomb = h
         .exec(
             &id,
@@ -182,8 +202,45 @@ async fn misbehaving_commands_end_and_the_sandbox_keeps_working() -> anyhow::Res
             },
         )
         .await?;
-    cmd_end(&bomb)?;
+    let end = cmd_end(&bomb)?;
+    assert_eq!(
+        end.reason,
+        api::EndReason::PidsLimitReached as i32,
+        "{end:?}"
+    );
+    assert!(
+        end.message
+            .starts_with("the pids limit (128) was reached: fork failed"),
+        "{end:?}"
+    );
     assert_eq!(stdout(&h.sh(&id, "echo after-bomb").await?), "after-bomb\n");
+    // A command that does not fork too much is not blamed on the limit afterwards.
+    assert_eq!(
+        cmd_end(&h.sh(&id, "exit 3").await?)?.reason,
+        api::EndReason::Exited as i32
+    );
+
+    // A memory hog in a cell: the kernel is OOM-killed, the cell says so, and the next cell runs on a
+    // fresh kernel.
+    let score = h
+        .py(
+            &id,
+            "before = 1\nprint(open('/proc/self/oom_score_adj').read().strip())",
+        )
+        .await?;
+    assert_eq!(cell_stdout(&score), "1000\n");
+    let hog = h.py(&id, "b = bytearray(1024 * 1024 * 1024)").await?;
+    let r = ipython_result(&hog)?;
+    assert_eq!(r.status, api::IpythonStatus::Aborted as i32, "{r:?}");
+    assert_eq!(
+        r.reason,
+        "the kernel was killed by the out-of-memory killer (memory limit 256 MiB) while running the cell",
+        "{r:?}"
+    );
+    assert_eq!(
+        cell_stdout(&h.py(&id, "print('before' in globals())").await?),
+        "False\n"
+    );
 
     // A CPU spinner ends at its timeout.
     let spin = h

@@ -9,6 +9,7 @@ mod result;
 
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -17,6 +18,7 @@ use super::kernel::Kernel;
 use super::output::{self, MAX_CODE_ECHO, MAX_TEXT_PIECE};
 use super::process::{Exit, KernelProcess};
 use super::wire::{Incoming, Wire};
+use crate::cgroup::Cgroup;
 use crate::events::{CellResult, Event, EventSink, OutputKind};
 use result::outcome;
 
@@ -96,6 +98,8 @@ pub(crate) async fn run(
     signals: &Signals<'_>,
     sink: &mut EventSink,
 ) -> Outcome {
+    let cgroup = Cgroup::get();
+    let counters = cgroup.counters().await;
     let started = Instant::now();
     kernel.wire.discard_stale();
     let msg_id = match kernel.wire.execute(code, false, None).await {
@@ -122,12 +126,23 @@ pub(crate) async fn run(
         pump(wire, &msg_id, code, sink, &finished, &halt),
     );
     tracing::debug!(?control, "cell ended");
+    let duration = started.elapsed();
+    // A kernel that died of SIGKILL while the OOM kill count rose was the OOM killer's victim (its score
+    // makes it the first choice; best effort with concurrent shell commands, see `cgroup`).
+    let oom = match control {
+        Control::Died(_, Exit::Signal(signal)) if signal == Signal::SIGKILL as i32 => {
+            let hits = cgroup.hits_since(counters).await;
+            (hits.oom_kills > 0).then(|| hits.oom_text())
+        }
+        _ => None,
+    };
     outcome(
         control,
         pumped,
         signals.timeout,
         signals.grace,
-        started.elapsed(),
+        duration,
+        oom,
     )
 }
 

@@ -13,6 +13,7 @@ use tokio::process::Child;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::cgroup::LimitHits;
 use crate::events::{CmdEnd, EndReason};
 
 /// Why the executor stopped a command.
@@ -97,8 +98,19 @@ pub(crate) async fn supervise(
     }
 }
 
-/// The terminal event for how the command ended.
-pub(crate) fn cmd_end(exit: Exit, duration: Duration, timeout: Duration) -> CmdEnd {
+/// The terminal event for how the command ended, and why when the sandbox's limits had a hand in it.
+pub(crate) fn cmd_end(
+    exit: Exit,
+    duration: Duration,
+    timeout: Duration,
+    hits: LimitHits,
+) -> CmdEnd {
+    let stopped = exit.stopped;
+    blame_limits(ended(exit, duration, timeout), stopped, hits)
+}
+
+/// How the command ended, by its exit status and what the executor did.
+fn ended(exit: Exit, duration: Duration, timeout: Duration) -> CmdEnd {
     let signal = exit
         .status
         .as_ref()
@@ -153,6 +165,45 @@ pub(crate) fn cmd_end(exit: Exit, duration: Duration, timeout: Duration) -> CmdE
     }
 }
 
+/// Names a limit the command ran into (`hits`: what the sandbox's counters saw during the command), keeping
+/// exit_code and signal as they were.
+///
+/// OOM: the command died of SIGKILL that the executor did not send, either itself (`signal` 9) or a child
+/// bash waited for (exit 137), while the OOM kill count rose. Pids: a fork was refused while the command ran
+/// and the command then failed or timed out; a fork bomb usually runs until its timeout (its survivors keep
+/// trying), and the limit is the better explanation. A command that succeeded despite a refused fork (bash
+/// retries) stays EXITED; a cancel or a shutdown stays what it is: someone chose to stop it. The counters
+/// are sandbox-wide, so with concurrent commands this is best effort (see `cgroup`).
+fn blame_limits(end: CmdEnd, stopped: Option<StopReason>, hits: LimitHits) -> CmdEnd {
+    const SIGKILL: i32 = Signal::SIGKILL as i32;
+    let killed = end.signal == SIGKILL || end.exit_code == 128 + SIGKILL;
+    if stopped.is_none() && killed && hits.oom_kills > 0 {
+        return CmdEnd {
+            reason: EndReason::OomKilled,
+            message: hits.oom_text(),
+            ..end
+        };
+    }
+    let failed = match stopped {
+        None => end.exit_code != 0,
+        Some(StopReason::TimedOut) => true,
+        Some(StopReason::Cancelled | StopReason::ShutDown) => false,
+    };
+    if failed && hits.fork_failures > 0 {
+        let message = if end.message.is_empty() {
+            hits.pids_text()
+        } else {
+            format!("{}; then {}", hits.pids_text(), end.message)
+        };
+        return CmdEnd {
+            reason: EndReason::PidsLimitReached,
+            message,
+            ..end
+        };
+    }
+    end
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,27 +215,122 @@ mod tests {
         }
     }
 
+    fn end(exit: Exit, hits: LimitHits) -> CmdEnd {
+        let t = Duration::from_secs(5);
+        cmd_end(exit, t, t, hits)
+    }
+
+    const OOM: LimitHits = LimitHits {
+        oom_kills: 1,
+        memory_limit: Some(256 << 20),
+        fork_failures: 0,
+        pids_limit: None,
+    };
+    const PIDS: LimitHits = LimitHits {
+        oom_kills: 0,
+        memory_limit: None,
+        fork_failures: 3,
+        pids_limit: Some(128),
+    };
+
+    #[test]
+    fn the_oom_killer_is_named_when_it_killed() {
+        // Killed by SIGKILL (bash exec'd python), or bash reporting a child's SIGKILL as 137.
+        for (raw, code, signal) in [(9, 137, 9), (137 << 8, 137, 0)] {
+            let e = end(exit(raw, None), OOM);
+            assert_eq!(
+                (e.reason, e.exit_code, e.signal),
+                (EndReason::OomKilled, code, signal)
+            );
+            assert_eq!(
+                e.message,
+                "killed by the out-of-memory killer (memory limit 256 MiB)"
+            );
+        }
+        // Another way to die, or no OOM kill seen: not the OOM killer.
+        assert_eq!(end(exit(15, None), OOM).reason, EndReason::Exited);
+        assert_eq!(end(exit(1 << 8, None), OOM).reason, EndReason::Exited);
+        assert_eq!(
+            end(exit(9, None), LimitHits::default()).reason,
+            EndReason::Exited
+        );
+        // Our own SIGKILL at a timeout is the timeout.
+        assert_eq!(
+            end(exit(9, Some(StopReason::TimedOut)), OOM).reason,
+            EndReason::TimedOut
+        );
+        // Both limits hit and killed: the OOM kill explains the SIGKILL.
+        let both = LimitHits {
+            fork_failures: 2,
+            ..OOM
+        };
+        assert_eq!(end(exit(9, None), both).reason, EndReason::OomKilled);
+    }
+
+    #[test]
+    fn the_pids_limit_is_named_when_the_command_failed_or_timed_out() {
+        let failed = end(exit(254 << 8, None), PIDS);
+        assert_eq!(
+            (failed.reason, failed.exit_code, failed.signal),
+            (EndReason::PidsLimitReached, 254, 0)
+        );
+        assert_eq!(
+            failed.message,
+            "the pids limit (128) was reached: fork failed"
+        );
+        let timed_out = end(exit(9, Some(StopReason::TimedOut)), PIDS);
+        assert_eq!(
+            (timed_out.reason, timed_out.exit_code, timed_out.signal),
+            (EndReason::PidsLimitReached, -1, 9)
+        );
+        assert_eq!(
+            timed_out.message,
+            "the pids limit (128) was reached: fork failed; then timed out after 5 s; the process \
+             group was killed"
+        );
+        // Succeeded anyway (bash retries forks), or stopped on purpose: as it was.
+        assert_eq!(end(exit(0, None), PIDS).reason, EndReason::Exited);
+        assert_eq!(
+            end(exit(9, Some(StopReason::Cancelled)), PIDS).reason,
+            EndReason::Cancelled
+        );
+        assert_eq!(
+            end(exit(9, Some(StopReason::ShutDown)), PIDS).reason,
+            EndReason::Cancelled
+        );
+    }
+
     #[test]
     fn exit_codes_and_signals() {
         let t = Duration::from_secs(1);
-        let end = cmd_end(exit(3 << 8, None), t, t);
+        let end = cmd_end(exit(3 << 8, None), t, t, LimitHits::default());
         assert_eq!(
             (end.exit_code, end.signal, end.reason),
             (3, 0, EndReason::Exited)
         );
         // Raw wait status 15 = killed by SIGTERM.
-        let end = cmd_end(exit(15, None), t, t);
+        let end = cmd_end(exit(15, None), t, t, LimitHits::default());
         assert_eq!(
             (end.exit_code, end.signal, end.reason),
             (143, 15, EndReason::Exited)
         );
-        let end = cmd_end(exit(9, Some(StopReason::TimedOut)), t, t);
+        let end = cmd_end(
+            exit(9, Some(StopReason::TimedOut)),
+            t,
+            t,
+            LimitHits::default(),
+        );
         assert_eq!(
             (end.exit_code, end.signal, end.reason),
             (-1, 9, EndReason::TimedOut)
         );
         assert!(end.message.contains("timed out"));
-        let end = cmd_end(exit(9, Some(StopReason::ShutDown)), t, t);
+        let end = cmd_end(
+            exit(9, Some(StopReason::ShutDown)),
+            t,
+            t,
+            LimitHits::default(),
+        );
         assert_eq!(end.reason, EndReason::Cancelled);
         assert!(end.message.contains("shutting down"));
     }

@@ -34,6 +34,10 @@ pub enum EndReason {
     Cancelled,
     Lost,
     FailedToStart,
+    /// The out-of-memory killer ended it (the sandbox's memory limit was reached).
+    OomKilled,
+    /// It failed or timed out after the sandbox's pids limit refused a fork.
+    PidsLimitReached,
 }
 
 /// Terminal observation of a shell action.

@@ -9,12 +9,14 @@ use super::{Control, Outcome, Pumped, Replace, Stop, count};
 use crate::events::{CellResult, CellStatus};
 use crate::ipython::{SHUTDOWN_REASON, kernel, output};
 
+/// `oom`: how the OOM killer ended the kernel, when it did ("killed by the out-of-memory killer ...").
 pub(super) fn outcome(
     control: Control,
     pumped: Pumped,
     timeout: Duration,
     grace: Duration,
     duration: Duration,
+    oom: Option<String>,
 ) -> Outcome {
     let stop_text = |stop: Stop| match stop {
         Stop::TimedOut => format!("timed out after {} s", timeout.as_secs_f64()),
@@ -36,9 +38,13 @@ pub(super) fn outcome(
             )),
         },
         Control::Died(stop, exit) => {
+            let how = match oom {
+                Some(oom) => format!("was {oom}"),
+                None => exit.to_string(),
+            };
             let reason = match stop {
-                None => format!("the kernel {exit} while running the cell"),
-                Some(stop) => format!("{}; the kernel {exit} after the interrupt", stop_text(stop)),
+                None => format!("the kernel {how} while running the cell"),
+                Some(stop) => format!("{}; the kernel {how} after the interrupt", stop_text(stop)),
             };
             Outcome::aborted(reason, duration, Some(Replace::Died(exit))).with_count(&pumped)
         }
@@ -182,6 +188,7 @@ mod tests {
             Duration::from_secs(300),
             Duration::from_secs(5),
             Duration::from_secs(1),
+            None,
         );
         assert_eq!(died.result.status, CellStatus::Aborted);
         assert!(
@@ -196,8 +203,23 @@ mod tests {
             Duration::from_secs(2),
             Duration::from_secs(5),
             Duration::from_secs(7),
+            None,
         );
         assert!(ignored.result.reason.starts_with("timed out after 2 s"));
         assert_eq!(ignored.replace, Some(Replace::Unresponsive));
+        let oom = outcome(
+            Control::Died(None, Exit::Signal(9)),
+            pumped(),
+            Duration::from_secs(300),
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+            Some("killed by the out-of-memory killer (memory limit 256 MiB)".to_owned()),
+        );
+        assert_eq!(
+            oom.result.reason,
+            "the kernel was killed by the out-of-memory killer (memory limit 256 MiB) while running \
+             the cell"
+        );
+        assert_eq!(oom.replace, Some(Replace::Died(Exit::Signal(9))));
     }
 }

@@ -53,6 +53,8 @@ pub fn kind_from_executor(
                 Ok(api::EndReason::TimedOut) => EndReason::TimedOut,
                 Ok(api::EndReason::Cancelled) => EndReason::Cancelled,
                 Ok(api::EndReason::FailedToStart) => EndReason::FailedToStart,
+                Ok(api::EndReason::OomKilled) => EndReason::OomKilled,
+                Ok(api::EndReason::PidsLimitReached) => EndReason::PidsLimitReached,
                 _ => EndReason::Lost,
             },
             duration: duration_from_proto(e.duration),
@@ -124,6 +126,8 @@ pub fn kind_to_proto(kind: &ObservationKind) -> api::observation::Kind {
                 EndReason::Cancelled => api::EndReason::Cancelled,
                 EndReason::Lost => api::EndReason::Lost,
                 EndReason::FailedToStart => api::EndReason::FailedToStart,
+                EndReason::OomKilled => api::EndReason::OomKilled,
+                EndReason::PidsLimitReached => api::EndReason::PidsLimitReached,
             } as i32,
             duration: Some(duration_to_proto(e.duration)),
             signal: e.signal,
@@ -220,5 +224,29 @@ mod tests {
         .expect("converts");
         assert!(end.is_terminal());
         assert!(kind_from_executor(None).is_err());
+    }
+
+    #[test]
+    fn every_end_reason_survives_the_trip() {
+        use executor::run_response::Kind as K;
+        for reason in [
+            api::EndReason::Exited,
+            api::EndReason::TimedOut,
+            api::EndReason::Cancelled,
+            api::EndReason::Lost,
+            api::EndReason::FailedToStart,
+            api::EndReason::OomKilled,
+            api::EndReason::PidsLimitReached,
+        ] {
+            let end = api::CmdEnd {
+                exit_code: 137,
+                reason: reason as i32,
+                duration: Some(prost_types::Duration::default()),
+                signal: 9,
+                message: "m".into(),
+            };
+            let kind = kind_from_executor(Some(K::CmdEnd(end.clone()))).expect("converts");
+            assert_eq!(kind_to_proto(&kind), api::observation::Kind::CmdEnd(end));
+        }
     }
 }

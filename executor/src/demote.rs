@@ -1,0 +1,138 @@
+//! User code yields to the executor: every process that runs user code (a shell command's bash, the
+//! IPython kernel) is the OOM killer's first choice, and shell commands run at a lower CPU priority, so a
+//! memory hog or a CPU spinner hurts only itself and the executor keeps answering.
+
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::process::Command;
+use tokio::time::Instant;
+
+/// The shell that runs commands.
+const BASH: &str = "/bin/bash";
+/// The highest OOM score adjustment: when the memory limit is reached, the kernel kills user processes
+/// (the biggest first) before it would consider the executor (left at the container's value, normally 0).
+const USER_OOM_SCORE_ADJ: &str = "1000";
+/// Niceness of user processes: within the container's CPU quota the executor (nice 0) gets about three
+/// times a busy user process's share, enough to keep answering; user code alone still gets all of it.
+const USER_NICE: i32 = 5;
+/// How long a refused OOM score write is retried (an exec finishes in well under a millisecond).
+const RAISE_PATIENCE: Duration = Duration::from_millis(250);
+const RAISE_RETRY: Duration = Duration::from_millis(2);
+
+/// `/bin/bash`, to be given `-c COMMAND`, that runs with OOM score adjustment 1000 from its start.
+///
+/// The score is inherited at fork, so it must be set before bash can fork anything. Setting it in the child
+/// between fork and exec (`pre_exec`) needs unsafe code. Writing it from the executor after spawn comes too
+/// late: bash forks the first process of `cat x; ...` before the write lands, half the time on a busy host
+/// (seen in the e2e test; see also [`raise_oom_score`]). The executor cannot hand the score down either:
+/// it is non-dumpable (see main.rs), so its own /proc files belong to root. So a first bash raises its own
+/// score and execs the real one (same pid, same process group), about a millisecond per command; a failed
+/// write (an unusual runtime) is silent and the command runs all the same. `--posix` makes that first
+/// bash read no startup file (BASH_ENV is read once, by the command's bash); unlike dash it passes every
+/// env var on, even names that are not shell identifiers. Call [`lower_priority`] after spawn.
+pub(crate) fn bash() -> Command {
+    let prelude = format!(
+        "{{ echo {USER_OOM_SCORE_ADJ} >/proc/self/oom_score_adj; }} 2>/dev/null; exec \"$@\""
+    );
+    let mut command = Command::new(BASH);
+    command
+        .arg("--posix")
+        .arg("-c")
+        .arg(prelude)
+        .arg("bash")
+        .arg(BASH);
+    command
+}
+
+/// Raises the OOM score of the just-spawned `pid` from the outside, for a program that starts nothing
+/// until the caller lets it: the kernel runs no cell before it has been started, which waits for this.
+///
+/// Right after spawn the write can be refused for a moment: spawn returns when the child's exec has closed
+/// its close-on-exec descriptors, a little before the kernel makes it dumpable again, and until then its
+/// /proc files belong to root like the non-dumpable executor's. So a refusal is retried, for a bounded time.
+pub(crate) async fn raise_oom_score(pid: u32) {
+    let path = Path::new("/proc")
+        .join(pid.to_string())
+        .join("oom_score_adj");
+    let give_up = Instant::now() + RAISE_PATIENCE;
+    loop {
+        match std::fs::write(&path, USER_OOM_SCORE_ADJ) {
+            Ok(()) => return,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && Instant::now() < give_up => {
+                tokio::time::sleep(RAISE_RETRY).await;
+            }
+            Err(e) => {
+                tracing::debug!(pid, error = %e, "cannot raise the OOM score of a user process");
+                return;
+            }
+        }
+    }
+}
+
+/// Lowers the CPU priority of the just-spawned `pid`, after spawn as nothing else is possible without
+/// unsafe code or an extra program; a process it forked before keeps nice 0, which costs only a share of
+/// the CPU, not the executor's survival. No capability is needed to raise a child's niceness.
+pub(crate) fn lower_priority(pid: u32) {
+    let nice = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .map(|pid| rustix::process::setpriority_process(Some(pid), USER_NICE));
+    match nice {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            tracing::debug!(pid, error = %e, "cannot lower the priority of a user process");
+        }
+        None => tracing::debug!(pid, "not a process id"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn own_score() -> String {
+        std::fs::read_to_string("/proc/self/oom_score_adj").unwrap()
+    }
+
+    #[tokio::test]
+    async fn commands_start_with_the_top_oom_score_and_keep_their_env() {
+        // The first thing the command does is fork, and the child already has the score. Field 19 of
+        // /proc/PID/stat is the nice value, set after spawn: the command waits a moment for it.
+        let own = own_score();
+        let mut command = bash();
+        command
+            .arg("-c")
+            .arg("cat /proc/self/oom_score_adj; sleep 0.2; cut -d' ' -f19 /proc/$$/stat; env")
+            .env("odd-name.x", "kept")
+            .stdout(std::process::Stdio::piped());
+        let child = command.spawn().unwrap();
+        lower_priority(child.id().unwrap());
+        let out = child.wait_with_output().await.unwrap();
+        let out = String::from_utf8(out.stdout).unwrap();
+        assert!(out.starts_with("1000\n5\n"), "{out}");
+        assert!(out.contains("\nodd-name.x=kept\n"), "{out}");
+        assert!(!out.contains("POSIXLY_CORRECT"), "{out}");
+        assert_eq!(own_score(), own, "the executor's own score is untouched");
+    }
+
+    #[tokio::test]
+    async fn children_are_demoted_from_the_outside_and_a_gone_one_is_no_error() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
+        raise_oom_score(child.id()).await;
+        let score = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", child.id())).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(score.trim(), "1000");
+        // Beyond any pid_max: no such process.
+        let gone = i32::MAX.unsigned_abs();
+        raise_oom_score(gone).await;
+        lower_priority(gone);
+    }
+}
