@@ -89,6 +89,19 @@ pub(super) struct Pumped {
     pub(super) idle: bool,
     /// The iopub `error` content, in case the reply lacks the details.
     pub(super) error: Option<Value>,
+    /// The kernel went idle and no reply came: it is alive, the cell has no result.
+    pub(super) unanswered: bool,
+}
+
+/// After the cell's `idle` status, how long its reply may still take: both are sent by the kernel's one
+/// thread, reply first, but on different sockets, so they may arrive in either order.
+const REPLY_AFTER_IDLE: Duration = Duration::from_secs(2);
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Runs `code` on `kernel` and forwards its events; the caller sends the terminal one.
@@ -216,8 +229,20 @@ async fn pump(
     halt: &CancellationToken,
 ) -> Pumped {
     let mut pumped = Pumped::default();
+    // When `idle` came first: how long the reply (on another socket) may still take.
+    let mut reply_by = None;
     while pumped.reply.is_none() || !pumped.idle {
+        if pumped.idle && reply_by.is_none() {
+            reply_by = Some(Instant::now() + REPLY_AFTER_IDLE);
+        }
         tokio::select! {
+            // ipykernel went idle without answering: an interrupt that reached its message handler
+            // before or after the user's code ("KeyboardInterrupt caught in kernel"), or a handler that
+            // failed. The kernel is alive and idle.
+            () = sleep_until_some(reply_by) => {
+                pumped.unanswered = true;
+                break;
+            }
             () = halt.cancelled() => {
                 // Forward what had already arrived: the output written just before a death explains it.
                 while let Ok(message) = wire.iopub.try_recv() {

@@ -42,6 +42,14 @@ impl TestExecutor {
     }
 
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Self {
+        // The executor's log, shown with a failing test's output (RUST_LOG picks the level).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "mentis_executor=debug".into()),
+            )
+            .with_test_writer()
+            .try_init();
         let workspace = tempfile::tempdir().expect("temp workspace");
         let mut config = Config::new(Token::new(TOKEN).unwrap(), workspace.path());
         adjust(&mut config);

@@ -28,10 +28,21 @@ pub(super) fn outcome(
     match control {
         Control::Done => match &pumped.reply {
             Some(reply) => from_reply(reply, &pumped, duration, None),
+            None if pumped.unanswered => Outcome::aborted(
+                "the kernel ended the cell without a result".to_owned(),
+                duration,
+                None,
+            )
+            .with_count(&pumped),
             None => lost("lost contact with the kernel while running the cell".to_owned()),
         },
         Control::Interrupted(stop) => match &pumped.reply {
             Some(reply) => from_reply(reply, &pumped, duration, Some(stop_text(stop))),
+            // The interrupt landed in ipykernel's own code around the cell, which swallowed it: the
+            // cell is over, the kernel alive and idle.
+            None if pumped.unanswered => {
+                Outcome::aborted(stop_text(stop), duration, None).with_count(&pumped)
+            }
             None => lost(format!(
                 "{}; then lost contact with the kernel",
                 stop_text(stop)
@@ -221,5 +232,36 @@ mod tests {
              the cell"
         );
         assert_eq!(oom.replace, Some(Replace::Died(Exit::Signal(9))));
+    }
+
+    #[test]
+    fn an_idle_kernel_without_a_reply_is_kept_and_one_that_went_silent_is_replaced() {
+        let end = |control, unanswered| {
+            let pumped = Pumped {
+                idle: unanswered,
+                unanswered,
+                ..pumped()
+            };
+            let d = Duration::from_secs(1);
+            outcome(control, pumped, d, d, d, None)
+        };
+        // An interrupt that ipykernel swallowed outside the user's code: over, kernel kept.
+        let swallowed = end(Control::Interrupted(Stop::Cancelled), true);
+        assert_eq!(swallowed.result.status, CellStatus::Aborted);
+        assert_eq!(swallowed.result.reason, "cancelled");
+        assert_eq!(swallowed.replace, None);
+        assert!(!swallowed.raised, "nothing to roll back to: no result");
+        let handler_failed = end(Control::Done, true);
+        assert_eq!(handler_failed.result.status, CellStatus::Aborted);
+        assert_eq!(handler_failed.replace, None);
+        // No idle and no reply: the wire is gone, the kernel is replaced.
+        assert_eq!(
+            end(Control::Interrupted(Stop::Cancelled), false).replace,
+            Some(Replace::Unresponsive)
+        );
+        assert_eq!(
+            end(Control::Done, false).replace,
+            Some(Replace::Unresponsive)
+        );
     }
 }
