@@ -14,5 +14,6 @@ WORKDIR /workspace
 EXPOSE 50052
 LABEL io.mentis.managed=true \
       io.mentis.component=executor
-# tini is PID 1: it reaps the zombies left by user processes and forwards SIGTERM to the executor.
-ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/mentis-executor"]
+# tini is PID 1: it reaps the zombies left by user processes and forwards SIGTERM to the executor. `launch`
+# execs it with the token moved from its environment (readable in /proc/1/environ) into a pipe.
+ENTRYPOINT ["/usr/local/bin/mentis-executor", "launch", "--", "/usr/bin/tini", "--", "/usr/local/bin/mentis-executor"]

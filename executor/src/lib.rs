@@ -14,6 +14,7 @@ mod error;
 mod events;
 mod files;
 mod ipython;
+pub mod launch;
 mod registry;
 mod server;
 mod shell;

@@ -1,12 +1,38 @@
 //! The mentis-executor binary: reads its config, hides its token, serves until SIGTERM / SIGINT.
+//! `mentis-executor launch -- PROGRAM ARGS...` is the container's entrypoint (see `launch`).
 
 use anyhow::Context as _;
-use mentis_executor::{Config, TOKEN_ENV};
+use mentis_executor::{Config, TOKEN_ENV, launch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 fn main() -> anyhow::Result<()> {
-    let config = match Config::from_env() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [first, ..] = args.as_slice()
+        && first == "launch"
+    {
+        let Some((program, rest)) = (match args.get(1).map(String::as_str) {
+            Some("--") => args[2..].split_first(),
+            _ => None,
+        }) else {
+            eprintln!("usage: mentis-executor launch -- PROGRAM [ARGS...]");
+            std::process::exit(2);
+        };
+        let e = launch::launch(program, rest);
+        eprintln!("mentis-executor launch: cannot start {program}: {e}");
+        std::process::exit(2);
+    }
+    let from_fd = match launch::take_token_from_fd() {
+        Ok(token) => token,
+        Err(e) => {
+            eprintln!("mentis-executor: {e}");
+            std::process::exit(2);
+        }
+    };
+    let config = match Config::from_lookup(|name| match name {
+        TOKEN_ENV if from_fd.is_some() => from_fd.clone(),
+        _ => std::env::var(name).ok(),
+    }) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("mentis-executor: {e}");
@@ -39,6 +65,7 @@ fn hide_token() {
     #[allow(unsafe_code)]
     unsafe {
         std::env::remove_var(TOKEN_ENV);
+        std::env::remove_var(launch::TOKEN_FD_ENV);
     }
     // remove_var does not touch /proc/self/environ (the initial env block), which processes of the same
     // user can read. A non-dumpable process's /proc files belong to root, closing that door. Commands we

@@ -105,6 +105,28 @@ async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it()
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     assert_eq!(stdout(&h.sh(&sb.sandbox_id, "ls /workspace").await?), "");
 
+    // User code cannot find the token: not in its env, nor in any process's /proc environ or cmdline
+    // (tini, PID 1, was started without it), nor in the pipe that carried it to the executor.
+    let env = inspect(&c, "{{json .Config.Env}}")?;
+    let token = env
+        .split('"')
+        .find_map(|entry| entry.strip_prefix("MENTIS_EXECUTOR_TOKEN="))
+        .expect("the container has a token")
+        .to_owned();
+    let search = h
+        .sh(
+            &sb.sandbox_id,
+            "env; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f 2>/dev/null; \
+             done; timeout 2 cat /proc/1/fd/3 2>/dev/null; tr '\\0' '\\n' < /proc/1/environ",
+        )
+        .await?;
+    let seen = stdout(&search);
+    assert!(
+        seen.contains("MENTIS_EXECUTOR_TOKEN_FD="),
+        "PID 1's environment was read: {seen}"
+    );
+    assert!(!seen.contains(&token), "user code found the token: {seen}");
+
     // Get reports it; List finds it by label.
     let got = h
         .sandboxes

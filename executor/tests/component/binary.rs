@@ -42,6 +42,40 @@ async fn a_missing_token_exits_with_a_clear_message() {
 #[tokio::test]
 async fn the_token_is_hidden_from_commands_and_logs() {
     let workspace = tempfile::tempdir().unwrap();
+    serve_and_check_the_token_is_hidden(executor_command(workspace.path())).await;
+}
+
+/// The image's entrypoint: `launch` execs tini (here a shell that records its environment, then execs the
+/// executor) with the token moved into a pipe, so the first process's /proc/PID/environ lacks it.
+#[tokio::test]
+async fn launch_keeps_the_token_out_of_the_first_process_environment() {
+    let workspace = tempfile::tempdir().unwrap();
+    let seen = workspace.path().join("first-process-environ");
+    let script = format!(
+        "tr '\\0' '\\n' < /proc/$$/environ > '{}'; exec '{BINARY}'",
+        seen.display()
+    );
+    let mut command = executor_command(workspace.path());
+    command.args(["launch", "--", "/bin/sh", "-c", &script]);
+    serve_and_check_the_token_is_hidden(command).await;
+    let environ = std::fs::read_to_string(&seen).unwrap();
+    assert!(environ.contains("MENTIS_EXECUTOR_TOKEN_FD="), "{environ}");
+    assert!(!environ.contains("MENTIS_EXECUTOR_TOKEN="), "{environ}");
+    assert!(!environ.contains(TOKEN), "{environ}");
+
+    let usage = executor_command(workspace.path())
+        .args(["launch", "/bin/true"])
+        .env("MENTIS_EXECUTOR_TOKEN", TOKEN)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("usage"));
+}
+
+/// Starts `command` with the token, runs `env` through it, stops it; neither the command nor the log sees
+/// the token.
+async fn serve_and_check_the_token_is_hidden(mut command: Command) {
     // Find a free port; the tiny window before the executor binds it again is acceptable in a test.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -49,7 +83,7 @@ async fn the_token_is_hidden_from_commands_and_logs() {
         .unwrap()
         .port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut child = executor_command(workspace.path())
+    let mut child = command
         .env("MENTIS_EXECUTOR_TOKEN", TOKEN)
         .env("MENTIS_EXECUTOR_LISTEN", addr.to_string())
         .env("RUST_LOG", "debug")
