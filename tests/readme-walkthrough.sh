@@ -56,6 +56,7 @@ run_block walkthrough
 run_block python
 run_block lifecycle
 run_block keys
+run_block limits
 run_block files \
   'SANDBOX=$(grpcurl -plaintext -H "$AUTH" -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)' \
   'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d
@@ -67,6 +68,13 @@ for want in 'Code: PermissionDenied' '"revokeTime"'; do
   grep -qF -- "$want" "$work/keys.out" || keys_fail "output lacks $want"
 done
 [ "$(grep -c 'Code: Unauthenticated' "$work/keys.out")" = 2 ] || keys_fail "expected Unauthenticated twice (no key, revoked key)"
+for want in 'Code: InvalidArgument' '512' '256' 'ROOT_FILESYSTEM_READ_ONLY' 'CapEff:	0000000000000000' \
+  'read-only root' 'writable workspace and tmp'; do
+  grep -qF -- "$want" "$work/limits.out" ||
+    { echo "readme-walkthrough: limits: output lacks $want" >&2; cat "$work/limits.out" >&2; exit 1; }
+done
+[ "$(grep -c '^1000$' "$work/limits.out")" = 1 ] ||
+  { echo "readme-walkthrough: limits: expected uid 1000" >&2; cat "$work/limits.out" >&2; exit 1; }
 [ "$(grep -c '^SANDBOX_STATE_RUNNING$' "$work/lifecycle.out")" = 2 ] ||
   { echo "readme-walkthrough: lifecycle: expected RUNNING twice" >&2; cat "$work/lifecycle.out" >&2; exit 1; }
 fail=0
