@@ -1,4 +1,7 @@
-//! Bearer-token check for every ExecutorService call (health stays open for readiness probes).
+//! Bearer-token check for every ExecutorService and WorkspaceService call. Health stays open for
+//! readiness probes, which cannot send headers, but a health call that presents a token must present ours:
+//! the control plane always does, so an executor that took over a vanished sandbox's address (Docker
+//! reuses IPs) answers it UNAUTHENTICATED instead of passing for the old sandbox.
 
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
@@ -10,15 +13,31 @@ use crate::error::Error;
 #[derive(Clone)]
 pub(crate) struct BearerAuth {
     token: Token,
+    /// Calls without an `authorization` header are admitted (health).
+    anonymous: bool,
 }
 
 impl BearerAuth {
     pub(crate) fn new(token: Token) -> Self {
-        Self { token }
+        Self {
+            token,
+            anonymous: false,
+        }
+    }
+
+    /// For health: open to callers without credentials, closed to wrong ones.
+    pub(crate) fn optional(token: Token) -> Self {
+        Self {
+            token,
+            anonymous: true,
+        }
     }
 
     fn admits(&self, header: Option<&[u8]>) -> bool {
-        let Some(presented) = header.and_then(bearer_credentials) else {
+        let Some(header) = header else {
+            return self.anonymous;
+        };
+        let Some(presented) = bearer_credentials(header) else {
             return false;
         };
         constant_time_eq(presented, self.token.as_bytes())
@@ -83,6 +102,15 @@ mod tests {
         assert!(!auth.admits(Some(b"Bearer tok-1234")));
         assert!(!auth.admits(Some(b"Basic tok-123")));
         assert!(!auth.admits(Some(b"tok-123")));
+    }
+
+    #[test]
+    fn health_admits_no_token_but_not_a_wrong_one() {
+        let auth = BearerAuth::optional(Token::new("tok-123").unwrap());
+        assert!(auth.admits(None));
+        assert!(auth.admits(Some(b"Bearer tok-123")));
+        assert!(!auth.admits(Some(b"Bearer another-sandbox")));
+        assert!(!auth.admits(Some(b"")));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The gRPC server: grpc.health.v1 (open) and ExecutorService (behind the bearer token), with graceful
+//! The gRPC server: grpc.health.v1 (open, but a wrong token is refused) and ExecutorService (behind the bearer token), with graceful
 //! shutdown that kills running process groups and the kernel.
 
 use std::pin::Pin;
@@ -79,7 +79,10 @@ pub async fn serve(
     tracing::info!(%local_addr, workspace = %config.workspace.display(), max_actions = config.max_actions, "executor serving");
     let stop = shutdown.clone();
     let server = Server::builder()
-        .add_service(health_service)
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            health_service,
+            BearerAuth::optional(config.token.clone()),
+        ))
         .add_service(executor)
         .add_service(workspace)
         .serve_with_incoming_shutdown(

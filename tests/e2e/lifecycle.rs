@@ -88,6 +88,19 @@ async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it()
         health.status,
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
+    // A health call with another sandbox's token is refused: this is how the runtime, which always sends
+    // the token, tells its sandbox from a newcomer that got a vanished sandbox's address.
+    let mut foreign = tonic::Request::new(tonic_health::pb::HealthCheckRequest {
+        service: String::new(),
+    });
+    foreign
+        .metadata_mut()
+        .insert("authorization", "Bearer another-sandboxes-token".parse()?);
+    let err = tonic_health::pb::health_client::HealthClient::new(channel.clone())
+        .check(foreign)
+        .await
+        .expect_err("a wrong token is refused even for health");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
     let mut exec =
         mentis_proto::executor::executor_service_client::ExecutorServiceClient::new(channel);
     let run = mentis_proto::executor::RunRequest {

@@ -37,7 +37,8 @@ impl tonic::service::Interceptor for BearerToken {
 pub struct ExecutorClient {
     rpc: ExecutorServiceClient<InterceptedService<Channel, BearerToken>>,
     files: WorkspaceServiceClient<InterceptedService<Channel, BearerToken>>,
-    health: HealthClient<Channel>,
+    /// With the token too: an executor that is not this sandbox's (a reused address) refuses it.
+    health: HealthClient<InterceptedService<Channel, BearerToken>>,
     call_timeout: Duration,
 }
 
@@ -73,8 +74,11 @@ impl ExecutorClient {
                 channel.clone(),
                 BearerToken(value.clone()),
             ),
-            files: WorkspaceServiceClient::with_interceptor(channel.clone(), BearerToken(value)),
-            health: HealthClient::new(channel),
+            files: WorkspaceServiceClient::with_interceptor(
+                channel.clone(),
+                BearerToken(value.clone()),
+            ),
+            health: HealthClient::with_interceptor(channel, BearerToken(value)),
             call_timeout,
         })
     }
