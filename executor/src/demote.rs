@@ -14,27 +14,30 @@ const BASH: &str = "/bin/bash";
 /// The highest OOM score adjustment: when the memory limit is reached, the kernel kills user processes
 /// (the biggest first) before it would consider the executor (left at the container's value, normally 0).
 const USER_OOM_SCORE_ADJ: &str = "1000";
-/// Niceness of user processes: within the container's CPU quota the executor (nice 0) gets about three
-/// times a busy user process's share, enough to keep answering; user code alone still gets all of it.
-const USER_NICE: i32 = 5;
+/// Niceness of shell commands: within the container's CPU quota the executor (nice 0) gets about three
+/// times a busy command's share, enough to keep answering; user code alone still gets all of it.
+const USER_NICE: &str = "5";
 /// How long a refused OOM score write is retried (an exec finishes in well under a millisecond).
 const RAISE_PATIENCE: Duration = Duration::from_millis(250);
 const RAISE_RETRY: Duration = Duration::from_millis(2);
 
-/// `/bin/bash`, to be given `-c COMMAND`, that runs with OOM score adjustment 1000 from its start.
+/// `/bin/bash`, to be given `-c COMMAND`, that runs with OOM score adjustment 1000 and nice 5 from its
+/// start.
 ///
-/// The score is inherited at fork, so it must be set before bash can fork anything. Setting it in the child
-/// between fork and exec (`pre_exec`) needs unsafe code. Writing it from the executor after spawn comes too
-/// late: bash forks the first process of `cat x; ...` before the write lands, half the time on a busy host
-/// (seen in the e2e test; see also [`raise_oom_score`]). The executor cannot hand the score down either:
-/// it is non-dumpable (see main.rs), so its own /proc files belong to root. So a first bash raises its own
-/// score and execs the real one (same pid, same process group), about a millisecond per command; a failed
-/// write (an unusual runtime) is silent and the command runs all the same. `--posix` makes that first
-/// bash read no startup file (BASH_ENV is read once, by the command's bash); unlike dash it passes every
-/// env var on, even names that are not shell identifiers. Call [`lower_priority`] after spawn.
+/// Both are inherited at fork, so they must be set before bash can fork anything. Setting them in the child
+/// between fork and exec (`pre_exec`) needs unsafe code. Setting them from the executor after spawn comes
+/// too late: bash forks the first process of `cat x; ...` before the write lands, half the time on a busy
+/// host (seen in the e2e test; see also [`raise_oom_score`]). The executor cannot hand the score down
+/// either: it is non-dumpable (see main.rs), so its own /proc files belong to root. So a first bash raises
+/// its own score and execs the real one through `nice` (same pid, same process group), about a millisecond
+/// per command; a failed write (an unusual runtime) is silent, and an image without `nice` runs the command
+/// at the executor's priority. `--posix` makes that first bash read no startup file (BASH_ENV is read once,
+/// by the command's bash); unlike dash it passes every env var on, even names that are not shell
+/// identifiers.
 pub(crate) fn bash() -> Command {
     let prelude = format!(
-        "{{ echo {USER_OOM_SCORE_ADJ} >/proc/self/oom_score_adj; }} 2>/dev/null; exec \"$@\""
+        "{{ echo {USER_OOM_SCORE_ADJ} >/proc/self/oom_score_adj; }} 2>/dev/null; \
+         command -v nice >/dev/null && exec nice -n {USER_NICE} \"$@\"; exec \"$@\""
     );
     let mut command = Command::new(BASH);
     command
@@ -71,23 +74,6 @@ pub(crate) async fn raise_oom_score(pid: u32) {
     }
 }
 
-/// Lowers the CPU priority of the just-spawned `pid`, after spawn as nothing else is possible without
-/// unsafe code or an extra program; a process it forked before keeps nice 0, which costs only a share of
-/// the CPU, not the executor's survival. No capability is needed to raise a child's niceness.
-pub(crate) fn lower_priority(pid: u32) {
-    let nice = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-        .map(|pid| rustix::process::setpriority_process(Some(pid), USER_NICE));
-    match nice {
-        Some(Ok(())) => {}
-        Some(Err(e)) => {
-            tracing::debug!(pid, error = %e, "cannot lower the priority of a user process");
-        }
-        None => tracing::debug!(pid, "not a process id"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -100,17 +86,16 @@ mod tests {
 
     #[tokio::test]
     async fn commands_start_with_the_top_oom_score_and_keep_their_env() {
-        // The first thing the command does is fork, and the child already has the score. Field 19 of
-        // /proc/PID/stat is the nice value, set after spawn: the command waits a moment for it.
+        // The first thing the command does is fork, and the child already has the score and the nice value
+        // (field 19 of /proc/PID/stat).
         let own = own_score();
         let mut command = bash();
         command
             .arg("-c")
-            .arg("cat /proc/self/oom_score_adj; sleep 0.2; cut -d' ' -f19 /proc/$$/stat; env")
+            .arg("cat /proc/self/oom_score_adj; cut -d' ' -f19 /proc/self/stat; env")
             .env("odd-name.x", "kept")
             .stdout(std::process::Stdio::piped());
         let child = command.spawn().unwrap();
-        lower_priority(child.id().unwrap());
         let out = child.wait_with_output().await.unwrap();
         let out = String::from_utf8(out.stdout).unwrap();
         assert!(out.starts_with("1000\n5\n"), "{out}");
@@ -120,7 +105,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn children_are_demoted_from_the_outside_and_a_gone_one_is_no_error() {
+    async fn a_kernel_is_demoted_from_the_outside_and_a_gone_one_is_no_error() {
         let mut child = std::process::Command::new("sleep")
             .arg("10")
             .spawn()
@@ -133,6 +118,5 @@ mod tests {
         // Beyond any pid_max: no such process.
         let gone = i32::MAX.unsigned_abs();
         raise_oom_score(gone).await;
-        lower_priority(gone);
     }
 }

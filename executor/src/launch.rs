@@ -10,7 +10,7 @@
 //! once drained the pipe only gives end-of-file.
 
 use std::io::{Read as _, Write as _};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, IntoRawFd as _, OwnedFd};
+use std::os::fd::{FromRawFd as _, IntoRawFd as _, OwnedFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 
@@ -41,9 +41,8 @@ pub fn launch(program: &str, args: &[String]) -> std::io::Error {
     if let Err(e) = fcntl(&reader, FcntlArg::F_SETFD(FdFlag::empty())) {
         return e.into();
     }
-    let fd = reader.as_raw_fd();
     // Kept open past this function: it is the exec'd program's now.
-    let _ = reader.into_raw_fd();
+    let fd = reader.into_raw_fd();
     Command::new(program)
         .args(args)
         .env_remove(TOKEN_ENV)

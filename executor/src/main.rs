@@ -8,19 +8,17 @@ use tracing::Instrument as _;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [first, ..] = args.as_slice()
-        && first == "launch"
-    {
-        let Some((program, rest)) = (match args.get(1).map(String::as_str) {
-            Some("--") => args[2..].split_first(),
-            _ => None,
-        }) else {
+    match args.as_slice() {
+        [launch, dashes, program, rest @ ..] if launch == "launch" && dashes == "--" => {
+            let e = launch::launch(program, rest);
+            eprintln!("mentis-executor launch: cannot start {program}: {e}");
+            std::process::exit(2);
+        }
+        [launch, ..] if launch == "launch" => {
             eprintln!("usage: mentis-executor launch -- PROGRAM [ARGS...]");
             std::process::exit(2);
-        };
-        let e = launch::launch(program, rest);
-        eprintln!("mentis-executor launch: cannot start {program}: {e}");
-        std::process::exit(2);
+        }
+        _ => {}
     }
     let from_fd = match launch::take_token_from_fd() {
         Ok(token) => token,

@@ -90,7 +90,6 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
         // Only possible if the child was already reaped, which nothing did yet.
         return CmdEnd::failed_to_start("the started process has no pid".to_owned());
     };
-    demote::lower_priority(pid.unsigned_abs());
     // From here on, leaving early (task dropped at runtime shutdown) kills the group.
     let mut group = ProcessGroup::new(pid);
     tracing::debug!(pid, ?dir, "shell action started");

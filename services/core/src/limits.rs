@@ -93,12 +93,7 @@ impl LimitsPolicy {
 
     /// Checks a policy read from config: every value in range, defaults within maxima.
     pub fn validate(&self) -> Result<(), Error> {
-        let floor = Limits {
-            cpu: MIN_CPU,
-            memory_mb: MIN_MEMORY_MB,
-            pids: MIN_PIDS,
-            nofile: MIN_NOFILE,
-        };
+        // The maxima, each checked against its floor only; then the defaults against the maxima.
         let wide = Self {
             default: self.max,
             max: Limits {
@@ -108,16 +103,13 @@ impl LimitsPolicy {
                 nofile: i64::MAX,
             },
         };
-        if self.max.cpu < floor.cpu {
-            return Err(Error::invalid("the maximum cpu is below 0.01"));
+        if self.max.cpu < MIN_CPU {
+            return Err(Error::invalid(format!(
+                "the maximum cpu is below {MIN_CPU}"
+            )));
         }
         wide.resolve(self.max)?;
-        Self {
-            default: self.default,
-            max: self.max,
-        }
-        .resolve(self.default)
-        .map(|_| ())
+        self.resolve(self.default).map(|_| ())
     }
 
     /// The policy of a space: where its `default` and `max` set a field (non-zero), they replace ours. A

@@ -225,13 +225,9 @@ impl Keyring {
     }
 }
 
-/// Now, to the millisecond the store keeps.
+/// Now, to the millisecond the store keeps (so a key reads back as it was made).
 fn now_ms() -> SystemTime {
-    let since = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    SystemTime::UNIX_EPOCH
-        + std::time::Duration::from_millis(u64::try_from(since.as_millis()).unwrap_or(0))
+    crate::store::time(crate::store::ms(SystemTime::now()))
 }
 
 /// Equality that takes the same time wherever the first difference is.

@@ -397,12 +397,12 @@ impl Manager {
         }
     }
 
-    /// A sandbox's record and the seq of its newest observation.
     /// The space of a sandbox.
     pub fn space_of(&self, id: SandboxId) -> Result<SpaceId> {
         Ok(self.handle(id)?.space_id())
     }
 
+    /// A sandbox's record and the seq of its newest observation.
     pub fn get(&self, id: SandboxId) -> Result<(Sandbox, u64)> {
         let h = self.handle(id)?;
         Ok((h.snapshot(), h.log.last_seq()))

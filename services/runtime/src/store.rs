@@ -124,13 +124,13 @@ fn db_err(what: &str) -> impl FnOnce(rusqlite::Error) -> Error + '_ {
     move |e| Error::Internal(format!("store: {what}: {e}"))
 }
 
-fn ms(t: SystemTime) -> i64 {
+pub(crate) fn ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
 
-fn time(ms: i64) -> SystemTime {
+pub(crate) fn time(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 

@@ -18,12 +18,18 @@ pub fn caller<T>(req: &Request<T>) -> Result<Caller, Status> {
     })
 }
 
-/// The caller may act on this sandbox (its space is among the caller's). NotFound first for an unknown
-/// sandbox, then PermissionDenied.
-pub fn sandbox(caller: &Caller, manager: &Manager, id: SandboxId) -> Result<(), Status> {
-    if caller.spaces().is_none() {
-        return Ok(());
+/// PermissionDenied unless the request comes from the admin; `what` names the call.
+pub fn admin<T>(req: &Request<T>, what: &str) -> Result<(), Status> {
+    caller(req)?.require_admin(what).map_err(to_status)
+}
+
+/// The sandbox `raw` names (InvalidArgument if it is no id), if the caller may act on it (its space is
+/// among the caller's): NotFound first for an unknown sandbox, then PermissionDenied.
+pub fn sandbox(caller: &Caller, manager: &Manager, raw: &str) -> Result<SandboxId, Status> {
+    let id = SandboxId::parse(raw).map_err(to_status)?;
+    if caller.spaces().is_some() {
+        let space = manager.space_of(id).map_err(to_status)?;
+        caller.require_space(&space).map_err(to_status)?;
     }
-    let space = manager.space_of(id).map_err(to_status)?;
-    caller.require_space(&space).map_err(to_status)
+    Ok(id)
 }

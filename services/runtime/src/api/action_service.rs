@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use mentis_core::{ActionId, Error, SandboxId};
+use mentis_core::{ActionId, Error};
 use mentis_proto::api::{self, action_service_server::ActionService};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -111,8 +111,7 @@ impl ActionService for ActionApi {
     ) -> Result<Response<Self::ExecuteStream>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
-        let sandbox = SandboxId::parse(&r.sandbox_id).map_err(to_status)?;
-        access::sandbox(&caller, &self.manager, sandbox)?;
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
         let action = action_from_proto(r.action).map_err(to_status)?;
         let action_id = parse_action_id(&r.action_id).map_err(to_status)?;
         let handle = self.manager.handle(sandbox).map_err(to_status)?;
@@ -144,8 +143,7 @@ impl ActionService for ActionApi {
     ) -> Result<Response<Self::StreamObservationsStream>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
-        let sandbox = SandboxId::parse(&r.sandbox_id).map_err(to_status)?;
-        access::sandbox(&caller, &self.manager, sandbox)?;
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
         let action = parse_action_id(&r.action_id).map_err(to_status)?;
         let handle = self.manager.handle(sandbox).map_err(to_status)?;
         let items = handle.log.follow(r.after_seq);
@@ -174,8 +172,7 @@ impl ActionService for ActionApi {
     ) -> Result<Response<api::CancelActionResponse>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
-        let sandbox = SandboxId::parse(&r.sandbox_id).map_err(to_status)?;
-        access::sandbox(&caller, &self.manager, sandbox)?;
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
         let action = ActionId::parse(&r.action_id).map_err(to_status)?;
         self.manager
             .cancel(sandbox, &action)
@@ -189,8 +186,7 @@ impl ActionService for ActionApi {
         req: Request<api::ResetKernelRequest>,
     ) -> Result<Response<api::ResetKernelResponse>, Status> {
         let caller = caller(&req)?;
-        let sandbox = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
-        access::sandbox(&caller, &self.manager, sandbox)?;
+        let sandbox = access::sandbox(&caller, &self.manager, &req.into_inner().sandbox_id)?;
         self.manager
             .reset_kernel(sandbox)
             .await
@@ -204,8 +200,7 @@ impl ActionService for ActionApi {
     ) -> Result<Response<api::InspectVariablesResponse>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
-        let sandbox = SandboxId::parse(&r.sandbox_id).map_err(to_status)?;
-        access::sandbox(&caller, &self.manager, sandbox)?;
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
         let vars = self
             .manager
             .inspect_variables(sandbox, r.names)

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt as _};
-use mentis_core::{Error, SandboxId};
+use mentis_core::Error;
 use mentis_proto::api::{self, file_service_server::FileService};
 use mentis_proto::executor as exec;
 use tokio::sync::mpsc;
@@ -36,8 +36,7 @@ impl FileApi {
     /// The executor of a RUNNING sandbox (NotFound, FailedPrecondition or Unavailable otherwise); a PAUSED
     /// sandbox with auto_resume is resumed first. A file call counts as activity for the idle timeout.
     async fn executor(&self, caller: &Caller, sandbox_id: &str) -> Result<ExecutorClient, Status> {
-        let id = SandboxId::parse(sandbox_id).map_err(to_status)?;
-        access::sandbox(caller, &self.manager, id)?;
+        let id = access::sandbox(caller, &self.manager, sandbox_id)?;
         self.manager.executor_for(id).await.map_err(to_status)
     }
 }

@@ -7,7 +7,7 @@ use mentis_core::{Error, SpaceId};
 use mentis_proto::api::{self, key_service_server::KeyService};
 use tonic::{Request, Response, Status};
 
-use super::access::caller;
+use super::access;
 use super::status::to_status;
 use crate::auth::{KeyRecord, Keyring};
 use crate::convert::timestamp;
@@ -42,9 +42,7 @@ impl KeyService for KeyApi {
         &self,
         req: Request<api::CreateApiKeyRequest>,
     ) -> Result<Response<api::CreateApiKeyResponse>, Status> {
-        caller(&req)?
-            .require_admin("CreateApiKey")
-            .map_err(to_status)?;
+        access::admin(&req, "CreateApiKey")?;
         if !self.keyring.enabled() {
             return Err(to_status(Error::FailedPrecondition(
                 "authentication is disabled (MENTIS_AUTH=disabled): keys would not be checked"
@@ -73,9 +71,7 @@ impl KeyService for KeyApi {
         &self,
         req: Request<api::ListApiKeysRequest>,
     ) -> Result<Response<api::ListApiKeysResponse>, Status> {
-        caller(&req)?
-            .require_admin("ListApiKeys")
-            .map_err(to_status)?;
+        access::admin(&req, "ListApiKeys")?;
         Ok(Response::new(api::ListApiKeysResponse {
             api_keys: self.keyring.list().iter().map(key_to_proto).collect(),
         }))
@@ -85,9 +81,7 @@ impl KeyService for KeyApi {
         &self,
         req: Request<api::RevokeApiKeyRequest>,
     ) -> Result<Response<api::RevokeApiKeyResponse>, Status> {
-        caller(&req)?
-            .require_admin("RevokeApiKey")
-            .map_err(to_status)?;
+        access::admin(&req, "RevokeApiKey")?;
         let key = self
             .keyring
             .revoke(&req.into_inner().key_id)

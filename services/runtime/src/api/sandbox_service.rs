@@ -45,8 +45,7 @@ impl SandboxService for SandboxApi {
         req: Request<api::GetSandboxRequest>,
     ) -> Result<Response<api::GetSandboxResponse>, Status> {
         let caller = caller(&req)?;
-        let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
-        access::sandbox(&caller, &self.manager, id)?;
+        let id = access::sandbox(&caller, &self.manager, &req.into_inner().sandbox_id)?;
         let (sandbox, last_seq) = self.manager.get(id).map_err(to_status)?;
         Ok(Response::new(api::GetSandboxResponse {
             sandbox: Some(sandbox_to_proto(&sandbox, last_seq)),
@@ -101,8 +100,7 @@ impl SandboxService for SandboxApi {
         req: Request<api::DeleteSandboxRequest>,
     ) -> Result<Response<api::DeleteSandboxResponse>, Status> {
         let caller = caller(&req)?;
-        let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
-        access::sandbox(&caller, &self.manager, id)?;
+        let id = access::sandbox(&caller, &self.manager, &req.into_inner().sandbox_id)?;
         self.manager.delete(id).await.map_err(to_status)?;
         Ok(Response::new(api::DeleteSandboxResponse {}))
     }
@@ -112,8 +110,7 @@ impl SandboxService for SandboxApi {
         req: Request<api::PauseSandboxRequest>,
     ) -> Result<Response<api::PauseSandboxResponse>, Status> {
         let caller = caller(&req)?;
-        let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
-        access::sandbox(&caller, &self.manager, id)?;
+        let id = access::sandbox(&caller, &self.manager, &req.into_inner().sandbox_id)?;
         let sandbox = self.manager.pause(id).await.map_err(to_status)?;
         let (_, last_seq) = self.manager.get(id).map_err(to_status)?;
         Ok(Response::new(api::PauseSandboxResponse {
@@ -126,8 +123,7 @@ impl SandboxService for SandboxApi {
         req: Request<api::ResumeSandboxRequest>,
     ) -> Result<Response<api::ResumeSandboxResponse>, Status> {
         let caller = caller(&req)?;
-        let id = SandboxId::parse(&req.into_inner().sandbox_id).map_err(to_status)?;
-        access::sandbox(&caller, &self.manager, id)?;
+        let id = access::sandbox(&caller, &self.manager, &req.into_inner().sandbox_id)?;
         let sandbox = self.manager.resume(id).await.map_err(to_status)?;
         let (_, last_seq) = self.manager.get(id).map_err(to_status)?;
         Ok(Response::new(api::ResumeSandboxResponse {

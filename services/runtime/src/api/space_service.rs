@@ -6,7 +6,7 @@ use mentis_core::SpaceId;
 use mentis_proto::api::{self, space_service_server::SpaceService};
 use tonic::{Request, Response, Status};
 
-use super::access::caller;
+use super::access::{self, caller};
 use super::paging;
 use super::status::to_status;
 use crate::convert::{space_from_proto, space_to_proto, update_from_proto};
@@ -30,9 +30,7 @@ impl SpaceService for SpaceApi {
         &self,
         req: Request<api::CreateSpaceRequest>,
     ) -> Result<Response<api::CreateSpaceResponse>, Status> {
-        caller(&req)?
-            .require_admin("CreateSpace")
-            .map_err(to_status)?;
+        access::admin(&req, "CreateSpace")?;
         let space = space_from_proto(req.into_inner().space).map_err(to_status)?;
         let (space, n) = self.manager.create_space(space).map_err(to_status)?;
         Ok(Response::new(api::CreateSpaceResponse {
@@ -83,9 +81,7 @@ impl SpaceService for SpaceApi {
         &self,
         req: Request<api::UpdateSpaceRequest>,
     ) -> Result<Response<api::UpdateSpaceResponse>, Status> {
-        caller(&req)?
-            .require_admin("UpdateSpace")
-            .map_err(to_status)?;
+        access::admin(&req, "UpdateSpace")?;
         let r = req.into_inner();
         let (id, update) = update_from_proto(r.space, r.update_mask).map_err(to_status)?;
         let (space, n) = self.manager.update_space(&id, update).map_err(to_status)?;
@@ -98,9 +94,7 @@ impl SpaceService for SpaceApi {
         &self,
         req: Request<api::DeleteSpaceRequest>,
     ) -> Result<Response<api::DeleteSpaceResponse>, Status> {
-        caller(&req)?
-            .require_admin("DeleteSpace")
-            .map_err(to_status)?;
+        access::admin(&req, "DeleteSpace")?;
         let r = req.into_inner();
         let id = SpaceId::parse(&r.space_id).map_err(to_status)?;
         self.manager
