@@ -48,9 +48,11 @@ async fn lost_under(fault: &[&str], keepalive: Duration) -> anyhow::Result<()> {
     let container = container_of(&sb.sandbox_id);
     let (stream, mut seen) =
         start_until_ready(&mut h, &sb.sandbox_id, "echo ready; sleep 1000").await?;
-    // `docker VERB CONTAINER ARGS...`: the container goes right after the verb.
-    let mut args = vec![fault[0], container.as_str()];
-    args.extend_from_slice(&fault[1..]);
+    // `docker VERB [-OPTIONS] CONTAINER ARGS...`: the container goes after the verb and its options.
+    let options = fault[1..].iter().take_while(|a| a.starts_with('-')).count();
+    let mut args = fault[..=options].to_vec();
+    args.push(container.as_str());
+    args.extend_from_slice(&fault[options + 1..]);
     docker(&args)?;
     seen.extend(collect(stream, Duration::from_secs(120)).await?);
     let end = cmd_end(&seen)?;
@@ -65,7 +67,9 @@ async fn lost_under(fault: &[&str], keepalive: Duration) -> anyhow::Result<()> {
 #[tokio::test]
 async fn killing_the_executor_process_ends_the_action_lost() -> anyhow::Result<()> {
     lost_under(
-        &["exec", "pkill", "-9", "mentis-executor"],
+        // Detached: the executor's death ends tini and with it the container, which can kill pkill before
+        // it reports success.
+        &["exec", "-d", "pkill", "-9", "mentis-executor"],
         Duration::from_secs(10),
     )
     .await
@@ -279,12 +283,16 @@ async fn a_consumer_that_never_reads_costs_bounded_memory_and_is_cut_off() -> an
         .await?
         .into_inner();
     let before = rss_bytes();
-    // Meanwhile 128 MiB of output flows to a client that does read.
+    // Meanwhile 128 MiB of output flows to a client that does read, in 1 MiB bursts (an eighth of the log)
+    // with short pauses: the reader keeps up even on a busy machine, so what it receives measures whether
+    // the stalled subscriber holds it back, not how fast this machine is.
     let mut reader = h
         .actions
         .execute(api::ExecuteRequest {
             sandbox_id: id.clone(),
-            action: Some(shell_action(cmd("head -c 134217728 /dev/zero"))),
+            action: Some(shell_action(cmd(
+                "for i in $(seq 128); do head -c 1048576 /dev/zero; sleep 0.02; done",
+            ))),
             action_id: String::new(),
         })
         .await?
