@@ -139,6 +139,43 @@ async fn a_kernel_that_ignores_the_interrupt_is_killed_and_replaced() {
     assert_eq!(collect_cell(queued).await.ok().value(), "'next'");
 }
 
+/// ipykernel goes idle without an execute_reply when its message handler fails (or swallows an interrupt
+/// that landed outside the user's code): the cell ends ABORTED soon, and the live kernel is kept.
+#[tokio::test]
+async fn a_cell_the_kernel_never_answers_ends_and_the_kernel_is_kept() {
+    let executor = start_ipython().await;
+    let mut client = executor.client().await;
+    let pid = kernel_pid(&mut client).await;
+    // Break the handler of the next execute_request: it raises before it can reply.
+    run_cell(
+        &mut client,
+        "ip = get_ipython(); ip.run_cell = ip.run_cell_async = ip.should_run_async = None",
+    )
+    .await
+    .ok();
+    let mut unanswered = cell("1");
+    unanswered.timeout_seconds = 60;
+    let (_, stream) = submit(&mut client, unanswered).await;
+    let unanswered = collect_cell(stream).await;
+    assert_eq!(
+        unanswered.status(),
+        IpythonStatus::Aborted,
+        "{unanswered:?}"
+    );
+    assert_eq!(
+        unanswered.result().reason,
+        "the kernel ended the cell without a result"
+    );
+    assert!(
+        unanswered.agent_states().is_empty(),
+        "the kernel was not replaced: {unanswered:?}"
+    );
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the same kernel lives on"
+    );
+}
+
 #[tokio::test]
 async fn fifty_megabytes_of_output_arrive_in_bounded_pieces() {
     let executor = start_ipython().await;
