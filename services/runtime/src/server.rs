@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mentis_backend_docker::DockerBackend;
+use mentis_core::SandboxBackend;
 use mentis_proto::api::action_service_server::ActionServiceServer;
 use mentis_proto::api::file_service_server::FileServiceServer;
 use mentis_proto::api::key_service_server::KeyServiceServer;
@@ -49,8 +50,17 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Connects the backend, reconciles, binds `config.listen` and serves in the background.
+    /// Connects the Docker backend, reconciles, binds `config.listen` and serves in the background.
     pub async fn start(config: RuntimeConfig) -> Result<Self, ServeError> {
+        let backend = Arc::new(DockerBackend::connect(config.docker.clone()).await?);
+        Self::start_with(config, backend).await
+    }
+
+    /// [`Runtime::start`] on any backend (the component tests bring a fake one).
+    pub async fn start_with(
+        config: RuntimeConfig,
+        backend: Arc<dyn SandboxBackend>,
+    ) -> Result<Self, ServeError> {
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -63,7 +73,6 @@ impl Runtime {
             source,
         })?;
         let config = Arc::new(config);
-        let backend = Arc::new(DockerBackend::connect(config.docker.clone()).await?);
         let shutdown = CancellationToken::new();
         let store = Arc::new(Store::open(&config.data_dir)?);
         let keyring = Arc::new(match &config.auth {

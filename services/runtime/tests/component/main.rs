@@ -1,0 +1,9 @@
+//! The runtime's component tier: the real runtime and the real executor, over real gRPC on 127.0.0.1, with a
+//! fake backend in place of Docker (see `fake`). No Docker needed; time-driven behaviour runs on tokio's
+//! paused clock. See docs/ARCHITECTURE.md, "Code map and test tiers".
+#![allow(clippy::unwrap_used)]
+
+mod fake;
+mod support;
+
+mod lifecycle;
