@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the sandbox base image mentis/base:bookworm without any container registry (DESIGN.md section 9).
+# Builds the sandbox base image mentis/base:bookworm without any container registry
+# (docs/ARCHITECTURE.md, Machines and images).
 #
 # Why: this machine (and CI) reach the Debian, PyPI, npm and crates registries but no container registry, so
 # `docker pull debian` fails. We debootstrap a minimal Debian bookworm, install Python, the Jupyter kernel and the

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the sandbox image: the base image plus our mentis-executor binary (DESIGN.md section 9).
+# Builds the sandbox image: the base image plus our mentis-executor binary
+# (docs/ARCHITECTURE.md, Machines and images).
 #
 # Why: every sandbox is one container of this image running the executor gRPC server on port 50052 as the
 # unprivileged user 1000 in /workspace. No registry is reachable here, so the image is built locally on top of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes sure a Docker engine answers on this machine (DESIGN.md section 9).
+# Makes sure a Docker engine answers on this machine (docs/ARCHITECTURE.md, Machines and images).
 # A fresh Debian machine has the docker client but no engine: install Debian's docker.io when dockerd is
 # missing, start dockerd in the background with a log file, and wait until `docker info` answers.
 set -euo pipefail

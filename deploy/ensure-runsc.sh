@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the Docker engine lists gVisor's runtime `runsc`, registered so that sandboxes keep their network
-# (DESIGN.md section 9). Idempotent; needs root for apt, /etc/docker/daemon.json and reloading dockerd.
+# (docs/ARCHITECTURE.md, Machines and images). Idempotent; needs root for apt, /etc/docker/daemon.json and
+# reloading dockerd.
 #
 # Debian's runsc (2022) cannot run its own network stack (`--network=sandbox`, the default) on current kernels:
 # it takes the container's network namespace for the host's, because `net.core.rmem_default` is per

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the developer tools the Makefile needs into the repo-local, gitignored folder .tools/ (DESIGN.md 9).
+# Installs the developer tools the Makefile needs into the repo-local, gitignored folder .tools/
+# (docs/ARCHITECTURE.md, Machines and images).
 #
 # Why: none of these tools is in Debian bookworm at a usable version, and nothing installed by hand survives a
 # change of machine, so the project installs them itself, from the registries this machine reaches:

@@ -1,4 +1,4 @@
-//! Bad input gets a clear status (DESIGN.md section 6) and the runtime keeps serving.
+//! Bad input gets a clear status (docs/ARCHITECTURE.md, Errors and statuses) and the runtime keeps serving.
 
 use mentis_e2e::*;
 use mentis_proto::api;

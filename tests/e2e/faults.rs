@@ -1,6 +1,7 @@
-//! Observation guarantees under faults (DESIGN.md invariants 1-2, 6): exactly one terminal observation when
-//! the executor or its container dies or freezes under an action, resumable streams with no loss and no
-//! duplicates, explicit gaps, keepalives, several subscribers, and a consumer that never reads.
+//! Observation guarantees under faults (docs/ARCHITECTURE.md, Invariants: one terminal observation per
+//! accepted action; nothing lost on reconnect, gaps explicit; bounded everywhere): exactly one terminal
+//! observation when the executor or its container dies or freezes under an action, resumable streams with
+//! no loss and no duplicates, explicit gaps, keepalives, several subscribers, and a consumer that never reads.
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! The labels every container, volume and network we create carries (DESIGN.md invariant 5).
+//! The labels every container, volume and network we create carries (docs/ARCHITECTURE.md, Invariants:
+//! nothing leaks).
 
 use std::collections::HashMap;
 
