@@ -7,3 +7,4 @@ mod fake;
 mod support;
 
 mod lifecycle;
+mod race;
