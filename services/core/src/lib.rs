@@ -7,6 +7,7 @@ pub mod backend;
 pub mod error;
 pub mod ids;
 pub mod kernel;
+pub mod lifecycle;
 pub mod limits;
 pub mod observation;
 pub mod sandbox;

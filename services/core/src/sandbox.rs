@@ -7,12 +7,16 @@ use std::time::{Duration, SystemTime};
 use crate::error::Error;
 use crate::ids::{SandboxId, SpaceId};
 
-/// Where a sandbox is in its life.
+/// Where a sandbox is in its life. The moves between states are the table in [`crate::lifecycle`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SandboxState {
     Creating,
     Running,
+    /// The backend is freezing the container; no action runs and none may start.
+    Pausing,
     Paused,
+    /// The backend is thawing the container and the executor is being reached again.
+    Resuming,
     Terminating,
     Terminated,
     Failed,
@@ -24,6 +28,27 @@ impl SandboxState {
     /// Whether the sandbox is gone for good (or never came up).
     pub fn is_final(self) -> bool {
         matches!(self, Self::Terminated | Self::Failed)
+    }
+
+    /// The public name, as in the API's enum without its prefix (`RUNNING`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Creating => "CREATING",
+            Self::Running => "RUNNING",
+            Self::Pausing => "PAUSING",
+            Self::Paused => "PAUSED",
+            Self::Resuming => "RESUMING",
+            Self::Terminating => "TERMINATING",
+            Self::Terminated => "TERMINATED",
+            Self::Failed => "FAILED",
+            Self::Unhealthy => "UNHEALTHY",
+        }
+    }
+}
+
+impl std::fmt::Display for SandboxState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

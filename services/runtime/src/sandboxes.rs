@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-pub use handle::{ActionStatus, Reserved, SandboxHandle, state_name};
+pub use handle::{ActionStatus, Reserved, SandboxHandle};
 pub use pool::{Pool, PoolStats};
 
 use crate::config::RuntimeConfig;
@@ -225,7 +225,12 @@ impl Manager {
             spec.env.clone(),
             ObservationLog::new(id, self.config.log_limits),
             token,
+            Arc::clone(&self.store),
         ));
+        // Held until the sandbox is up or failed: a delete that finds it CREATING waits for that.
+        let creating = Arc::clone(&handle.lifecycle)
+            .try_lock_owned()
+            .map_err(|_| Error::Internal("a new sandbox's lifecycle lock was taken".into()))?;
         let claim = member.zip(pool);
         let admitted = self.admit(&handle, &record, &spec.env, claim.is_some());
         match (admitted, claim) {
@@ -234,7 +239,13 @@ impl Manager {
                 let span = tracing::info_span!("claim_sandbox", sandbox_id = %id);
                 return self
                     .tasks
-                    .spawn(async move { this.bind(handle, member, &pool).await }.instrument(span))
+                    .spawn(
+                        async move {
+                            let _creating = creating;
+                            this.bind(handle, member, &pool).await
+                        }
+                        .instrument(span),
+                    )
                     .await
                     .map_err(|e| Error::Internal(format!("claim task failed: {e}")))?;
             }
@@ -263,9 +274,13 @@ impl Manager {
         };
         let this = Arc::clone(self);
         let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
-        let task = self
-            .tasks
-            .spawn(async move { this.bring_up(handle, backend_spec).await }.instrument(span));
+        let task = self.tasks.spawn(
+            async move {
+                let _creating = creating;
+                this.bring_up(handle, backend_spec).await
+            }
+            .instrument(span),
+        );
         task.await
             .map_err(|e| Error::Internal(format!("create task failed: {e}")))?
     }
@@ -334,27 +349,25 @@ impl Manager {
         match bound {
             Ok(()) => {
                 h.set_executor(member.client);
-                self.running(&h, "sandbox ready (warm pool)");
+                self.running(&h)?;
+                tracing::info!("sandbox running (warm pool)");
                 Ok(h.snapshot())
             }
             Err(e) => {
                 tracing::warn!(error = %e, "could not bind a pool member");
                 let _ = self.backend.delete(h.id).await;
-                h.set_state(SandboxState::Failed, e.to_string());
-                self.persist(&h);
-                h.log.close();
+                h.enter(SandboxState::Failed, &e.to_string())?;
                 pool.put_back_failed();
                 Err(e)
             }
         }
     }
 
-    /// A sandbox whose executor answers: RUNNING, an agent_state, its health watched.
-    fn running(&self, h: &Arc<SandboxHandle>, message: &str) {
-        h.set_state(SandboxState::Running, "");
-        self.persist(h);
-        h.agent_state(message, &[("state", "RUNNING")]);
+    /// A new sandbox whose executor answers: RUNNING, its health watched.
+    fn running(&self, h: &Arc<SandboxHandle>) -> Result<()> {
+        h.enter(SandboxState::Running, "")?;
         self.watch_health(h);
+        Ok(())
     }
 
     async fn bring_up(&self, h: Arc<SandboxHandle>, spec: BackendSpec) -> Result<Sandbox> {
@@ -379,7 +392,7 @@ impl Manager {
         match result {
             Ok(client) => {
                 h.set_executor(client);
-                self.running(&h, "sandbox ready");
+                self.running(&h)?;
                 tracing::info!(
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "sandbox running"
@@ -388,9 +401,7 @@ impl Manager {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "sandbox failed to start");
-                h.set_state(SandboxState::Failed, e.to_string());
-                self.persist(&h);
-                h.log.close();
+                h.enter(SandboxState::Failed, &e.to_string())?;
                 self.forget_old_ended();
                 Err(e)
             }
@@ -463,11 +474,12 @@ impl Manager {
                         // Unknown here, but a container may be left from an earlier run: make sure.
                         return this.backend.delete(id).await;
                     };
+                    // A sandbox being created, paused or resumed is deleted once that is done.
                     let _lifecycle = h.lifecycle.lock().await;
-                    if h.begin_termination().is_final() {
+                    if h.state().is_final() {
                         return Ok(());
                     }
-                    this.persist(&h);
+                    h.enter(SandboxState::Terminating, reason)?;
                     h.cancel.cancel();
                     h.tasks.close();
                     if tokio::time::timeout(PUMP_DRAIN, h.tasks.wait())
@@ -477,13 +489,7 @@ impl Manager {
                         tracing::warn!("action pumps did not finish in time");
                     }
                     this.backend.delete(id).await?;
-                    h.agent_state(
-                        format!("sandbox {reason}"),
-                        &[("state", "TERMINATED"), ("reason", reason)],
-                    );
-                    h.log.close();
-                    h.set_state(SandboxState::Terminated, reason);
-                    this.persist(&h);
+                    h.enter(SandboxState::Terminated, reason)?;
                     this.forget_old_ended();
                     tracing::info!(reason, "sandbox deleted");
                     Ok(())
@@ -567,20 +573,8 @@ impl Manager {
         let h = self.handle(sandbox)?;
         self.auto_resume(&h).await?;
         let id = action_id.unwrap_or_else(ActionId::generate);
-        // A retry is answered from the log even when the sandbox has ended since.
-        let client = match h.running_executor() {
-            Ok(c) => c,
-            Err(e) => {
-                return match h.known_action(&id, action.fingerprint()) {
-                    Some(after_seq) => Ok(Submitted {
-                        id,
-                        after_seq,
-                        resumed: true,
-                    }),
-                    None => Err(e),
-                };
-            }
-        };
+        // Admitted only while RUNNING, under the lock a pause takes to leave RUNNING; a retry of a known
+        // submission is answered from the log in any state.
         let after_seq = match h.reserve_action(
             &id,
             action.fingerprint(),
@@ -594,6 +588,12 @@ impl Manager {
                 });
             }
             Reserved::New { after_seq } => after_seq,
+        };
+        let Some(client) = h.executor() else {
+            h.unreserve_action(&id);
+            return Err(Error::Internal(format!(
+                "sandbox {sandbox} is RUNNING without an executor"
+            )));
         };
         h.touch();
         let (tx, rx) = oneshot::channel();
@@ -680,27 +680,13 @@ impl Manager {
         }
     }
 
-    /// Writes the record of `h` to the store now (a change that must survive a crash).
-    fn persist(&self, h: &SandboxHandle) {
-        h.take_dirty();
-        let seq = h.log.last_seq();
-        match self.store.update_sandbox(&h.snapshot(), seq) {
-            Ok(()) => h
-                .stored_seq
-                .store(seq, std::sync::atomic::Ordering::Relaxed),
-            Err(e) => {
-                tracing::warn!(sandbox_id = %h.id, error = %e, "could not write a sandbox to the store")
-            }
-        }
-    }
-
     /// Writes every changed record (state, last activity, newest seq) to the store.
     fn flush(&self) {
         for h in self.handles() {
             let seq_changed =
                 h.log.last_seq() != h.stored_seq.load(std::sync::atomic::Ordering::Relaxed);
             if h.take_dirty() || seq_changed {
-                self.persist(&h);
+                h.persist();
             }
         }
     }

@@ -152,6 +152,8 @@ pub fn state_key(s: SandboxState) -> &'static str {
         SandboxState::Terminated => "terminated",
         SandboxState::Failed => "failed",
         SandboxState::Unhealthy => "unhealthy",
+        SandboxState::Pausing => "pausing",
+        SandboxState::Resuming => "resuming",
     }
 }
 
@@ -163,6 +165,8 @@ fn parse_state(s: &str) -> SandboxState {
         "terminating" => SandboxState::Terminating,
         "terminated" => SandboxState::Terminated,
         "unhealthy" => SandboxState::Unhealthy,
+        "pausing" => SandboxState::Pausing,
+        "resuming" => SandboxState::Resuming,
         _ => SandboxState::Failed,
     }
 }

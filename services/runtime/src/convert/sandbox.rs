@@ -77,6 +77,8 @@ pub fn state_from_proto(v: i32) -> Result<SandboxState, Error> {
         Ok(api::SandboxState::Terminated) => SandboxState::Terminated,
         Ok(api::SandboxState::Failed) => SandboxState::Failed,
         Ok(api::SandboxState::Unhealthy) => SandboxState::Unhealthy,
+        Ok(api::SandboxState::Pausing) => SandboxState::Pausing,
+        Ok(api::SandboxState::Resuming) => SandboxState::Resuming,
         Ok(api::SandboxState::Unspecified) | Err(_) => {
             return Err(Error::invalid(format!(
                 "states: {v} is not a sandbox state"
@@ -98,6 +100,8 @@ fn state_to_proto(s: SandboxState) -> api::SandboxState {
         SandboxState::Terminated => api::SandboxState::Terminated,
         SandboxState::Failed => api::SandboxState::Failed,
         SandboxState::Unhealthy => api::SandboxState::Unhealthy,
+        SandboxState::Pausing => api::SandboxState::Pausing,
+        SandboxState::Resuming => api::SandboxState::Resuming,
     }
 }
 

@@ -6,12 +6,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use mentis_core::lifecycle;
 use mentis_core::{ActionId, Error, ObservationKind, Sandbox, SandboxId, SandboxState, SpaceId};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::executor_client::ExecutorClient;
 use crate::observations::ObservationLog;
+use crate::store::Store;
 
 /// Finished action ids remembered for duplicate detection, per sandbox.
 const REMEMBERED_FINISHED: usize = 10_000;
@@ -52,7 +54,9 @@ pub enum ActionStatus {
 /// A sandbox held by the runtime.
 pub struct SandboxHandle {
     pub id: SandboxId,
-    record: Mutex<Sandbox>,
+    /// The record and the action table under one lock: a state change and the start of an action never
+    /// interleave (a pause cannot begin while a submission is being admitted, nor the other way round).
+    inner: Mutex<Inner>,
     /// The sandbox's env, applied to every action.
     pub env: BTreeMap<String, String>,
     pub log: Arc<ObservationLog>,
@@ -60,7 +64,6 @@ pub struct SandboxHandle {
     executor: Mutex<Option<ExecutorClient>>,
     /// The secret the executor requires (kept to reconnect after a restart). Never logged.
     pub(crate) token: String,
-    actions: Mutex<ActionTable>,
     /// Owns the action pumps of this sandbox.
     pub tasks: TaskTracker,
     /// Cancelled when the sandbox is deleted: every pump then writes its LOST terminal and stops.
@@ -69,8 +72,17 @@ pub struct SandboxHandle {
     dirty: AtomicBool,
     /// The newest seq the store has.
     pub(crate) stored_seq: AtomicU64,
-    /// Serialises pause, resume and delete of this sandbox.
-    pub(crate) lifecycle: tokio::sync::Mutex<()>,
+    /// Serialises create, pause, resume and delete of this sandbox.
+    pub(crate) lifecycle: Arc<tokio::sync::Mutex<()>>,
+    /// Every state change is written through to it.
+    store: Arc<Store>,
+}
+
+/// What the lock of a handle guards.
+#[derive(Debug)]
+struct Inner {
+    record: Sandbox,
+    actions: ActionTable,
 }
 
 impl std::fmt::Debug for SandboxHandle {
@@ -92,20 +104,95 @@ impl SandboxHandle {
         env: BTreeMap<String, String>,
         log: Arc<ObservationLog>,
         token: String,
+        store: Arc<Store>,
     ) -> Self {
         Self {
             id: record.id,
-            record: Mutex::new(record),
+            inner: Mutex::new(Inner {
+                record,
+                actions: ActionTable::default(),
+            }),
             env,
             log,
             executor: Mutex::new(None),
             token,
-            actions: Mutex::new(ActionTable::default()),
             tasks: TaskTracker::new(),
             cancel: CancellationToken::new(),
             dirty: AtomicBool::new(false),
             stored_seq: AtomicU64::new(0),
-            lifecycle: tokio::sync::Mutex::new(()),
+            lifecycle: Arc::new(tokio::sync::Mutex::new(())),
+            store,
+        }
+    }
+
+    /// Moves the sandbox to `to` through the lifecycle table (FailedPrecondition naming the state when the
+    /// table has no such move): stamps the time, records `reason`, appends the `agent_state` observation,
+    /// writes the record through to the store and, on a final state, closes the log. Returns the state it
+    /// left.
+    pub fn enter(&self, to: SandboxState, reason: &str) -> Result<SandboxState, Error> {
+        self.enter_if(to, reason, |_| Ok(()))
+    }
+
+    /// [`SandboxHandle::enter`], when `precondition` (given the state and the number of running actions,
+    /// under the same lock that admits actions) agrees.
+    pub fn enter_if(
+        &self,
+        to: SandboxState,
+        reason: &str,
+        precondition: impl FnOnce(&Now) -> Result<(), Error>,
+    ) -> Result<SandboxState, Error> {
+        let (from, message) = {
+            let mut inner = lock(&self.inner);
+            let from = inner.record.state;
+            let m = lifecycle::check(self.id, from, to)?;
+            precondition(&Now {
+                state: from,
+                running_actions: inner.actions.running,
+            })?;
+            let r = &mut inner.record;
+            r.state = to;
+            r.state_reason = reason.to_owned();
+            r.updated_at = SystemTime::now();
+            (from, m.message)
+        };
+        self.announce(message, to, reason);
+        Ok(from)
+    }
+
+    /// Sets the state a restarted runtime found the sandbox in, outside the table (reconciliation: the
+    /// record may say anything, the backend is the truth), and announces it like a move.
+    pub(crate) fn reconcile(&self, to: SandboxState, reason: &str, message: &str) {
+        {
+            let mut inner = lock(&self.inner);
+            let r = &mut inner.record;
+            r.state = to;
+            r.state_reason = reason.to_owned();
+            r.updated_at = SystemTime::now();
+        }
+        self.announce(message, to, reason);
+    }
+
+    fn announce(&self, message: &str, to: SandboxState, reason: &str) {
+        let mut details = vec![("state", to.name())];
+        if !reason.is_empty() {
+            details.push(("reason", reason));
+        }
+        self.agent_state(message, &details);
+        self.persist();
+        if to.is_final() {
+            self.log.close();
+        }
+    }
+
+    /// Writes the record to the store now, with the newest seq.
+    pub(crate) fn persist(&self) {
+        self.take_dirty();
+        let seq = self.log.last_seq();
+        match self.store.update_sandbox(&self.snapshot(), seq) {
+            Ok(()) => self.stored_seq.store(seq, Ordering::Relaxed),
+            Err(e) => {
+                tracing::warn!(sandbox_id = %self.id, error = %e, "could not write a sandbox to the store")
+            }
         }
     }
 
@@ -125,7 +212,7 @@ impl SandboxHandle {
 
     /// Marks activity now (an action, a file call): the idle timeout starts again.
     pub fn touch(&self) {
-        lock(&self.record).last_activity = SystemTime::now();
+        lock(&self.inner).record.last_activity = SystemTime::now();
         self.dirty.store(true, Ordering::Relaxed);
     }
 
@@ -136,49 +223,28 @@ impl SandboxHandle {
 
     /// A copy of the record.
     pub fn snapshot(&self) -> Sandbox {
-        lock(&self.record).clone()
+        lock(&self.inner).record.clone()
     }
 
     /// The space the sandbox belongs to.
     pub fn space_id(&self) -> SpaceId {
-        lock(&self.record).space_id.clone()
+        lock(&self.inner).record.space_id.clone()
     }
 
     /// Whether the sandbox is live (not TERMINATED or FAILED) and in `space`.
     pub fn is_live_in(&self, space: &SpaceId) -> bool {
-        let r = lock(&self.record);
+        let r = &lock(&self.inner).record;
         !r.state.is_final() && &r.space_id == space
     }
 
     /// Whether the sandbox is live, in `space`, and carries the client key `key`.
     pub fn is_live_with_key(&self, space: &SpaceId, key: &str) -> bool {
-        let r = lock(&self.record);
+        let r = &lock(&self.inner).record;
         !r.state.is_final() && &r.space_id == space && r.external_key.as_deref() == Some(key)
     }
 
     pub fn state(&self) -> SandboxState {
-        lock(&self.record).state
-    }
-
-    /// Moves to `state`, with a reason when there is one worth telling.
-    pub fn set_state(&self, state: SandboxState, reason: impl Into<String>) {
-        let mut r = lock(&self.record);
-        r.state = state;
-        r.state_reason = reason.into();
-        r.updated_at = SystemTime::now();
-        self.dirty.store(true, Ordering::Relaxed);
-    }
-
-    /// Moves to TERMINATING unless already final; returns the state it was in.
-    pub fn begin_termination(&self) -> SandboxState {
-        let mut r = lock(&self.record);
-        let before = r.state;
-        if !before.is_final() {
-            r.state = SandboxState::Terminating;
-            r.updated_at = SystemTime::now();
-            self.dirty.store(true, Ordering::Relaxed);
-        }
-        before
+        lock(&self.inner).record.state
     }
 
     pub fn set_executor(&self, client: ExecutorClient) {
@@ -190,40 +256,10 @@ impl SandboxHandle {
         lock(&self.executor).clone()
     }
 
-    /// Moves from one of `from` to `to`; false (and no change) when the sandbox is in another state.
-    pub fn transition(
-        &self,
-        from: &[SandboxState],
-        to: SandboxState,
-        reason: impl Into<String>,
-    ) -> bool {
-        let mut r = lock(&self.record);
-        if !from.contains(&r.state) {
-            return false;
-        }
-        r.state = to;
-        r.state_reason = reason.into();
-        r.updated_at = SystemTime::now();
-        self.dirty.store(true, Ordering::Relaxed);
-        true
-    }
-
-    /// The executor client of a RUNNING sandbox; FailedPrecondition in any other state.
+    /// The executor client of a RUNNING sandbox; UNAVAILABLE while UNHEALTHY, FailedPrecondition in any
+    /// other state.
     pub fn running_executor(&self) -> Result<ExecutorClient, Error> {
-        let state = self.state();
-        if state == SandboxState::Unhealthy {
-            return Err(Error::Unavailable(format!(
-                "the executor of sandbox {} does not answer; the runtime is bringing it back",
-                self.id
-            )));
-        }
-        if state != SandboxState::Running {
-            return Err(Error::FailedPrecondition(format!(
-                "sandbox {} is {}, not RUNNING",
-                self.id,
-                state_name(state)
-            )));
-        }
+        not_running(self.id, self.state(), "this call")?;
         self.executor().ok_or_else(|| {
             Error::Internal(format!(
                 "sandbox {} is RUNNING without an executor",
@@ -241,7 +277,10 @@ impl SandboxHandle {
         fingerprint: u64,
         max_running: usize,
     ) -> Result<Reserved, Error> {
-        let mut t = lock(&self.actions);
+        let mut inner = lock(&self.inner);
+        let state = inner.record.state;
+        let t = &mut inner.actions;
+        // A retry is answered from the log whatever the state (the sandbox may have ended since).
         if let Some(e) = t.entries.get(id) {
             if e.fingerprint == fingerprint {
                 return Ok(Reserved::Known {
@@ -252,6 +291,8 @@ impl SandboxHandle {
                 "action id {id} is already used in this sandbox by another action"
             )));
         }
+        // Checked under the lock a pause takes to leave RUNNING: no action starts once a pause has begun.
+        not_running(self.id, state, "an action")?;
         if t.running >= max_running {
             return Err(Error::ResourceExhausted(format!(
                 "sandbox {} already runs {max_running} actions (MENTIS_MAX_ACTIONS_PER_SANDBOX)",
@@ -274,7 +315,8 @@ impl SandboxHandle {
 
     /// Forgets an action that was never accepted.
     pub fn unreserve_action(&self, id: &ActionId) {
-        let mut t = lock(&self.actions);
+        let mut inner = lock(&self.inner);
+        let t = &mut inner.actions;
         if let Some(e) = t.entries.remove(id)
             && e.running
         {
@@ -282,16 +324,17 @@ impl SandboxHandle {
         }
     }
 
-    /// Marks an action finished (its terminal observation is in the log).
     /// Actions running now.
     pub fn running_actions(&self) -> usize {
-        lock(&self.actions).running
+        lock(&self.inner).actions.running
     }
 
+    /// Marks an action finished (its terminal observation is in the log).
     pub fn finish_action(&self, id: &ActionId) {
         // The end of an action is activity too: the idle timeout counts from here.
         self.touch();
-        let mut t = lock(&self.actions);
+        let mut inner = lock(&self.inner);
+        let t = &mut inner.actions;
         let was_running = match t.entries.get_mut(id) {
             Some(e) if e.running => {
                 e.running = false;
@@ -310,17 +353,8 @@ impl SandboxHandle {
         }
     }
 
-    /// Where a known submission's observations start, when `fingerprint` matches it.
-    pub fn known_action(&self, id: &ActionId, fingerprint: u64) -> Option<u64> {
-        lock(&self.actions)
-            .entries
-            .get(id)
-            .filter(|e| e.fingerprint == fingerprint)
-            .map(|e| e.after_seq)
-    }
-
     pub fn action_status(&self, id: &ActionId) -> ActionStatus {
-        match lock(&self.actions).entries.get(id) {
+        match lock(&self.inner).actions.entries.get(id) {
             None => ActionStatus::Unknown,
             Some(e) if e.running => ActionStatus::Running,
             Some(_) => ActionStatus::Finished,
@@ -328,15 +362,21 @@ impl SandboxHandle {
     }
 }
 
-/// The public name of a state, for messages.
-pub fn state_name(s: SandboxState) -> &'static str {
-    match s {
-        SandboxState::Creating => "CREATING",
-        SandboxState::Running => "RUNNING",
-        SandboxState::Paused => "PAUSED",
-        SandboxState::Terminating => "TERMINATING",
-        SandboxState::Terminated => "TERMINATED",
-        SandboxState::Failed => "FAILED",
-        SandboxState::Unhealthy => "UNHEALTHY",
+/// What a precondition of [`SandboxHandle::enter_if`] sees.
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    pub state: SandboxState,
+    pub running_actions: usize,
+}
+
+/// Ok for RUNNING; UNAVAILABLE while UNHEALTHY (the runtime is bringing the executor back: retry);
+/// FailedPrecondition naming the state otherwise.
+pub fn not_running(id: SandboxId, state: SandboxState, call: &str) -> Result<(), Error> {
+    match state {
+        SandboxState::Running => Ok(()),
+        SandboxState::Unhealthy => Err(Error::Unavailable(format!(
+            "the executor of sandbox {id} does not answer; the runtime is bringing it back"
+        ))),
+        other => Err(lifecycle::refuse(id, other, call, &[SandboxState::Running])),
     }
 }

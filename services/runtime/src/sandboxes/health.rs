@@ -1,7 +1,8 @@
 //! The health watch of one sandbox: a periodic check of its executor. Two failed checks in a row make the
-//! sandbox UNHEALTHY (with an agent_state observation); the watch then brings the executor back — starting
-//! its container again when it stopped, reconnecting when its address changed — and the sandbox is RUNNING
-//! again (another agent_state). A container that is gone for good makes the sandbox TERMINATED.
+//! sandbox UNHEALTHY; the watch then brings the executor back — starting its container again when it
+//! stopped, reconnecting when its address changed — and the sandbox is RUNNING again. A container that is
+//! gone for good is ended as a delete would: TERMINATING, its actions LOST, then TERMINATED. Every move goes
+//! through the lifecycle table, so a watch never undoes a pause, resume or delete that runs beside it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,8 @@ use crate::config::RuntimeConfig;
 const FAILURES_BEFORE_UNHEALTHY: u32 = 2;
 /// Upper bound of one health check.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the end of a vanished sandbox waits for its action pumps to write their terminals.
+const PUMP_DRAIN: Duration = Duration::from_secs(10);
 
 /// Watches `h` until it is deleted.
 pub(super) async fn watch(
@@ -28,8 +31,8 @@ pub(super) async fn watch(
             () = h.cancel.cancelled() => return,
             () = tokio::time::sleep(config.health_interval) => {}
         }
-        let state = h.state();
-        if !matches!(state, SandboxState::Running | SandboxState::Unhealthy) {
+        if !matches!(h.state(), SandboxState::Running | SandboxState::Unhealthy) {
+            failures = 0;
             continue;
         }
         let Some(client) = h.executor() else { continue };
@@ -40,69 +43,70 @@ pub(super) async fn watch(
         match checked {
             Ok(()) => {
                 failures = 0;
-                if h.transition(&[SandboxState::Unhealthy], SandboxState::Running, "") {
+                if h.state() == SandboxState::Unhealthy
+                    && h.enter(SandboxState::Running, "").is_ok()
+                {
                     tracing::info!("executor answers again");
-                    h.agent_state("executor reachable again", &[("state", "RUNNING")]);
                 }
             }
             Err(e) => {
                 failures += 1;
                 if failures >= FAILURES_BEFORE_UNHEALTHY
-                    && h.transition(
-                        &[SandboxState::Running],
-                        SandboxState::Unhealthy,
-                        e.to_string(),
-                    )
+                    && h.state() == SandboxState::Running
+                    && h.enter(SandboxState::Unhealthy, &e.to_string()).is_ok()
                 {
                     tracing::warn!(error = %e, "executor unreachable");
-                    h.agent_state(
-                        "executor unreachable",
-                        &[("state", "UNHEALTHY"), ("reason", &e.to_string())],
-                    );
                 }
-                if h.state() == SandboxState::Unhealthy {
-                    let recovered = tokio::select! {
-                        () = h.cancel.cancelled() => return,
-                        r = recover(&h, backend.as_ref(), &config) => r,
-                    };
-                    match recovered {
-                        Ok(()) => failures = 0,
-                        Err(Error::NotFound(reason)) => {
-                            if h.transition(
-                                &[SandboxState::Unhealthy],
-                                SandboxState::Terminated,
-                                reason.clone(),
-                            ) {
-                                tracing::warn!(%reason, "sandbox gone");
-                                h.agent_state(
-                                    "sandbox gone",
-                                    &[("state", "TERMINATED"), ("reason", &reason)],
-                                );
-                                end_gone(&h, backend.as_ref()).await;
-                            }
-                            return;
-                        }
-                        Err(e) => tracing::debug!(error = %e, "executor not back yet"),
+                if h.state() != SandboxState::Unhealthy {
+                    continue;
+                }
+                let recovered = tokio::select! {
+                    () = h.cancel.cancelled() => return,
+                    r = recover(&h, backend.as_ref(), &config) => r,
+                };
+                match recovered {
+                    Ok(()) => failures = 0,
+                    Err(Error::NotFound(reason)) => {
+                        end_gone(&h, backend, reason).await;
+                        return;
                     }
+                    Err(e) => tracing::debug!(error = %e, "executor not back yet"),
                 }
             }
         }
     }
 }
 
-/// A sandbox whose container vanished: its running actions end LOST, its leftovers (the workspace volume)
-/// go, and its log closes once the pumps have written their terminals.
-async fn end_gone(h: &Arc<SandboxHandle>, backend: &dyn SandboxBackend) {
-    if let Err(e) = backend.delete(h.id).await {
-        tracing::warn!(error = %e, "could not remove the leftovers of a vanished sandbox");
+/// A sandbox whose container vanished: TERMINATING (under the lifecycle lock, so a delete beside it waits),
+/// its running actions end LOST, its leftovers (the workspace volume) go, then TERMINATED.
+async fn end_gone(h: &Arc<SandboxHandle>, backend: Arc<dyn SandboxBackend>, reason: String) {
+    let lifecycle = tokio::select! {
+        () = h.cancel.cancelled() => return,
+        g = Arc::clone(&h.lifecycle).lock_owned() => g,
+    };
+    if let Err(e) = h.enter(SandboxState::Terminating, &reason) {
+        tracing::debug!(error = %e, "a vanished sandbox is already ending");
+        return;
     }
+    tracing::warn!(%reason, "sandbox gone");
     h.cancel.cancel();
     h.tasks.close();
-    // This watch is one of the tasks: wait for the others from outside.
+    // This watch is one of the tasks: the rest waits for them from outside.
     let h = Arc::clone(h);
     tokio::spawn(async move {
-        let _ = tokio::time::timeout(Duration::from_secs(10), h.tasks.wait()).await;
-        h.log.close();
+        let _lifecycle = lifecycle;
+        if tokio::time::timeout(PUMP_DRAIN, h.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("action pumps did not finish in time");
+        }
+        if let Err(e) = backend.delete(h.id).await {
+            tracing::warn!(error = %e, "could not remove the leftovers of a vanished sandbox");
+        }
+        if let Err(e) = h.enter(SandboxState::Terminated, &reason) {
+            tracing::warn!(error = %e, "could not end a vanished sandbox");
+        }
     });
 }
 
@@ -115,12 +119,8 @@ async fn recover(
     let (client, endpoint) =
         super::reach_executor(backend, config, h.id, &h.token, config.ready_timeout).await?;
     h.set_executor(client);
-    if h.transition(&[SandboxState::Unhealthy], SandboxState::Running, "") {
+    if h.enter(SandboxState::Running, "").is_ok() {
         tracing::info!(endpoint = %endpoint.uri, "executor recovered");
-        h.agent_state(
-            "executor recovered",
-            &[("state", "RUNNING"), ("endpoint", &endpoint.uri)],
-        );
     }
     Ok(())
 }

@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use mentis_core::lifecycle;
 use mentis_core::{Error, IdlePolicy, Result, Sandbox, SandboxId, SandboxState};
 
 use super::Manager;
-use super::handle::{SandboxHandle, state_name};
+use super::handle::SandboxHandle;
 use crate::executor_client::ExecutorClient;
 
 impl Manager {
@@ -23,26 +24,33 @@ impl Manager {
     ) -> Result<Sandbox> {
         let h = self.handle(id)?;
         let _lifecycle = h.lifecycle.lock().await;
-        match h.state() {
-            SandboxState::Paused => return Ok(h.snapshot()),
-            SandboxState::Running => {}
-            other => {
-                return Err(Error::FailedPrecondition(format!(
-                    "sandbox {id} is {}, only a RUNNING sandbox can be paused",
-                    state_name(other)
-                )));
+        if h.state() == SandboxState::Paused {
+            return Ok(h.snapshot());
+        }
+        // PAUSING from here on: no action is admitted (the check and the move share the lock that admits
+        // actions), so none can start on a container that is being frozen.
+        h.enter_if(SandboxState::Pausing, reason, |now| {
+            if now.state != SandboxState::Running {
+                return Err(lifecycle::refuse(
+                    id,
+                    now.state,
+                    "PauseSandbox",
+                    &[SandboxState::Running, SandboxState::Paused],
+                ));
             }
+            match now.running_actions {
+                0 => Ok(()),
+                n => Err(Error::FailedPrecondition(format!(
+                    "sandbox {id} has {n} running actions; cancel them or let them end before pausing"
+                ))),
+            }
+        })?;
+        if let Err(e) = self.backend.pause(id).await {
+            tracing::warn!(sandbox_id = %id, error = %e, "could not pause a sandbox");
+            h.enter(SandboxState::Running, &format!("pause failed: {e}"))?;
+            return Err(e);
         }
-        let running = h.running_actions();
-        if running > 0 {
-            return Err(Error::FailedPrecondition(format!(
-                "sandbox {id} has {running} running actions; cancel them or let them end before pausing"
-            )));
-        }
-        self.backend.pause(id).await?;
-        h.set_state(SandboxState::Paused, reason);
-        h.agent_state("sandbox paused", &[("state", "PAUSED"), ("reason", reason)]);
-        self.persist(&h);
+        h.enter(SandboxState::Paused, reason)?;
         tracing::info!(sandbox_id = %id, reason, "sandbox paused");
         Ok(h.snapshot())
     }
@@ -55,35 +63,47 @@ impl Manager {
 
     async fn resume_handle(&self, h: &Arc<SandboxHandle>) -> Result<Sandbox> {
         let _lifecycle = h.lifecycle.lock().await;
-        match h.state() {
-            SandboxState::Running => return Ok(h.snapshot()),
-            SandboxState::Paused => {}
-            other => {
-                return Err(Error::FailedPrecondition(format!(
-                    "sandbox {} is {}, only a PAUSED sandbox can be resumed",
-                    h.id,
-                    state_name(other)
-                )));
-            }
+        if h.state() == SandboxState::Running {
+            return Ok(h.snapshot());
         }
-        self.backend.resume(h.id).await?;
+        h.enter_if(SandboxState::Resuming, "", |now| match now.state {
+            SandboxState::Paused => Ok(()),
+            other => Err(lifecycle::refuse(
+                h.id,
+                other,
+                "ResumeSandbox",
+                &[SandboxState::Paused, SandboxState::Running],
+            )),
+        })?;
+        if let Err(e) = self.backend.resume(h.id).await {
+            tracing::warn!(sandbox_id = %h.id, error = %e, "could not resume a sandbox");
+            h.enter(SandboxState::Paused, &format!("resume failed: {e}"))?;
+            return Err(e);
+        }
         // The old connection died of missed keepalives while frozen: connect afresh (the address may have
         // changed too, if the engine restarted the container meanwhile).
-        let (client, _) = super::reach_executor(
+        let reached = super::reach_executor(
             self.backend.as_ref(),
             &self.config,
             h.id,
             &h.token,
             self.config.ready_timeout,
         )
-        .await?;
-        h.set_executor(client);
-        h.set_state(SandboxState::Running, "");
-        h.touch();
-        h.agent_state("sandbox resumed", &[("state", "RUNNING")]);
-        self.persist(h);
-        tracing::info!(sandbox_id = %h.id, "sandbox resumed");
-        Ok(h.snapshot())
+        .await;
+        match reached {
+            Ok((client, _)) => {
+                h.set_executor(client);
+                h.touch();
+                h.enter(SandboxState::Running, "")?;
+                tracing::info!(sandbox_id = %h.id, "sandbox resumed");
+                Ok(h.snapshot())
+            }
+            Err(e) => {
+                // Thawed but silent: the health watch brings it back.
+                h.enter(SandboxState::Unhealthy, &e.to_string())?;
+                Err(e)
+            }
+        }
     }
 
     /// Resumes a PAUSED sandbox whose spec asks for it; anything else is left for the caller to judge.

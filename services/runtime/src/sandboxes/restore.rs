@@ -97,7 +97,13 @@ impl Manager {
             s.last_seq + SEQ_JUMP_AFTER_CRASH
         };
         let log = ObservationLog::starting_after(id, self.config.log_limits, base);
-        let h = Arc::new(SandboxHandle::new(s.record.clone(), s.env, log, s.token));
+        let h = Arc::new(SandboxHandle::new(
+            s.record.clone(),
+            s.env,
+            log,
+            s.token,
+            Arc::clone(&self.store),
+        ));
         let was = s.record.state;
         self.write().insert(id, Arc::clone(&h));
         if was.is_final() {
@@ -107,12 +113,7 @@ impl Manager {
         }
         let gone = |reason: &str| {
             tracing::warn!(sandbox_id = %id, reason, "sandbox ended while the runtime was down");
-            h.set_state(SandboxState::Terminated, reason);
-            h.agent_state(
-                "sandbox gone",
-                &[("state", "TERMINATED"), ("reason", reason)],
-            );
-            h.log.close();
+            h.reconcile(SandboxState::Terminated, reason, "sandbox gone");
         };
         match (was, found) {
             (SandboxState::Creating | SandboxState::Terminating, _) => {
@@ -120,14 +121,16 @@ impl Manager {
                 if let Err(e) = self.backend.delete(id).await {
                     tracing::warn!(sandbox_id = %id, error = %e, "could not remove a half-made sandbox");
                 }
-                if was == SandboxState::Creating {
-                    h.set_state(
+                let (to, reason) = if was == SandboxState::Creating {
+                    (
                         SandboxState::Failed,
                         "the runtime restarted while creating it",
-                    );
-                    h.log.close();
+                    )
                 } else {
-                    gone("deleted");
+                    (SandboxState::Terminated, "deleted")
+                };
+                if let Err(e) = h.enter(to, reason) {
+                    tracing::warn!(sandbox_id = %id, error = %e, "could not end a half-made sandbox");
                 }
             }
             (_, None | Some(BackendState::Missing)) => {
@@ -138,8 +141,13 @@ impl Manager {
                 gone("its container vanished while the runtime was down");
             }
             (_, Some(BackendState::Paused)) => {
-                h.set_state(SandboxState::Paused, "paused");
+                h.reconcile(
+                    SandboxState::Paused,
+                    "paused",
+                    "sandbox taken over after a runtime restart",
+                );
                 tracing::info!(sandbox_id = %id, "took over a paused sandbox");
+                self.watch_health(&h);
             }
             (_, Some(BackendState::Running | BackendState::Stopped)) => {
                 let within = TAKEOVER_READY.min(self.config.ready_timeout);
@@ -153,17 +161,21 @@ impl Manager {
                 match reached.await {
                     Ok((client, _)) => {
                         h.set_executor(client);
-                        h.set_state(SandboxState::Running, "");
-                        h.agent_state(
+                        h.reconcile(
+                            SandboxState::Running,
+                            "",
                             "sandbox taken over after a runtime restart",
-                            &[("state", "RUNNING")],
                         );
                         tracing::info!(sandbox_id = %id, "took over a running sandbox");
                     }
                     Err(e) => {
                         // Alive but not answering yet: the health watch brings it back.
                         tracing::warn!(sandbox_id = %id, error = %e, "executor not answering after a restart");
-                        h.set_state(SandboxState::Unhealthy, e.to_string());
+                        h.reconcile(
+                            SandboxState::Unhealthy,
+                            &e.to_string(),
+                            "executor unreachable after a runtime restart",
+                        );
                     }
                 }
                 self.watch_health(&h);
@@ -173,6 +185,6 @@ impl Manager {
         if !h.state().is_final() {
             h.touch();
         }
-        self.persist(&h);
+        h.persist();
     }
 }

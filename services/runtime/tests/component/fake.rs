@@ -67,7 +67,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Serves a real executor for `spec` on 127.0.0.1:0 over `workspace`; returns its address and its stop.
-async fn start_executor(spec: &BackendSpec, workspace: &TempDir) -> (SocketAddr, CancellationToken) {
+async fn start_executor(
+    spec: &BackendSpec,
+    workspace: &TempDir,
+) -> (SocketAddr, CancellationToken) {
     let token = mentis_executor::Token::new(spec.token.clone()).expect("a valid token");
     let mut config = mentis_executor::Config::new(token, workspace.path());
     config.max_actions = 64;
@@ -186,7 +189,9 @@ impl SandboxBackend for FakeBackend {
         self.record("create", spec.id);
         let faults = self.faults();
         if faults.create_fails {
-            return Err(Error::Unavailable("the fake engine refuses to create".into()));
+            return Err(Error::Unavailable(
+                "the fake engine refuses to create".into(),
+            ));
         }
         let workspace = Arc::new(tempfile::tempdir().map_err(|e| Error::Internal(e.to_string()))?);
         let (target, executor) = if faults.create_never_ready {
@@ -247,7 +252,9 @@ impl SandboxBackend for FakeBackend {
     async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()> {
         self.record("update_limits", id);
         if self.faults().update_limits_fails {
-            return Err(Error::Unavailable("the fake engine cannot update limits".into()));
+            return Err(Error::Unavailable(
+                "the fake engine cannot update limits".into(),
+            ));
         }
         let mut map = lock(&self.sandboxes);
         let f = map

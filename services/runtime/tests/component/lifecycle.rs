@@ -29,7 +29,15 @@ async fn create_run_pause_resume_delete() {
     let log = rt.log(&id, 0).await;
     assert_eq!(
         states_in(&log),
-        ["RUNNING", "PAUSED", "RUNNING", "TERMINATED"],
+        [
+            "RUNNING",
+            "PAUSING",
+            "PAUSED",
+            "RESUMING",
+            "RUNNING",
+            "TERMINATING",
+            "TERMINATED"
+        ],
         "{log:?}"
     );
 }

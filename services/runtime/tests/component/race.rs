@@ -93,12 +93,17 @@ async fn pause_racing_submit_never_freezes_a_running_action() {
                 observations,
             }
         });
-        let pause = tokio::time::timeout(PATIENCE, pause).await.unwrap().unwrap();
+        let pause = tokio::time::timeout(PATIENCE, pause)
+            .await
+            .unwrap()
+            .unwrap();
         let accepted = tokio::time::timeout(PATIENCE, accepted_rx)
             .await
             .unwrap()
             .unwrap();
-        if pause.is_ok() {
+        if let Err(status) = &pause {
+            assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+        } else {
             paused += 1;
             // PAUSED now. An accepted action must have ended already (it cannot run in a frozen sandbox).
             if accepted && !exec.is_finished() {
@@ -108,9 +113,6 @@ async fn pause_racing_submit_never_freezes_a_running_action() {
                 }
             }
             rt.resume(&id).await.unwrap();
-        } else {
-            let status = pause.unwrap_err();
-            assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
         }
         let raced = tokio::time::timeout(PATIENCE, exec).await.unwrap().unwrap();
         if raced.accepted {

@@ -119,7 +119,12 @@ impl TestRuntime {
     pub async fn restart(mut self) -> Self {
         let _busy = Busy::hold();
         self.runtime.take().unwrap().stop().await.unwrap();
-        Self::start_on(self.backend.clone(), self.config.clone(), self.data_dir.clone()).await
+        Self::start_on(
+            self.backend.clone(),
+            self.config.clone(),
+            self.data_dir.clone(),
+        )
+        .await
     }
 
     /// CreateSandbox.
@@ -185,7 +190,11 @@ impl TestRuntime {
     }
 
     /// Runs a shell command with Execute and returns every observation of its stream.
-    pub async fn sh(&mut self, id: &str, command: &str) -> Result<Vec<api::Observation>, tonic::Status> {
+    pub async fn sh(
+        &mut self,
+        id: &str,
+        command: &str,
+    ) -> Result<Vec<api::Observation>, tonic::Status> {
         self.exec(id, shell(command), "").await
     }
 
