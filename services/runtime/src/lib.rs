@@ -4,6 +4,7 @@
 pub mod api;
 pub mod auth;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod convert;
 pub mod executor_client;

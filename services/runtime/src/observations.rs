@@ -4,7 +4,6 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use futures::Stream;
 use mentis_core::{ActionId, Observation, ObservationKind, SandboxId};
@@ -118,7 +117,7 @@ impl ObservationLog {
                 seq,
                 sandbox_id: self.sandbox_id,
                 action_id,
-                time: SystemTime::now(),
+                time: crate::clock::now(),
                 kind,
             }));
             inner.bytes += size;

@@ -203,7 +203,7 @@ impl Manager {
             Some(m) => (m.id, m.token.clone()),
             None => (SandboxId::new(), random_token()),
         };
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         let record = Sandbox {
             id,
             space_id: spec.space_id.clone(),
@@ -511,7 +511,7 @@ impl Manager {
             .map(|s| (s.updated_at, s.id))
             .collect();
         ended.sort();
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         let expired = ended
             .iter()
             .filter(|(t, _)| {

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use mentis_core::lifecycle;
 use mentis_core::{ActionId, Error, ObservationKind, Sandbox, SandboxId, SandboxState, SpaceId};
@@ -152,7 +151,7 @@ impl SandboxHandle {
             let r = &mut inner.record;
             r.state = to;
             r.state_reason = reason.to_owned();
-            r.updated_at = SystemTime::now();
+            r.updated_at = crate::clock::now();
             (from, m.message)
         };
         self.announce(message, to, reason);
@@ -167,7 +166,7 @@ impl SandboxHandle {
             let r = &mut inner.record;
             r.state = to;
             r.state_reason = reason.to_owned();
-            r.updated_at = SystemTime::now();
+            r.updated_at = crate::clock::now();
         }
         self.announce(message, to, reason);
     }
@@ -212,7 +211,7 @@ impl SandboxHandle {
 
     /// Marks activity now (an action, a file call): the idle timeout starts again.
     pub fn touch(&self) {
-        lock(&self.inner).record.last_activity = SystemTime::now();
+        lock(&self.inner).record.last_activity = crate::clock::now();
         self.dirty.store(true, Ordering::Relaxed);
     }
 

@@ -1,7 +1,6 @@
 //! Pause, resume, and the reaper that applies each sandbox's idle timeout and maximum lifetime.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use mentis_core::lifecycle;
 use mentis_core::{Error, IdlePolicy, Result, Sandbox, SandboxId, SandboxState};
@@ -140,7 +139,7 @@ impl Manager {
     }
 
     async fn reap(self: &Arc<Self>) {
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         for h in self.handles() {
             let s = h.snapshot();
             if s.state.is_final() || s.state == SandboxState::Terminating {

@@ -8,3 +8,4 @@ mod support;
 
 mod lifecycle;
 mod race;
+mod time;
