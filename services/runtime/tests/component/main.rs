@@ -7,5 +7,7 @@ mod fake;
 mod support;
 
 mod lifecycle;
+mod pool;
 mod race;
+mod restart;
 mod time;

@@ -1,0 +1,62 @@
+//! A runtime restarted on the same store and backend takes its sandboxes over: running ones keep running
+//! (their executor, its state and their seqs continue), paused ones stay paused, vanished ones end, and a
+//! container nobody recorded is removed.
+
+use mentis_core::{BackendSpec, SandboxBackend, SandboxId};
+use mentis_proto::api::SandboxState;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
+    let mut rt = TestRuntime::start().await;
+    let running = rt.create_default().await;
+    let paused = rt.create_default().await;
+    let vanishing = rt.create_default().await;
+    rt.sh(&running.sandbox_id, "echo state > kept.txt").await.unwrap();
+    rt.pause(&paused.sandbox_id).await.unwrap();
+    let seq_before = rt.get(&running.sandbox_id).await.unwrap().last_seq;
+    // A container the store does not know (left by a crash between create and record).
+    let stray = SandboxId::new();
+    rt.backend
+        .create(&BackendSpec {
+            id: stray,
+            space_id: None,
+            image: "stray".into(),
+            limits: Default::default(),
+            token: "stray-token".into(),
+            data_mounts: Vec::new(),
+            executor_env: Vec::new(),
+            egress: false,
+            read_only_rootfs: false,
+        })
+        .await
+        .unwrap();
+
+    let backend = rt.backend.clone();
+    let mut rt = {
+        let _busy = Busy::hold();
+        let stopped = rt.runtime.take().unwrap().stop();
+        stopped.await.unwrap();
+        // While it is down, one container vanishes.
+        backend.lose(sid(&vanishing));
+        TestRuntime::start_on(backend, rt.config.clone(), rt.data_dir.clone()).await
+    };
+
+    assert_eq!(rt.state(&running.sandbox_id).await, SandboxState::Running);
+    let obs = rt.sh(&running.sandbox_id, "cat kept.txt").await.unwrap();
+    assert_eq!(stdout(&obs), "state\n");
+    assert!(obs[0].seq > seq_before, "seqs continue: {} after {seq_before}", obs[0].seq);
+    assert_eq!(rt.state(&paused.sandbox_id).await, SandboxState::Paused);
+    rt.resume(&paused.sandbox_id).await.unwrap();
+    assert_eq!(stdout(&rt.sh(&paused.sandbox_id, "echo up").await.unwrap()), "up\n");
+    let gone = rt.get(&vanishing.sandbox_id).await.unwrap();
+    assert_eq!(gone.state, SandboxState::Terminated as i32);
+    assert!(gone.state_reason.contains("vanished"), "{gone:?}");
+    assert_eq!(rt.backend.state(stray), None, "the unrecorded container is removed");
+    let log = rt.log(&running.sandbox_id, seq_before).await;
+    assert!(
+        log.iter().any(|o| matches!(&o.kind, Some(Kind::AgentState(a)) if a.message.contains("taken over"))),
+        "{log:?}"
+    );
+}
