@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod fake;
+mod faults;
 mod support;
 
 mod lifecycle;

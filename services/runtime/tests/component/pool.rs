@@ -36,7 +36,10 @@ async fn wait_idle(rt: &mut TestRuntime, idle: u32) -> api::Pool {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("the pool never had {idle} idle members: {:?}", pool(rt).await);
+    panic!(
+        "the pool never had {idle} idle members: {:?}",
+        pool(rt).await
+    );
 }
 
 #[tokio::test]
@@ -54,7 +57,10 @@ async fn a_claim_binds_the_request_to_a_member_made_ahead() {
         .await
         .unwrap();
     assert_eq!(sb.state, SandboxState::Running as i32);
-    assert_eq!(sb.labels.get("owner").map(String::as_str), Some("pool-test"));
+    assert_eq!(
+        sb.labels.get("owner").map(String::as_str),
+        Some("pool-test")
+    );
     let p = pool(&mut rt).await;
     assert_eq!((p.hits, p.misses), (1, 0), "{p:?}");
     // Served by a member that existed before the request, its limits changed in the backend.

@@ -13,7 +13,9 @@ async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
     let running = rt.create_default().await;
     let paused = rt.create_default().await;
     let vanishing = rt.create_default().await;
-    rt.sh(&running.sandbox_id, "echo state > kept.txt").await.unwrap();
+    rt.sh(&running.sandbox_id, "echo state > kept.txt")
+        .await
+        .unwrap();
     rt.pause(&paused.sandbox_id).await.unwrap();
     let seq_before = rt.get(&running.sandbox_id).await.unwrap().last_seq;
     // A container the store does not know (left by a crash between create and record).
@@ -46,17 +48,30 @@ async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
     assert_eq!(rt.state(&running.sandbox_id).await, SandboxState::Running);
     let obs = rt.sh(&running.sandbox_id, "cat kept.txt").await.unwrap();
     assert_eq!(stdout(&obs), "state\n");
-    assert!(obs[0].seq > seq_before, "seqs continue: {} after {seq_before}", obs[0].seq);
+    assert!(
+        obs[0].seq > seq_before,
+        "seqs continue: {} after {seq_before}",
+        obs[0].seq
+    );
     assert_eq!(rt.state(&paused.sandbox_id).await, SandboxState::Paused);
     rt.resume(&paused.sandbox_id).await.unwrap();
-    assert_eq!(stdout(&rt.sh(&paused.sandbox_id, "echo up").await.unwrap()), "up\n");
+    assert_eq!(
+        stdout(&rt.sh(&paused.sandbox_id, "echo up").await.unwrap()),
+        "up\n"
+    );
     let gone = rt.get(&vanishing.sandbox_id).await.unwrap();
     assert_eq!(gone.state, SandboxState::Terminated as i32);
     assert!(gone.state_reason.contains("vanished"), "{gone:?}");
-    assert_eq!(rt.backend.state(stray), None, "the unrecorded container is removed");
+    assert_eq!(
+        rt.backend.state(stray),
+        None,
+        "the unrecorded container is removed"
+    );
     let log = rt.log(&running.sandbox_id, seq_before).await;
     assert!(
-        log.iter().any(|o| matches!(&o.kind, Some(Kind::AgentState(a)) if a.message.contains("taken over"))),
+        log.iter().any(
+            |o| matches!(&o.kind, Some(Kind::AgentState(a)) if a.message.contains("taken over"))
+        ),
         "{log:?}"
     );
 }

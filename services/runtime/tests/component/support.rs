@@ -26,23 +26,58 @@ pub use mentis_proto::api::observation::Kind;
 /// Upper bound of anything a test waits for in real time.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
-/// While it lives, a paused clock does not jump ahead on its own (tokio does not auto-advance while a
-/// blocking task runs); on a clock that is not paused it does nothing.
-pub struct Busy(Option<std::sync::mpsc::Sender<()>>);
+/// While it lives, a paused clock runs at the pace of the real one instead of jumping ahead to the next
+/// timer whenever the runtime waits (for a real process, say): short timers (output coalescing, retries)
+/// still fire, long ones (health checks, expiry) do not come early. On a clock that is not paused it does
+/// nothing. Several guards at once pace the clock once.
+pub struct Busy {
+    paced: bool,
+}
+
+thread_local! {
+    /// Guards alive on this thread (a paused clock means a current-thread runtime: one thread).
+    static HOLDERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether tokio's clock is paused here: it does not move on its own while this thread sleeps.
+fn clock_paused() -> bool {
+    let before = tokio::time::Instant::now();
+    std::thread::sleep(Duration::from_micros(200));
+    tokio::time::Instant::now() == before
+}
 
 impl Busy {
     pub fn hold() -> Self {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        tokio::task::spawn_blocking(move || {
-            let _ = rx.recv();
+        if !clock_paused() {
+            return Self { paced: false };
+        }
+        let first = HOLDERS.with(|h| {
+            h.set(h.get() + 1);
+            h.get() == 1
         });
-        Self(Some(tx))
+        if first {
+            tokio::spawn(async {
+                while HOLDERS.with(|h| h.get()) > 0 {
+                    // While a blocking task runs, the clock does not jump; then move it as far as real
+                    // time went.
+                    let real = std::time::Instant::now();
+                    let _ = tokio::task::spawn_blocking(|| {
+                        std::thread::sleep(Duration::from_millis(2))
+                    })
+                    .await;
+                    tokio::time::advance(real.elapsed()).await;
+                }
+            });
+        }
+        Self { paced: true }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.take();
+        if self.paced {
+            HOLDERS.with(|h| h.set(h.get().saturating_sub(1)));
+        }
     }
 }
 
