@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mentis_proto::executor::RunResponse;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -15,7 +14,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::events::EventSink;
+use crate::events::{Event, EventSink};
 use crate::ipython::{CellSpec, IPython};
 use crate::registry::Registry;
 use crate::shell::stdin::{STDIN_QUEUE, StdinWrite};
@@ -61,7 +60,7 @@ impl Actions {
         &self,
         action_id: String,
         spec: ActionSpec,
-    ) -> Result<mpsc::Receiver<RunResponse>, Error> {
+    ) -> Result<mpsc::Receiver<Event>, Error> {
         if self.shutdown.is_cancelled() {
             return Err(Error::ShuttingDown);
         }
@@ -94,7 +93,7 @@ impl Actions {
         &self,
         action_id: String,
         spec: ShellSpec,
-    ) -> Result<mpsc::Receiver<RunResponse>, Error> {
+    ) -> Result<mpsc::Receiver<Event>, Error> {
         let cancel = self.shutdown.child_token();
         let (stdin_tx, stdin_rx) = if spec.keep_stdin_open {
             let (tx, rx) = mpsc::channel(STDIN_QUEUE);

@@ -3,14 +3,15 @@
 mod ipython;
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
+use mentis_model::{CmdEnd, EndReason, ObservationKind, OutputStream};
 use mentis_proto::api::{self, action};
 use mentis_proto::executor::{RunRequest, RunResponse, run_response};
 
 use crate::actions::ActionSpec;
 use crate::error::Error;
-use crate::events::{CmdEnd, EndReason, Event, OutputStream};
+use crate::events::Event;
 use crate::shell::ShellSpec;
 
 pub(crate) use ipython::{inspect_names, variable_summaries};
@@ -109,34 +110,43 @@ pub(crate) fn invalid(message: impl Into<String>) -> Error {
 }
 
 /// Builds the wire form of one event.
-pub(crate) fn run_response(index: u64, time: SystemTime, event: Event) -> RunResponse {
-    let kind = match event {
-        Event::CmdStart { command, pid } => {
+pub(crate) fn run_response(event: Event) -> RunResponse {
+    let Event { index, time, kind } = event;
+    let kind = match kind {
+        ObservationKind::CmdStart { command, pid } => {
             run_response::Kind::CmdStart(api::CmdStart { command, pid })
         }
-        Event::CmdOutput { stream, data } => run_response::Kind::CmdOutput(api::CmdOutput {
-            stream: output_stream(stream) as i32,
-            data,
-        }),
-        Event::CmdEnd(end) => run_response::Kind::CmdEnd(cmd_end(end)),
-        Event::IPythonStart {
+        ObservationKind::CmdOutput { stream, data } => {
+            run_response::Kind::CmdOutput(api::CmdOutput {
+                stream: output_stream(stream) as i32,
+                data,
+            })
+        }
+        ObservationKind::CmdEnd(end) => run_response::Kind::CmdEnd(cmd_end(end)),
+        ObservationKind::IPythonStart {
             code,
             execution_count,
         } => run_response::Kind::IpythonStart(api::IPythonStart {
             code,
             execution_count,
         }),
-        Event::IPythonOutput(output) => {
+        ObservationKind::IPythonOutput(output) => {
             run_response::Kind::IpythonOutput(ipython::cell_output(output))
         }
-        Event::IPythonResult(result) => {
+        ObservationKind::IPythonResult(result) => {
             run_response::Kind::IpythonResult(ipython::cell_result(result))
         }
-        Event::Error { message, details } => {
-            run_response::Kind::Error(api::ErrorObservation { message, details })
+        ObservationKind::Error { message, details } => {
+            run_response::Kind::Error(api::ErrorObservation {
+                message,
+                details: details.into_iter().collect(),
+            })
         }
-        Event::AgentState { message, details } => {
-            run_response::Kind::AgentState(api::AgentState { message, details })
+        ObservationKind::AgentState { message, details } => {
+            run_response::Kind::AgentState(api::AgentState {
+                message,
+                details: details.into_iter().collect(),
+            })
         }
     };
     RunResponse {
@@ -158,6 +168,7 @@ fn cmd_end(end: CmdEnd) -> api::CmdEnd {
         EndReason::Exited => api::EndReason::Exited,
         EndReason::TimedOut => api::EndReason::TimedOut,
         EndReason::Cancelled => api::EndReason::Cancelled,
+        EndReason::Lost => api::EndReason::Lost,
         EndReason::FailedToStart => api::EndReason::FailedToStart,
         EndReason::OomKilled => api::EndReason::OomKilled,
         EndReason::PidsLimitReached => api::EndReason::PidsLimitReached,
@@ -175,6 +186,8 @@ fn cmd_end(end: CmdEnd) -> api::CmdEnd {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    use std::time::SystemTime;
 
     use super::*;
 
@@ -270,17 +283,17 @@ mod tests {
 
     #[test]
     fn events_become_responses() {
-        let response = run_response(
-            3,
-            SystemTime::UNIX_EPOCH,
-            Event::CmdEnd(CmdEnd {
+        let response = run_response(Event {
+            index: 3,
+            time: SystemTime::UNIX_EPOCH,
+            kind: ObservationKind::CmdEnd(CmdEnd {
                 exit_code: 137,
                 reason: EndReason::Exited,
                 duration: Duration::from_millis(1500),
                 signal: 9,
                 message: String::new(),
             }),
-        );
+        });
         assert_eq!(response.index, 3);
         let Some(run_response::Kind::CmdEnd(end)) = response.kind else {
             panic!("not cmd_end")

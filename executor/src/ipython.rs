@@ -12,12 +12,12 @@ mod process;
 mod turnstile;
 mod wire;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use mentis_proto::executor::RunResponse;
+use mentis_model::{IPythonResult, ObservationKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -25,7 +25,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::events::{CellResult, Event, EventSink};
+use crate::events::{Event, EventSink};
 use crate::registry::{Registration, Registry};
 use cell::{Outcome, Replace, Signals};
 use kernel::{Kernel, KernelSetup};
@@ -128,7 +128,7 @@ impl IPython {
         action_id: String,
         spec: CellSpec,
         registry: &Arc<Registry>,
-    ) -> Result<mpsc::Receiver<RunResponse>, Error> {
+    ) -> Result<mpsc::Receiver<Event>, Error> {
         let shared = &self.0;
         let cancel = shared.shutdown.child_token();
         let registration = registry.register_cell(&action_id, cancel.clone())?;
@@ -166,7 +166,7 @@ impl Shared {
         // Leaves the line if the turn never came (a no-op otherwise).
         drop(ticket);
         let result = match turn {
-            None => CellResult::aborted(
+            None => IPythonResult::aborted(
                 if self.shutdown.is_cancelled() {
                     SHUTDOWN_REASON
                 } else {
@@ -188,7 +188,7 @@ impl Shared {
         tracing::info!(status = ?result.status, execution_count = result.execution_count, reason = %result.reason, "cell ended");
         // Free the id before the terminal event, as for shell actions.
         drop(registration);
-        sink.send(Event::IPythonResult(result)).await;
+        sink.send(ObservationKind::IPythonResult(result)).await;
     }
 
     async fn run(
@@ -198,7 +198,7 @@ impl Shared {
         cancel: &CancellationToken,
         reset: &CancellationToken,
         sink: &mut EventSink,
-    ) -> CellResult {
+    ) -> IPythonResult {
         // A kernel that died between cells is replaced first, and this cell's stream says so.
         if let Some(kernel) = turn.as_mut()
             && kernel.process.has_ended()
@@ -210,7 +210,7 @@ impl Shared {
             match self.start_kernel().await {
                 Ok(kernel) => **turn = Some(kernel),
                 Err(e) => {
-                    return CellResult::aborted(
+                    return IPythonResult::aborted(
                         format!("cannot start the kernel: {e}"),
                         Duration::ZERO,
                     );
@@ -223,10 +223,10 @@ impl Shared {
             } else {
                 "cancelled before it started"
             };
-            return CellResult::aborted(reason, Duration::ZERO);
+            return IPythonResult::aborted(reason, Duration::ZERO);
         }
         let Some(kernel) = turn.as_mut() else {
-            return CellResult::aborted("the kernel is not available", Duration::ZERO);
+            return IPythonResult::aborted("the kernel is not available", Duration::ZERO);
         };
         // A kernel started ahead (eagerly, or for a warm pool member) or under another sandbox env gets
         // this cell's env before the cell runs.
@@ -275,7 +275,7 @@ impl Shared {
         during: &str,
         sink: &mut EventSink,
     ) {
-        let mut details = HashMap::new();
+        let mut details = BTreeMap::new();
         let reason = match why {
             Replace::Died(exit) => {
                 exit.details(&mut details);
@@ -307,7 +307,7 @@ impl Shared {
                 }
             }
         };
-        sink.send(Event::AgentState {
+        sink.send(ObservationKind::AgentState {
             message: message.to_owned(),
             details,
         })

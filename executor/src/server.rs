@@ -130,7 +130,9 @@ impl ExecutorService for ExecutorApi {
     async fn run(&self, request: Request<RunRequest>) -> Result<Response<RunStream>, Status> {
         let (action_id, spec) = convert::run_request(request.into_inner())?;
         let events = self.actions.start(action_id, spec)?;
-        Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
+        // The events are domain types up to here: each becomes its proto as it leaves.
+        let responses = ReceiverStream::new(events).map(|event| Ok(convert::run_response(event)));
+        Ok(Response::new(Box::pin(responses)))
     }
 
     async fn cancel(

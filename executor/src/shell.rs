@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use mentis_model::{CmdEnd, ObservationKind};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -21,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use crate::cgroup::Cgroup;
 use crate::config::TOKEN_ENV;
 use crate::demote;
-use crate::events::{CmdEnd, Event, EventSink};
+use crate::events::EventSink;
 use crate::registry::Registration;
 use process::ProcessGroup;
 use stdin::StdinWrite;
@@ -70,7 +71,7 @@ pub(crate) async fn run(
     // Free the id and the slot before the terminal event, so a client that reacts to cmd_end by reusing the
     // id or starting the next action is not refused.
     drop(registration);
-    sink.send(Event::CmdEnd(end)).await;
+    sink.send(ObservationKind::CmdEnd(end)).await;
 }
 
 async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> CmdEnd {
@@ -93,7 +94,7 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
     // From here on, leaving early (task dropped at runtime shutdown) kills the group.
     let mut group = ProcessGroup::new(pid);
     tracing::debug!(pid, ?dir, "shell action started");
-    sink.send(Event::CmdStart {
+    sink.send(ObservationKind::CmdStart {
         command: spec.command.clone(),
         pid,
     })

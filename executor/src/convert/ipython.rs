@@ -4,13 +4,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use mentis_model::{IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus};
 use mentis_proto::api;
 use prost_types::value::Kind;
 use serde_json::Value;
 
 use super::invalid;
 use crate::error::Error;
-use crate::events::{CellOutput, CellResult, CellStatus, OutputKind};
 use crate::ipython::{CellSpec, MAX_CODE_BYTES};
 
 /// InspectVariables accepts at most this many names ...
@@ -66,27 +66,27 @@ pub(crate) fn inspect_names(names: Vec<String>) -> Result<Vec<String>, Error> {
     Ok(names)
 }
 
-pub(super) fn cell_output(output: CellOutput) -> api::IPythonOutput {
+pub(super) fn cell_output(output: IPythonOutput) -> api::IPythonOutput {
     let kind = match output.kind {
-        OutputKind::Stdout => api::IpythonOutputKind::StreamStdout,
-        OutputKind::Stderr => api::IpythonOutputKind::StreamStderr,
-        OutputKind::DisplayData => api::IpythonOutputKind::DisplayData,
-        OutputKind::ExecuteResult => api::IpythonOutputKind::ExecuteResult,
-        OutputKind::UpdateDisplayData => api::IpythonOutputKind::UpdateDisplayData,
+        IPythonOutputKind::Stdout => api::IpythonOutputKind::StreamStdout,
+        IPythonOutputKind::Stderr => api::IpythonOutputKind::StreamStderr,
+        IPythonOutputKind::DisplayData => api::IpythonOutputKind::DisplayData,
+        IPythonOutputKind::ExecuteResult => api::IpythonOutputKind::ExecuteResult,
+        IPythonOutputKind::UpdateDisplayData => api::IpythonOutputKind::UpdateDisplayData,
     };
     api::IPythonOutput {
         kind: kind as i32,
         text: output.text,
-        data: output.data,
+        data: output.data.into_iter().collect(),
         display_id: output.display_id,
     }
 }
 
-pub(super) fn cell_result(result: CellResult) -> api::IPythonResult {
+pub(super) fn cell_result(result: IPythonResult) -> api::IPythonResult {
     let status = match result.status {
-        CellStatus::Ok => api::IpythonStatus::Ok,
-        CellStatus::Error => api::IpythonStatus::Error,
-        CellStatus::Aborted => api::IpythonStatus::Aborted,
+        IPythonStatus::Ok => api::IpythonStatus::Ok,
+        IPythonStatus::Error => api::IpythonStatus::Error,
+        IPythonStatus::Aborted => api::IpythonStatus::Aborted,
     };
     api::IPythonResult {
         status: status as i32,

@@ -9,6 +9,7 @@ mod result;
 
 use std::time::Duration;
 
+use mentis_model::{IPythonOutput, IPythonOutputKind, IPythonResult, ObservationKind};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -19,7 +20,7 @@ use super::output::{self, MAX_CODE_ECHO, MAX_TEXT_PIECE};
 use super::process::{Exit, KernelProcess};
 use super::wire::{Incoming, Wire};
 use crate::cgroup::Cgroup;
-use crate::events::{CellResult, Event, EventSink, OutputKind};
+use crate::events::EventSink;
 use result::outcome;
 
 /// What a running cell reacts to.
@@ -45,7 +46,7 @@ pub(crate) enum Replace {
 }
 
 pub(crate) struct Outcome {
-    pub(crate) result: CellResult,
+    pub(crate) result: IPythonResult,
     /// The cell ended with an exception and the kernel is alive: a candidate for rollback.
     pub(crate) raised: bool,
     pub(crate) replace: Option<Replace>,
@@ -54,7 +55,7 @@ pub(crate) struct Outcome {
 impl Outcome {
     pub(super) fn aborted(reason: String, duration: Duration, replace: Option<Replace>) -> Self {
         Self {
-            result: CellResult::aborted(reason, duration),
+            result: IPythonResult::aborted(reason, duration),
             raised: false,
             replace,
         }
@@ -285,13 +286,13 @@ async fn forward(message: Incoming, code: &str, pumped: &mut Pumped, sink: &mut 
         "stream" => {
             start(pumped, code, sink).await;
             let kind = match content.get("name").and_then(Value::as_str) {
-                Some("stderr") => OutputKind::Stderr,
-                _ => OutputKind::Stdout,
+                Some("stderr") => IPythonOutputKind::Stderr,
+                _ => IPythonOutputKind::Stdout,
             };
             let text = content.get("text").and_then(Value::as_str).unwrap_or("");
             // Piece by piece: a 50 MB print is never copied whole, and waits for the reader as it goes.
             for piece in output::pieces(text, MAX_TEXT_PIECE) {
-                sink.send(Event::IPythonOutput(crate::events::CellOutput {
+                sink.send(ObservationKind::IPythonOutput(IPythonOutput {
                     kind,
                     text: piece.to_owned(),
                     data: Default::default(),
@@ -303,13 +304,13 @@ async fn forward(message: Incoming, code: &str, pumped: &mut Pumped, sink: &mut 
         "display_data" | "execute_result" | "update_display_data" => {
             start(pumped, code, sink).await;
             let kind = match msg_type.as_str() {
-                "display_data" => OutputKind::DisplayData,
-                "execute_result" => OutputKind::ExecuteResult,
-                _ => OutputKind::UpdateDisplayData,
+                "display_data" => IPythonOutputKind::DisplayData,
+                "execute_result" => IPythonOutputKind::ExecuteResult,
+                _ => IPythonOutputKind::UpdateDisplayData,
             };
             let (output, dropped) = output::rich(kind, &content);
             if !dropped.is_empty() {
-                sink.send(Event::Error {
+                sink.send(ObservationKind::Error {
                     message: format!(
                         "an output of the cell was too large; left out: {}",
                         dropped.join(", ")
@@ -318,7 +319,7 @@ async fn forward(message: Incoming, code: &str, pumped: &mut Pumped, sink: &mut 
                 })
                 .await;
             }
-            sink.send(Event::IPythonOutput(output)).await;
+            sink.send(ObservationKind::IPythonOutput(output)).await;
         }
         "error" => pumped.error = Some(content),
         "status" if content.get("execution_state").and_then(Value::as_str) == Some("idle") => {
@@ -335,7 +336,7 @@ async fn start(pumped: &mut Pumped, code: &str, sink: &mut EventSink) {
         return;
     }
     pumped.started = true;
-    sink.send(Event::IPythonStart {
+    sink.send(ObservationKind::IPythonStart {
         code: output::cut(code, MAX_CODE_ECHO),
         execution_count: pumped.execution_count,
     })

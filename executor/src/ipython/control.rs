@@ -1,16 +1,17 @@
 //! Kernel control between cells: ResetKernel, InspectVariables, and the rollback of a failed cell's new
 //! names. Each takes the kernel's turn, so none of them ever runs beside a cell.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use mentis_model::ObservationKind;
 use serde_json::Value;
 
 use super::kernel::{self, Kernel, SilentError};
 use super::turnstile::Place;
 use super::{IPython, lock};
 use crate::error::Error;
-use crate::events::{Event, EventSink};
+use crate::events::EventSink;
 
 /// Bound on the silent rollback after a failed cell.
 const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -134,9 +135,9 @@ pub(super) async fn rollback(kernel: &mut Kernel, execution_count: i32, sink: &m
         Err(e) => e.to_string(),
     };
     tracing::warn!(error = %failure, "rollback failed");
-    sink.send(Event::Error {
+    sink.send(ObservationKind::Error {
         message: format!("could not remove the names the failed cell created: {failure}"),
-        details: HashMap::new(),
+        details: BTreeMap::new(),
     })
     .await;
 }

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
+use mentis_model::{IPythonResult, IPythonStatus};
 use serde_json::Value;
 
 use super::{Control, Outcome, Pumped, Replace, Stop, count};
-use crate::events::{CellResult, CellStatus};
 use crate::ipython::{SHUTDOWN_REASON, kernel, output};
 
 /// `oom`: how the OOM killer ended the kernel, when it did ("killed by the out-of-memory killer ...").
@@ -117,19 +117,19 @@ fn from_reply(
         })
         .unwrap_or_default();
     let (status, raised, reason) = match (kernel::status(reply), interrupted) {
-        ("ok", _) => (CellStatus::Ok, false, String::new()),
-        ("error", None) => (CellStatus::Error, true, String::new()),
-        ("error", Some(reason)) => (CellStatus::Aborted, true, reason),
-        (_, Some(reason)) => (CellStatus::Aborted, false, reason),
+        ("ok", _) => (IPythonStatus::Ok, false, String::new()),
+        ("error", None) => (IPythonStatus::Error, true, String::new()),
+        ("error", Some(reason)) => (IPythonStatus::Aborted, true, reason),
+        (_, Some(reason)) => (IPythonStatus::Aborted, false, reason),
         (other, None) => (
-            CellStatus::Aborted,
+            IPythonStatus::Aborted,
             false,
             format!("the kernel answered {other:?}"),
         ),
     };
-    let ok = status == CellStatus::Ok;
+    let ok = status == IPythonStatus::Ok;
     Outcome {
-        result: CellResult {
+        result: IPythonResult {
             status,
             execution_count,
             error_name: if ok { String::new() } else { text("ename") },
@@ -172,22 +172,22 @@ mod tests {
         );
         assert_eq!(
             (ok.result.status, ok.result.execution_count, ok.raised),
-            (CellStatus::Ok, 5, false)
+            (IPythonStatus::Ok, 5, false)
         );
         let error = json!({"status": "error", "execution_count": 5, "ename": "ZeroDivisionError",
             "evalue": "division by zero", "traceback": ["a", "b"]});
         let failed = from_reply(&error, &pumped(), d, None);
-        assert_eq!(failed.result.status, CellStatus::Error);
+        assert_eq!(failed.result.status, IPythonStatus::Error);
         assert_eq!(failed.result.error_name, "ZeroDivisionError");
         assert_eq!(failed.result.traceback, vec!["a", "b"]);
         assert!(failed.raised);
         let interrupted = from_reply(&error, &pumped(), d, Some("cancelled".into()));
-        assert_eq!(interrupted.result.status, CellStatus::Aborted);
+        assert_eq!(interrupted.result.status, IPythonStatus::Aborted);
         assert_eq!(interrupted.result.reason, "cancelled");
         assert!(interrupted.raised);
         // Finished before the interrupt landed: what the kernel says stands.
         let late = from_reply(&json!({"status": "ok"}), &pumped(), d, Some("x".into()));
-        assert_eq!(late.result.status, CellStatus::Ok);
+        assert_eq!(late.result.status, IPythonStatus::Ok);
         assert_eq!(late.result.execution_count, 4);
     }
 
@@ -201,7 +201,7 @@ mod tests {
             Duration::from_secs(1),
             None,
         );
-        assert_eq!(died.result.status, CellStatus::Aborted);
+        assert_eq!(died.result.status, IPythonStatus::Aborted);
         assert!(
             died.result.reason.contains("SIGKILL"),
             "{}",
@@ -247,12 +247,12 @@ mod tests {
         };
         // An interrupt that ipykernel swallowed outside the user's code: over, kernel kept.
         let swallowed = end(Control::Interrupted(Stop::Cancelled), true);
-        assert_eq!(swallowed.result.status, CellStatus::Aborted);
+        assert_eq!(swallowed.result.status, IPythonStatus::Aborted);
         assert_eq!(swallowed.result.reason, "cancelled");
         assert_eq!(swallowed.replace, None);
         assert!(!swallowed.raised, "nothing to roll back to: no result");
         let handler_failed = end(Control::Done, true);
-        assert_eq!(handler_failed.result.status, CellStatus::Aborted);
+        assert_eq!(handler_failed.result.status, IPythonStatus::Aborted);
         assert_eq!(handler_failed.replace, None);
         // No idle and no reply: the wire is gone, the kernel is replaced.
         assert_eq!(
