@@ -34,7 +34,6 @@ pub(crate) struct Actions {
     /// Cancelled when the executor shuts down; every action's token is a child of it.
     shutdown: CancellationToken,
     workspace: Arc<Path>,
-    default_timeout: Duration,
     ipython: IPython,
 }
 
@@ -50,7 +49,6 @@ impl Actions {
             tracker,
             shutdown,
             workspace: Arc::from(config.workspace.as_path()),
-            default_timeout: config.default_timeout,
             ipython,
         }
     }
@@ -95,7 +93,7 @@ impl Actions {
         spec: ShellSpec,
     ) -> Result<mpsc::Receiver<Event>, Error> {
         let cancel = self.shutdown.child_token();
-        let (stdin_tx, stdin_rx) = if spec.keep_stdin_open {
+        let (stdin_tx, stdin_rx) = if spec.action.keep_stdin_open {
             let (tx, rx) = mpsc::channel(STDIN_QUEUE);
             (Some(tx), Some(rx))
         } else {
@@ -107,7 +105,6 @@ impl Actions {
         let (sink, events) = EventSink::channel();
         let ctx = ShellContext {
             workspace: Arc::clone(&self.workspace),
-            default_timeout: self.default_timeout,
             cancel,
             shutdown: self.shutdown.clone(),
             tracker: self.tracker.clone(),

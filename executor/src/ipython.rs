@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use mentis_model::{IPythonResult, ObservationKind};
+use mentis_model::{IPythonAction, IPythonResult, ObservationKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -34,19 +34,13 @@ use turnstile::{Place, Ticket, Turn, Turnstile};
 /// Bound on giving a kernel the sandbox env before a cell.
 const ENV_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Largest accepted cell (the gRPC server accepts requests a little larger than this).
-pub(crate) const MAX_CODE_BYTES: usize = 8 * 1024 * 1024;
 /// The reason given to cells ended by executor shutdown.
 pub(crate) const SHUTDOWN_REASON: &str = "the executor is shutting down";
 
-/// A validated IPython action.
+/// A validated IPython action, and the sandbox env it runs under.
 #[derive(Debug, Clone)]
 pub(crate) struct CellSpec {
-    pub(crate) code: String,
-    /// None = the executor's default.
-    pub(crate) timeout: Option<Duration>,
-    /// Remove the names a failing cell created.
-    pub(crate) rollback_on_error: bool,
+    pub(crate) action: IPythonAction,
     /// The sandbox env; a kernel started for this cell gets it over the executor's env.
     pub(crate) sandbox_env: HashMap<String, String>,
 }
@@ -62,7 +56,6 @@ struct Shared {
     line: Arc<Turnstile<Slot>>,
     python: PathBuf,
     workspace: Arc<Path>,
-    default_timeout: Duration,
     start_timeout: Duration,
     interrupt_grace: Duration,
     inspect_wait: Duration,
@@ -86,7 +79,6 @@ impl IPython {
             line: Turnstile::new(None, kernel.queue_limit),
             python: kernel.python.clone(),
             workspace: Arc::from(config.workspace.as_path()),
-            default_timeout: config.default_timeout,
             start_timeout: kernel.start_timeout,
             interrupt_grace: kernel.interrupt_grace,
             inspect_wait: kernel.inspect_wait,
@@ -247,15 +239,15 @@ impl Shared {
             cancel,
             shutdown: &self.shutdown,
             reset,
-            timeout: spec.timeout.unwrap_or(self.default_timeout),
+            timeout: spec.action.timeout,
             grace: self.interrupt_grace,
         };
         let Outcome {
             result,
             raised,
             replace,
-        } = cell::run(kernel, &spec.code, &signals, sink).await;
-        if raised && spec.rollback_on_error && replace.is_none() {
+        } = cell::run(kernel, &spec.action.code, &signals, sink).await;
+        if raised && spec.action.rollback_on_error && replace.is_none() {
             control::rollback(kernel, result.execution_count, sink).await;
         }
         if let Some(replace) = replace

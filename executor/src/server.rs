@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
+use mentis_model::action::MAX_REQUEST_BYTES;
 use mentis_proto::executor::executor_service_server::{
     ExecutorService, ExecutorServiceServer, SERVICE_NAME,
 };
@@ -36,8 +37,6 @@ use crate::files::service::WorkspaceApi;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long action tasks may take to wind down once their process groups are killed.
 const ACTIONS_GRACE: Duration = Duration::from_secs(5);
-/// Largest request accepted: an IPython cell may be up to 8 MiB (tonic's default would stop at 4 MiB).
-const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
 
 /// Serves the executor on `listener` until `shutdown` is cancelled, then kills running actions and returns.
 ///
