@@ -9,6 +9,7 @@ mod control;
 mod kernel;
 mod output;
 mod process;
+mod rollback;
 mod turnstile;
 mod wire;
 
@@ -27,15 +28,12 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::events::{Event, EventSink};
 use crate::registry::{Registration, Registry};
-use cell::{Outcome, Replace, Signals};
+use cell::{Outcome, Replace, SHUTDOWN_REASON, Signals};
 use kernel::{Kernel, KernelSetup};
 use turnstile::{Place, Ticket, Turn, Turnstile};
 
 /// Bound on giving a kernel the sandbox env before a cell.
 const ENV_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The reason given to cells ended by executor shutdown.
-pub(crate) const SHUTDOWN_REASON: &str = "the executor is shutting down";
 
 /// A validated IPython action, and the sandbox env it runs under.
 #[derive(Debug, Clone)]
@@ -248,7 +246,7 @@ impl Shared {
             replace,
         } = cell::run(kernel, &spec.action.code, &signals, sink).await;
         if raised && spec.action.rollback_on_error && replace.is_none() {
-            control::rollback(kernel, result.execution_count, sink).await;
+            rollback::rollback(kernel, result.execution_count, sink).await;
         }
         if let Some(replace) = replace
             && !self.shutdown.is_cancelled()

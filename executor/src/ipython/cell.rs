@@ -7,9 +7,11 @@
 
 mod result;
 
+pub(crate) use result::{Outcome, Replace, SHUTDOWN_REASON};
+
 use std::time::Duration;
 
-use mentis_model::{IPythonOutput, IPythonOutputKind, IPythonResult, ObservationKind};
+use mentis_model::{IPythonOutput, IPythonOutputKind, ObservationKind};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -21,7 +23,7 @@ use super::process::{Exit, KernelProcess};
 use super::wire::{Incoming, Wire};
 use crate::cgroup::Cgroup;
 use crate::events::EventSink;
-use result::outcome;
+use result::{Control, Pumped, Stop, count, outcome};
 
 /// What a running cell reacts to.
 pub(crate) struct Signals<'a> {
@@ -33,65 +35,6 @@ pub(crate) struct Signals<'a> {
     pub(crate) timeout: Duration,
     /// After an interrupt, how long the kernel may take to end the cell.
     pub(crate) grace: Duration,
-}
-
-/// Why the kernel must be replaced after the cell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Replace {
-    Died(Exit),
-    /// It ignored the interrupt, or the wire failed: it was killed.
-    Unresponsive,
-    /// ResetKernel: it was killed; the reset starts the fresh one.
-    Reset,
-}
-
-pub(crate) struct Outcome {
-    pub(crate) result: IPythonResult,
-    /// The cell ended with an exception and the kernel is alive: a candidate for rollback.
-    pub(crate) raised: bool,
-    pub(crate) replace: Option<Replace>,
-}
-
-impl Outcome {
-    pub(super) fn aborted(reason: String, duration: Duration, replace: Option<Replace>) -> Self {
-        Self {
-            result: IPythonResult::aborted(reason, duration),
-            raised: false,
-            replace,
-        }
-    }
-}
-
-/// Why the executor interrupted the cell.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Stop {
-    TimedOut,
-    Cancelled,
-}
-
-/// What `control` saw.
-#[derive(Debug)]
-pub(super) enum Control {
-    /// The pump ended (normally: reply and idle arrived).
-    Done,
-    Interrupted(Stop),
-    Died(Option<Stop>, Exit),
-    Unresponsive(Stop),
-    Reset,
-    ShutDown,
-}
-
-/// What `pump` saw.
-#[derive(Debug, Default)]
-pub(super) struct Pumped {
-    pub(super) started: bool,
-    pub(super) execution_count: i32,
-    pub(super) reply: Option<Value>,
-    pub(super) idle: bool,
-    /// The iopub `error` content, in case the reply lacks the details.
-    pub(super) error: Option<Value>,
-    /// The kernel went idle and no reply came: it is alive, the cell has no result.
-    pub(super) unanswered: bool,
 }
 
 /// After the cell's `idle` status, how long its reply may still take: both are sent by the kernel's one
@@ -341,11 +284,4 @@ async fn start(pumped: &mut Pumped, code: &str, sink: &mut EventSink) {
         execution_count: pumped.execution_count,
     })
     .await;
-}
-
-pub(super) fn count(content: &Value) -> Option<i32> {
-    content
-        .get("execution_count")
-        .and_then(Value::as_i64)
-        .and_then(|n| i32::try_from(n).ok())
 }

@@ -1,13 +1,84 @@
-//! How a cell ended, from what `control` and `pump` saw: the terminal `ipython_result`, whether the cell
-//! raised (a rollback candidate), and whether the kernel must be replaced.
+//! How a cell ended: what `control` and `pump` saw, and from that the terminal `ipython_result`, whether
+//! the cell raised (a rollback candidate), and whether the kernel must be replaced.
 
 use std::time::Duration;
 
 use mentis_model::{IPythonResult, IPythonStatus};
 use serde_json::Value;
 
-use super::{Control, Outcome, Pumped, Replace, Stop, count};
-use crate::ipython::{SHUTDOWN_REASON, kernel, output};
+use crate::ipython::process::Exit;
+use crate::ipython::{kernel, output};
+
+/// The reason given to cells ended by executor shutdown.
+pub(crate) const SHUTDOWN_REASON: &str = "the executor is shutting down";
+
+/// Why the kernel must be replaced after the cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Replace {
+    Died(Exit),
+    /// It ignored the interrupt, or the wire failed: it was killed.
+    Unresponsive,
+    /// ResetKernel: it was killed; the reset starts the fresh one.
+    Reset,
+}
+
+/// How a cell ended, and what the IPython side must do about the kernel.
+pub(crate) struct Outcome {
+    pub(crate) result: IPythonResult,
+    /// The cell ended with an exception and the kernel is alive: a candidate for rollback.
+    pub(crate) raised: bool,
+    pub(crate) replace: Option<Replace>,
+}
+
+impl Outcome {
+    pub(crate) fn aborted(reason: String, duration: Duration, replace: Option<Replace>) -> Self {
+        Self {
+            result: IPythonResult::aborted(reason, duration),
+            raised: false,
+            replace,
+        }
+    }
+}
+
+/// Why the executor interrupted the cell.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stop {
+    TimedOut,
+    Cancelled,
+}
+
+/// What `control` saw.
+#[derive(Debug)]
+pub(super) enum Control {
+    /// The pump ended (normally: reply and idle arrived).
+    Done,
+    Interrupted(Stop),
+    Died(Option<Stop>, Exit),
+    Unresponsive(Stop),
+    Reset,
+    ShutDown,
+}
+
+/// What `pump` saw.
+#[derive(Debug, Default)]
+pub(super) struct Pumped {
+    pub(super) started: bool,
+    pub(super) execution_count: i32,
+    pub(super) reply: Option<Value>,
+    pub(super) idle: bool,
+    /// The iopub `error` content, in case the reply lacks the details.
+    pub(super) error: Option<Value>,
+    /// The kernel went idle and no reply came: it is alive, the cell has no result.
+    pub(super) unanswered: bool,
+}
+
+/// The `execution_count` of a kernel message's content.
+pub(super) fn count(content: &Value) -> Option<i32> {
+    content
+        .get("execution_count")
+        .and_then(Value::as_i64)
+        .and_then(|n| i32::try_from(n).ok())
+}
 
 /// `oom`: how the OOM killer ended the kernel, when it did ("killed by the out-of-memory killer ...").
 pub(super) fn outcome(
@@ -150,7 +221,6 @@ fn from_reply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipython::process::Exit;
     use serde_json::json;
 
     fn pumped() -> Pumped {
