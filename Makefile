@@ -57,7 +57,7 @@ lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(TOOLS)/buf lint
-	@python3 tests/module-cycles.py proto/src services/core/src services/backend-docker/src services/runtime/src executor/src tests
+	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/backend-docker/src services/runtime/src executor/src tests
 
 fmt:
 	$(CARGO) fmt --all

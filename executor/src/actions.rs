@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mentis_proto::executor::RunResponse;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -15,7 +14,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::events::EventSink;
+use crate::events::{Event, EventSink};
 use crate::ipython::{CellSpec, IPython};
 use crate::registry::Registry;
 use crate::shell::stdin::{STDIN_QUEUE, StdinWrite};
@@ -35,7 +34,6 @@ pub(crate) struct Actions {
     /// Cancelled when the executor shuts down; every action's token is a child of it.
     shutdown: CancellationToken,
     workspace: Arc<Path>,
-    default_timeout: Duration,
     ipython: IPython,
 }
 
@@ -51,7 +49,6 @@ impl Actions {
             tracker,
             shutdown,
             workspace: Arc::from(config.workspace.as_path()),
-            default_timeout: config.default_timeout,
             ipython,
         }
     }
@@ -61,7 +58,7 @@ impl Actions {
         &self,
         action_id: String,
         spec: ActionSpec,
-    ) -> Result<mpsc::Receiver<RunResponse>, Error> {
+    ) -> Result<mpsc::Receiver<Event>, Error> {
         if self.shutdown.is_cancelled() {
             return Err(Error::ShuttingDown);
         }
@@ -94,9 +91,9 @@ impl Actions {
         &self,
         action_id: String,
         spec: ShellSpec,
-    ) -> Result<mpsc::Receiver<RunResponse>, Error> {
+    ) -> Result<mpsc::Receiver<Event>, Error> {
         let cancel = self.shutdown.child_token();
-        let (stdin_tx, stdin_rx) = if spec.keep_stdin_open {
+        let (stdin_tx, stdin_rx) = if spec.action.keep_stdin_open {
             let (tx, rx) = mpsc::channel(STDIN_QUEUE);
             (Some(tx), Some(rx))
         } else {
@@ -108,7 +105,6 @@ impl Actions {
         let (sink, events) = EventSink::channel();
         let ctx = ShellContext {
             workspace: Arc::clone(&self.workspace),
-            default_timeout: self.default_timeout,
             cancel,
             shutdown: self.shutdown.clone(),
             tracker: self.tracker.clone(),

@@ -30,8 +30,6 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:50052";
 pub const DEFAULT_WORKSPACE: &str = "/workspace";
 /// Default bound on concurrently running actions.
 pub const DEFAULT_MAX_ACTIONS: usize = 64;
-/// Timeout of an action whose request says 0.
-pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default kernel python: the image's `python3`, found on PATH.
 pub const DEFAULT_KERNEL_PYTHON: &str = "python3";
 /// Default cap on the bytes one WriteFile or Upload may write: 1 GiB.
@@ -81,8 +79,6 @@ pub struct Config {
     pub workspace: PathBuf,
     /// Running actions beyond this many are refused with ResourceExhausted.
     pub max_actions: usize,
-    /// Timeout applied when an action asks for 0.
-    pub default_timeout: Duration,
     /// The Jupyter kernel that runs IPython cells.
     pub kernel: KernelConfig,
     /// A WriteFile or Upload that would write more than this many bytes is refused (ResourceExhausted)
@@ -101,7 +97,6 @@ impl Config {
             token,
             workspace: workspace.into(),
             max_actions: DEFAULT_MAX_ACTIONS,
-            default_timeout: DEFAULT_ACTION_TIMEOUT,
             kernel: KernelConfig::default(),
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
         }
@@ -192,7 +187,6 @@ impl Config {
             token,
             workspace,
             max_actions,
-            default_timeout: DEFAULT_ACTION_TIMEOUT,
             kernel,
             max_write_bytes,
         })

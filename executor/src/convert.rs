@@ -1,24 +1,24 @@
-//! The edge: proto requests become validated domain specs, domain events become proto responses.
+//! The edge, used by the server alone: proto requests become the shared model's validated actions (in the
+//! executor's specs), and domain events become proto responses. Nothing below the server sees proto.
 
 mod ipython;
 
-use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
-
+use mentis_model::action::validate_action_id;
+use mentis_model::env::validate_env;
+use mentis_model::{CmdEnd, EndReason, ObservationKind, OutputStream, ShellAction};
 use mentis_proto::api::{self, action};
 use mentis_proto::executor::{RunRequest, RunResponse, run_response};
 
 use crate::actions::ActionSpec;
 use crate::error::Error;
-use crate::events::{CmdEnd, EndReason, Event, OutputStream};
+use crate::events::Event;
+use crate::ipython::CellSpec;
 use crate::shell::ShellSpec;
 
 pub(crate) use ipython::{inspect_names, variable_summaries};
 
-/// Longest accepted action id; ids are UUIDs in practice, this only keeps garbage out of logs and maps.
-const MAX_ACTION_ID_LEN: usize = 128;
-
-/// Validates a Run request into the action's id and spec.
+/// Validates a Run request into the action's id and spec, by the model's rules and limits (the ones the
+/// control plane applied already).
 pub(crate) fn run_request(request: RunRequest) -> Result<(String, ActionSpec), Error> {
     let RunRequest {
         action_id,
@@ -31,10 +31,21 @@ pub(crate) fn run_request(request: RunRequest) -> Result<(String, ActionSpec), E
         .kind
         .ok_or_else(|| invalid("action.kind must be shell or ipython"))?;
     let spec = match kind {
-        action::Kind::Shell(shell) => ActionSpec::Shell(shell_spec(shell, sandbox_env)?),
+        action::Kind::Shell(shell) => {
+            let action = shell_action(shell)?;
+            validate_env(&sandbox_env, "env")?;
+            ActionSpec::Shell(ShellSpec {
+                action,
+                sandbox_env,
+            })
+        }
         action::Kind::Ipython(cell) => {
-            check_env("env", &sandbox_env)?;
-            ActionSpec::IPython(ipython::cell_spec(cell, sandbox_env)?)
+            let action = ipython::cell_action(cell)?;
+            validate_env(&sandbox_env, "env")?;
+            ActionSpec::IPython(CellSpec {
+                action,
+                sandbox_env,
+            })
         }
     };
     Ok((action_id, spec))
@@ -42,101 +53,71 @@ pub(crate) fn run_request(request: RunRequest) -> Result<(String, ActionSpec), E
 
 /// Validates the action id of Cancel / WriteStdin (and Run).
 pub(crate) fn action_id_arg(action_id: String) -> Result<String, Error> {
-    if action_id.is_empty() {
-        return Err(invalid("action_id is required"));
-    }
-    if action_id.len() > MAX_ACTION_ID_LEN || action_id.chars().any(char::is_control) {
-        return Err(invalid(format!(
-            "action_id must be at most {MAX_ACTION_ID_LEN} bytes without control characters"
-        )));
-    }
+    validate_action_id(&action_id)?;
     Ok(action_id)
 }
 
-fn shell_spec(
-    shell: api::ShellAction,
-    sandbox_env: HashMap<String, String>,
-) -> Result<ShellSpec, Error> {
+fn shell_action(shell: api::ShellAction) -> Result<ShellAction, Error> {
     let api::ShellAction {
         command,
         work_dir,
-        env: action_env,
+        env,
         timeout_seconds,
         stdin,
         keep_stdin_open,
     } = shell;
-    if command.trim().is_empty() {
-        return Err(invalid("shell.command must not be empty"));
-    }
-    // A NUL cannot cross execve; say so now rather than report a confusing spawn failure.
-    if command.contains('\0') {
-        return Err(invalid("shell.command must not contain NUL"));
-    }
-    if work_dir.contains('\0') {
-        return Err(invalid("shell.work_dir must not contain NUL"));
-    }
-    check_env("env", &sandbox_env)?;
-    check_env("shell.env", &action_env)?;
-    Ok(ShellSpec {
+    Ok(ShellAction::validate(
         command,
         work_dir,
-        sandbox_env,
-        action_env,
-        timeout: (timeout_seconds > 0).then(|| Duration::from_secs(u64::from(timeout_seconds))),
+        env.into_iter().collect(),
+        timeout_seconds,
         stdin,
         keep_stdin_open,
-    })
+    )?)
 }
 
-fn check_env(field: &str, env: &HashMap<String, String>) -> Result<(), Error> {
-    for (name, value) in env {
-        if name.is_empty() || name.contains('=') || name.contains('\0') {
-            return Err(invalid(format!(
-                "{field}: {name:?} is not a valid variable name"
-            )));
-        }
-        if value.contains('\0') {
-            return Err(invalid(format!(
-                "{field}: the value of {name} contains NUL"
-            )));
-        }
-    }
-    Ok(())
-}
-
-pub(crate) fn invalid(message: impl Into<String>) -> Error {
+fn invalid(message: impl Into<String>) -> Error {
     Error::InvalidArgument(message.into())
 }
 
 /// Builds the wire form of one event.
-pub(crate) fn run_response(index: u64, time: SystemTime, event: Event) -> RunResponse {
-    let kind = match event {
-        Event::CmdStart { command, pid } => {
+pub(crate) fn run_response(event: Event) -> RunResponse {
+    let Event { index, time, kind } = event;
+    let kind = match kind {
+        ObservationKind::CmdStart { command, pid } => {
             run_response::Kind::CmdStart(api::CmdStart { command, pid })
         }
-        Event::CmdOutput { stream, data } => run_response::Kind::CmdOutput(api::CmdOutput {
-            stream: output_stream(stream) as i32,
-            data,
-        }),
-        Event::CmdEnd(end) => run_response::Kind::CmdEnd(cmd_end(end)),
-        Event::IPythonStart {
+        ObservationKind::CmdOutput { stream, data } => {
+            run_response::Kind::CmdOutput(api::CmdOutput {
+                stream: output_stream(stream) as i32,
+                data,
+            })
+        }
+        ObservationKind::CmdEnd(end) => run_response::Kind::CmdEnd(cmd_end(end)),
+        ObservationKind::IPythonStart {
             code,
             execution_count,
         } => run_response::Kind::IpythonStart(api::IPythonStart {
             code,
             execution_count,
         }),
-        Event::IPythonOutput(output) => {
+        ObservationKind::IPythonOutput(output) => {
             run_response::Kind::IpythonOutput(ipython::cell_output(output))
         }
-        Event::IPythonResult(result) => {
+        ObservationKind::IPythonResult(result) => {
             run_response::Kind::IpythonResult(ipython::cell_result(result))
         }
-        Event::Error { message, details } => {
-            run_response::Kind::Error(api::ErrorObservation { message, details })
+        ObservationKind::Error { message, details } => {
+            run_response::Kind::Error(api::ErrorObservation {
+                message,
+                details: details.into_iter().collect(),
+            })
         }
-        Event::AgentState { message, details } => {
-            run_response::Kind::AgentState(api::AgentState { message, details })
+        ObservationKind::AgentState { message, details } => {
+            run_response::Kind::AgentState(api::AgentState {
+                message,
+                details: details.into_iter().collect(),
+            })
         }
     };
     RunResponse {
@@ -158,6 +139,7 @@ fn cmd_end(end: CmdEnd) -> api::CmdEnd {
         EndReason::Exited => api::EndReason::Exited,
         EndReason::TimedOut => api::EndReason::TimedOut,
         EndReason::Cancelled => api::EndReason::Cancelled,
+        EndReason::Lost => api::EndReason::Lost,
         EndReason::FailedToStart => api::EndReason::FailedToStart,
         EndReason::OomKilled => api::EndReason::OomKilled,
         EndReason::PidsLimitReached => api::EndReason::PidsLimitReached,
@@ -175,6 +157,16 @@ fn cmd_end(end: CmdEnd) -> api::CmdEnd {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    use std::collections::HashMap;
+    use std::time::{Duration, SystemTime};
+
+    use bytes::Bytes;
+    use mentis_model::action::{
+        DEFAULT_TIMEOUT, MAX_ACTION_ID_LEN, MAX_CODE_BYTES, MAX_INLINE_STDIN, MAX_REQUEST_BYTES,
+    };
+    use mentis_model::env::MAX_ENV_VALUE_BYTES;
+    use prost::Message as _;
 
     use super::*;
 
@@ -211,13 +203,13 @@ mod tests {
         let ActionSpec::Shell(spec) = spec else {
             panic!("not shell")
         };
-        assert_eq!(spec.command, "echo hi");
-        assert_eq!(spec.timeout, Some(Duration::from_secs(7)));
+        assert_eq!(spec.action.command, "echo hi");
+        assert_eq!(spec.action.timeout, Duration::from_secs(7));
         let (_, ActionSpec::Shell(spec)) = run_request(shell_request("a2", command("x"))).unwrap()
         else {
             panic!("not shell")
         };
-        assert_eq!(spec.timeout, None, "0 means the default");
+        assert_eq!(spec.action.timeout, DEFAULT_TIMEOUT, "0 means the default");
     }
 
     #[test]
@@ -234,6 +226,18 @@ mod tests {
         let mut empty_name = shell_request("a", command("true"));
         empty_name.env.insert(String::new(), "x".into());
         expect_invalid(empty_name);
+        let mut long_value = shell_request("a", command("true"));
+        long_value
+            .env
+            .insert("K".into(), "v".repeat(MAX_ENV_VALUE_BYTES + 1));
+        expect_invalid(long_value);
+        expect_invalid(shell_request("a", command(&"x".repeat(MAX_CODE_BYTES + 1))));
+        let mut big_stdin = command("cat");
+        big_stdin.stdin = Bytes::from(vec![0; MAX_INLINE_STDIN + 1]);
+        expect_invalid(shell_request("a", big_stdin));
+        let mut forever = command("true");
+        forever.timeout_seconds = u32::MAX;
+        expect_invalid(shell_request("a", forever));
         expect_invalid(RunRequest {
             action_id: "a".into(),
             action: None,
@@ -262,25 +266,64 @@ mod tests {
         let Ok((_, ActionSpec::IPython(spec))) = run_request(request) else {
             panic!("not ipython")
         };
-        assert_eq!(spec.code, "1+1");
-        assert!(spec.rollback_on_error, "unset means true");
-        assert_eq!(spec.timeout, None);
+        assert_eq!(spec.action.code, "1+1");
+        assert!(spec.action.rollback_on_error, "unset means true");
+        assert_eq!(spec.action.timeout, DEFAULT_TIMEOUT);
         assert_eq!(spec.sandbox_env.get("K").map(String::as_str), Some("v"));
     }
 
     #[test]
+    fn a_request_at_the_model_limits_fits_the_servers_cap() {
+        // The largest code and stdin, the longest id, and 512 KiB of env in each of the two maps: what the
+        // model's limits allow, with the envs well within the allowance, must pass the gRPC size cap.
+        let env = |prefix: &str| -> HashMap<String, String> {
+            (0..8)
+                .map(|i| (format!("{prefix}{i}"), "v".repeat(MAX_ENV_VALUE_BYTES)))
+                .collect()
+        };
+        let mut shell = command(&"x".repeat(MAX_CODE_BYTES));
+        shell.stdin = Bytes::from(vec![0; MAX_INLINE_STDIN]);
+        shell.env = env("ACTION_");
+        shell.work_dir = "w".repeat(4096);
+        shell.timeout_seconds = 3600;
+        let mut request = shell_request(&"i".repeat(MAX_ACTION_ID_LEN), shell);
+        request.env = env("SANDBOX_");
+        let size = request.encoded_len();
+        assert!(size <= MAX_REQUEST_BYTES, "{size} > {MAX_REQUEST_BYTES}");
+        assert!(run_request(request).is_ok());
+    }
+
+    #[test]
+    fn a_bad_sandbox_env_is_refused_for_both_kinds() {
+        let bad = HashMap::from([("A=B".to_owned(), "x".to_owned())]);
+        let mut shell = shell_request("a", command("true"));
+        shell.env.clone_from(&bad);
+        expect_invalid(shell);
+        expect_invalid(RunRequest {
+            action_id: "a".into(),
+            action: Some(api::Action {
+                kind: Some(action::Kind::Ipython(api::IPythonAction {
+                    code: "1".into(),
+                    ..Default::default()
+                })),
+            }),
+            env: bad,
+        });
+    }
+
+    #[test]
     fn events_become_responses() {
-        let response = run_response(
-            3,
-            SystemTime::UNIX_EPOCH,
-            Event::CmdEnd(CmdEnd {
+        let response = run_response(Event {
+            index: 3,
+            time: SystemTime::UNIX_EPOCH,
+            kind: ObservationKind::CmdEnd(CmdEnd {
                 exit_code: 137,
                 reason: EndReason::Exited,
                 duration: Duration::from_millis(1500),
                 signal: 9,
                 message: String::new(),
             }),
-        );
+        });
         assert_eq!(response.index, 3);
         let Some(run_response::Kind::CmdEnd(end)) = response.kind else {
             panic!("not cmd_end")

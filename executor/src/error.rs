@@ -72,6 +72,15 @@ pub enum Error {
     },
 }
 
+/// A request that breaks a rule of the shared model (an action, an id, an env, a name).
+impl From<mentis_model::Error> for Error {
+    fn from(e: mentis_model::Error) -> Self {
+        match e {
+            mentis_model::Error::InvalidArgument(msg) => Self::InvalidArgument(msg),
+        }
+    }
+}
+
 impl From<Error> for Status {
     fn from(err: Error) -> Self {
         let code = match &err {

@@ -9,15 +9,16 @@ mod control;
 mod kernel;
 mod output;
 mod process;
+mod rollback;
 mod turnstile;
 mod wire;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use mentis_proto::executor::RunResponse;
+use mentis_model::{IPythonAction, IPythonResult, ObservationKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -25,28 +26,19 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::events::{CellResult, Event, EventSink};
+use crate::events::{Event, EventSink};
 use crate::registry::{Registration, Registry};
-use cell::{Outcome, Replace, Signals};
+use cell::{Outcome, Replace, SHUTDOWN_REASON, Signals};
 use kernel::{Kernel, KernelSetup};
 use turnstile::{Place, Ticket, Turn, Turnstile};
 
 /// Bound on giving a kernel the sandbox env before a cell.
 const ENV_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Largest accepted cell (the gRPC server accepts requests a little larger than this).
-pub(crate) const MAX_CODE_BYTES: usize = 8 * 1024 * 1024;
-/// The reason given to cells ended by executor shutdown.
-pub(crate) const SHUTDOWN_REASON: &str = "the executor is shutting down";
-
-/// A validated IPython action.
+/// A validated IPython action, and the sandbox env it runs under.
 #[derive(Debug, Clone)]
 pub(crate) struct CellSpec {
-    pub(crate) code: String,
-    /// None = the executor's default.
-    pub(crate) timeout: Option<Duration>,
-    /// Remove the names a failing cell created.
-    pub(crate) rollback_on_error: bool,
+    pub(crate) action: IPythonAction,
     /// The sandbox env; a kernel started for this cell gets it over the executor's env.
     pub(crate) sandbox_env: HashMap<String, String>,
 }
@@ -62,7 +54,6 @@ struct Shared {
     line: Arc<Turnstile<Slot>>,
     python: PathBuf,
     workspace: Arc<Path>,
-    default_timeout: Duration,
     start_timeout: Duration,
     interrupt_grace: Duration,
     inspect_wait: Duration,
@@ -86,7 +77,6 @@ impl IPython {
             line: Turnstile::new(None, kernel.queue_limit),
             python: kernel.python.clone(),
             workspace: Arc::from(config.workspace.as_path()),
-            default_timeout: config.default_timeout,
             start_timeout: kernel.start_timeout,
             interrupt_grace: kernel.interrupt_grace,
             inspect_wait: kernel.inspect_wait,
@@ -128,7 +118,7 @@ impl IPython {
         action_id: String,
         spec: CellSpec,
         registry: &Arc<Registry>,
-    ) -> Result<mpsc::Receiver<RunResponse>, Error> {
+    ) -> Result<mpsc::Receiver<Event>, Error> {
         let shared = &self.0;
         let cancel = shared.shutdown.child_token();
         let registration = registry.register_cell(&action_id, cancel.clone())?;
@@ -166,7 +156,7 @@ impl Shared {
         // Leaves the line if the turn never came (a no-op otherwise).
         drop(ticket);
         let result = match turn {
-            None => CellResult::aborted(
+            None => IPythonResult::aborted(
                 if self.shutdown.is_cancelled() {
                     SHUTDOWN_REASON
                 } else {
@@ -188,7 +178,7 @@ impl Shared {
         tracing::info!(status = ?result.status, execution_count = result.execution_count, reason = %result.reason, "cell ended");
         // Free the id before the terminal event, as for shell actions.
         drop(registration);
-        sink.send(Event::IPythonResult(result)).await;
+        sink.send(ObservationKind::IPythonResult(result)).await;
     }
 
     async fn run(
@@ -198,7 +188,7 @@ impl Shared {
         cancel: &CancellationToken,
         reset: &CancellationToken,
         sink: &mut EventSink,
-    ) -> CellResult {
+    ) -> IPythonResult {
         // A kernel that died between cells is replaced first, and this cell's stream says so.
         if let Some(kernel) = turn.as_mut()
             && kernel.process.has_ended()
@@ -210,7 +200,7 @@ impl Shared {
             match self.start_kernel().await {
                 Ok(kernel) => **turn = Some(kernel),
                 Err(e) => {
-                    return CellResult::aborted(
+                    return IPythonResult::aborted(
                         format!("cannot start the kernel: {e}"),
                         Duration::ZERO,
                     );
@@ -223,10 +213,10 @@ impl Shared {
             } else {
                 "cancelled before it started"
             };
-            return CellResult::aborted(reason, Duration::ZERO);
+            return IPythonResult::aborted(reason, Duration::ZERO);
         }
         let Some(kernel) = turn.as_mut() else {
-            return CellResult::aborted("the kernel is not available", Duration::ZERO);
+            return IPythonResult::aborted("the kernel is not available", Duration::ZERO);
         };
         // A kernel started ahead (eagerly, or for a warm pool member) or under another sandbox env gets
         // this cell's env before the cell runs.
@@ -247,16 +237,16 @@ impl Shared {
             cancel,
             shutdown: &self.shutdown,
             reset,
-            timeout: spec.timeout.unwrap_or(self.default_timeout),
+            timeout: spec.action.timeout,
             grace: self.interrupt_grace,
         };
         let Outcome {
             result,
             raised,
             replace,
-        } = cell::run(kernel, &spec.code, &signals, sink).await;
-        if raised && spec.rollback_on_error && replace.is_none() {
-            control::rollback(kernel, result.execution_count, sink).await;
+        } = cell::run(kernel, &spec.action.code, &signals, sink).await;
+        if raised && spec.action.rollback_on_error && replace.is_none() {
+            rollback::rollback(kernel, result.execution_count, sink).await;
         }
         if let Some(replace) = replace
             && !self.shutdown.is_cancelled()
@@ -275,7 +265,7 @@ impl Shared {
         during: &str,
         sink: &mut EventSink,
     ) {
-        let mut details = HashMap::new();
+        let mut details = BTreeMap::new();
         let reason = match why {
             Replace::Died(exit) => {
                 exit.details(&mut details);
@@ -307,7 +297,7 @@ impl Shared {
                 }
             }
         };
-        sink.send(Event::AgentState {
+        sink.send(ObservationKind::AgentState {
             message: message.to_owned(),
             details,
         })

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
+use mentis_model::action::MAX_REQUEST_BYTES;
 use mentis_proto::executor::executor_service_server::{
     ExecutorService, ExecutorServiceServer, SERVICE_NAME,
 };
@@ -36,8 +37,6 @@ use crate::files::service::WorkspaceApi;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long action tasks may take to wind down once their process groups are killed.
 const ACTIONS_GRACE: Duration = Duration::from_secs(5);
-/// Largest request accepted: an IPython cell may be up to 8 MiB (tonic's default would stop at 4 MiB).
-const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
 
 /// Serves the executor on `listener` until `shutdown` is cancelled, then kills running actions and returns.
 ///
@@ -130,7 +129,9 @@ impl ExecutorService for ExecutorApi {
     async fn run(&self, request: Request<RunRequest>) -> Result<Response<RunStream>, Status> {
         let (action_id, spec) = convert::run_request(request.into_inner())?;
         let events = self.actions.start(action_id, spec)?;
-        Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
+        // The events are domain types up to here: each becomes its proto as it leaves.
+        let responses = ReceiverStream::new(events).map(|event| Ok(convert::run_response(event)));
+        Ok(Response::new(Box::pin(responses)))
     }
 
     async fn cancel(

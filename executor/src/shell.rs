@@ -9,9 +9,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
+use mentis_model::{CmdEnd, ObservationKind, ShellAction};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -21,33 +20,23 @@ use tokio_util::task::TaskTracker;
 use crate::cgroup::Cgroup;
 use crate::config::TOKEN_ENV;
 use crate::demote;
-use crate::events::{CmdEnd, Event, EventSink};
+use crate::events::EventSink;
 use crate::registry::Registration;
 use process::ProcessGroup;
 use stdin::StdinWrite;
 
-/// A validated shell action.
+/// A validated shell action, and the sandbox env it runs under.
 #[derive(Debug, Clone)]
 pub(crate) struct ShellSpec {
-    pub(crate) command: String,
-    /// As requested: empty, relative to the workspace, or absolute.
-    pub(crate) work_dir: String,
+    /// Its work_dir is empty, relative to the workspace, or absolute; its env goes over the sandbox env.
+    pub(crate) action: ShellAction,
     /// The sandbox's env (over the image env).
     pub(crate) sandbox_env: HashMap<String, String>,
-    /// The action's env (over the sandbox env).
-    pub(crate) action_env: HashMap<String, String>,
-    /// None = the executor's default.
-    pub(crate) timeout: Option<Duration>,
-    /// Written to stdin first.
-    pub(crate) stdin: Bytes,
-    /// Keep stdin open after `stdin` for WriteStdin.
-    pub(crate) keep_stdin_open: bool,
 }
 
 /// What a running shell action gets from the executor.
 pub(crate) struct ShellContext {
     pub(crate) workspace: Arc<Path>,
-    pub(crate) default_timeout: Duration,
     /// This action's token: cancelled by Cancel, and (as a child of it) by executor shutdown.
     pub(crate) cancel: CancellationToken,
     /// The executor's shutdown token, to tell a cancel from a shutdown and to stop detached drains.
@@ -70,11 +59,11 @@ pub(crate) async fn run(
     // Free the id and the slot before the terminal event, so a client that reacts to cmd_end by reusing the
     // id or starting the next action is not refused.
     drop(registration);
-    sink.send(Event::CmdEnd(end)).await;
+    sink.send(ObservationKind::CmdEnd(end)).await;
 }
 
 async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> CmdEnd {
-    let dir = match work_dir(&ctx.workspace, &spec.work_dir).await {
+    let dir = match work_dir(&ctx.workspace, &spec.action.work_dir).await {
         Ok(dir) => dir,
         Err(message) => return CmdEnd::failed_to_start(message),
     };
@@ -85,7 +74,7 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
         Err(e) => return CmdEnd::failed_to_start(format!("cannot start /bin/bash: {e}")),
     };
     let started = Instant::now();
-    let timeout = spec.timeout.unwrap_or(ctx.default_timeout);
+    let timeout = spec.action.timeout;
     let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
         // Only possible if the child was already reaped, which nothing did yet.
         return CmdEnd::failed_to_start("the started process has no pid".to_owned());
@@ -93,8 +82,8 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
     // From here on, leaving early (task dropped at runtime shutdown) kills the group.
     let mut group = ProcessGroup::new(pid);
     tracing::debug!(pid, ?dir, "shell action started");
-    sink.send(Event::CmdStart {
-        command: spec.command.clone(),
+    sink.send(ObservationKind::CmdStart {
+        command: spec.action.command.clone(),
         pid,
     })
     .await;
@@ -119,7 +108,7 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
             &exited
         ),
         output::pump(stdout, stderr, sink, &exited, &detach),
-        stdin::feed(stdin_pipe, spec.stdin, ctx.stdin_writes, &exited),
+        stdin::feed(stdin_pipe, spec.action.stdin, ctx.stdin_writes, &exited),
     );
     // On a normal exit background processes (servers started with `&`) keep running by design; on the
     // other paths supervise already killed the group.
@@ -148,19 +137,21 @@ fn command(spec: &ShellSpec, dir: &Path) -> Command {
     let mut command = demote::bash();
     command
         .arg("-c")
-        .arg(&spec.command)
+        .arg(&spec.action.command)
         .current_dir(dir)
         // The image env is inherited; the token is ours alone, even if something put it back in our env.
         .env_remove(TOKEN_ENV)
         .envs(&spec.sandbox_env)
-        .envs(&spec.action_env)
+        .envs(&spec.action.env)
         // Its own group, so a timeout or cancel can kill everything the command started.
         .process_group(0)
-        .stdin(if spec.keep_stdin_open || !spec.stdin.is_empty() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(
+            if spec.action.keep_stdin_open || !spec.action.stdin.is_empty() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            },
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Killing is explicit (the whole group, not just bash): see ProcessGroup.

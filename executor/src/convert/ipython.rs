@@ -1,92 +1,59 @@
-//! The IPython side of the edge: IPython actions and InspectVariables names become validated specs; cell
-//! events and variable summaries become proto messages (JSON becomes google.protobuf.Struct).
+//! The IPython side of the edge: IPython actions and InspectVariables names are validated by the model's
+//! rules; cell outputs and results, and the kernel's variable summaries, become proto messages (JSON
+//! becomes google.protobuf.Struct).
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::collections::BTreeMap;
 
+use mentis_model::kernel::validate_names;
+use mentis_model::{IPythonAction, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus};
 use mentis_proto::api;
 use prost_types::value::Kind;
 use serde_json::Value;
 
-use super::invalid;
 use crate::error::Error;
-use crate::events::{CellOutput, CellResult, CellStatus, OutputKind};
-use crate::ipython::{CellSpec, MAX_CODE_BYTES};
-
-/// InspectVariables accepts at most this many names ...
-const MAX_INSPECT_NAMES: usize = 1000;
-/// ... each at most this long.
-const MAX_NAME_LEN: usize = 256;
 
 /// Validates an IPython action.
-pub(super) fn cell_spec(
-    cell: api::IPythonAction,
-    sandbox_env: HashMap<String, String>,
-) -> Result<CellSpec, Error> {
+pub(super) fn cell_action(cell: api::IPythonAction) -> Result<IPythonAction, Error> {
     let api::IPythonAction {
         code,
         timeout_seconds,
         rollback_on_error,
     } = cell;
-    if code.trim().is_empty() {
-        return Err(invalid("ipython.code must not be empty"));
-    }
-    if code.len() > MAX_CODE_BYTES {
-        return Err(invalid(format!(
-            "ipython.code is {} bytes; the limit is {MAX_CODE_BYTES} (write large data to a file instead)",
-            code.len()
-        )));
-    }
-    Ok(CellSpec {
+    Ok(IPythonAction::validate(
         code,
-        timeout: (timeout_seconds > 0).then(|| Duration::from_secs(u64::from(timeout_seconds))),
-        rollback_on_error: rollback_on_error.unwrap_or(true),
-        sandbox_env,
-    })
+        timeout_seconds,
+        rollback_on_error.unwrap_or(true),
+    )?)
 }
 
 /// Validates InspectVariables names: Python identifiers only, so they can be handed to the kernel as a
 /// literal without any quoting concerns.
 pub(crate) fn inspect_names(names: Vec<String>) -> Result<Vec<String>, Error> {
-    if names.len() > MAX_INSPECT_NAMES {
-        return Err(invalid(format!(
-            "at most {MAX_INSPECT_NAMES} names per InspectVariables call"
-        )));
-    }
-    for name in &names {
-        let mut chars = name.chars();
-        let valid_start = chars.next().is_some_and(|c| c == '_' || c.is_alphabetic());
-        if !valid_start
-            || name.len() > MAX_NAME_LEN
-            || !chars.all(|c| c == '_' || c.is_alphanumeric())
-        {
-            return Err(invalid(format!("{name:?} is not a Python identifier")));
-        }
-    }
+    validate_names(&names)?;
     Ok(names)
 }
 
-pub(super) fn cell_output(output: CellOutput) -> api::IPythonOutput {
+pub(super) fn cell_output(output: IPythonOutput) -> api::IPythonOutput {
     let kind = match output.kind {
-        OutputKind::Stdout => api::IpythonOutputKind::StreamStdout,
-        OutputKind::Stderr => api::IpythonOutputKind::StreamStderr,
-        OutputKind::DisplayData => api::IpythonOutputKind::DisplayData,
-        OutputKind::ExecuteResult => api::IpythonOutputKind::ExecuteResult,
-        OutputKind::UpdateDisplayData => api::IpythonOutputKind::UpdateDisplayData,
+        IPythonOutputKind::Stdout => api::IpythonOutputKind::StreamStdout,
+        IPythonOutputKind::Stderr => api::IpythonOutputKind::StreamStderr,
+        IPythonOutputKind::DisplayData => api::IpythonOutputKind::DisplayData,
+        IPythonOutputKind::ExecuteResult => api::IpythonOutputKind::ExecuteResult,
+        IPythonOutputKind::UpdateDisplayData => api::IpythonOutputKind::UpdateDisplayData,
     };
     api::IPythonOutput {
         kind: kind as i32,
         text: output.text,
-        data: output.data,
+        data: output.data.into_iter().collect(),
         display_id: output.display_id,
     }
 }
 
-pub(super) fn cell_result(result: CellResult) -> api::IPythonResult {
+pub(super) fn cell_result(result: IPythonResult) -> api::IPythonResult {
     let status = match result.status {
-        CellStatus::Ok => api::IpythonStatus::Ok,
-        CellStatus::Error => api::IpythonStatus::Error,
-        CellStatus::Aborted => api::IpythonStatus::Aborted,
+        IPythonStatus::Ok => api::IpythonStatus::Ok,
+        IPythonStatus::Error => api::IpythonStatus::Error,
+        IPythonStatus::Aborted => api::IpythonStatus::Aborted,
     };
     api::IPythonResult {
         status: status as i32,
@@ -159,6 +126,11 @@ mod tests {
 
     use super::*;
 
+    use std::time::Duration;
+
+    use mentis_model::action::MAX_CODE_BYTES;
+    use mentis_model::kernel::MAX_INSPECT_NAMES;
+
     fn cell(code: &str) -> api::IPythonAction {
         api::IPythonAction {
             code: code.into(),
@@ -170,20 +142,21 @@ mod tests {
     #[test]
     fn cells_are_validated() {
         assert!(matches!(
-            cell_spec(cell("  \n"), HashMap::new()),
+            cell_action(cell("  \n")),
             Err(Error::InvalidArgument(_))
         ));
+        assert!(cell_action(cell(&"x".repeat(MAX_CODE_BYTES))).is_ok());
         let huge = "x".repeat(MAX_CODE_BYTES + 1);
         assert!(matches!(
-            cell_spec(cell(&huge), HashMap::new()),
-            Err(Error::InvalidArgument(_))
+            cell_action(cell(&huge)),
+            Err(Error::InvalidArgument(m)) if m.contains("limit")
         ));
         let mut with_options = cell("1");
         with_options.timeout_seconds = 5;
         with_options.rollback_on_error = Some(false);
-        let spec = cell_spec(with_options, HashMap::new()).unwrap();
-        assert_eq!(spec.timeout, Some(Duration::from_secs(5)));
-        assert!(!spec.rollback_on_error);
+        let action = cell_action(with_options).unwrap();
+        assert_eq!(action.timeout, Duration::from_secs(5));
+        assert!(!action.rollback_on_error);
     }
 
     #[test]
@@ -192,6 +165,7 @@ mod tests {
         for bad in ["", "1x", "a b", "a\"]", "x.y", "__import__('os')"] {
             assert!(inspect_names(vec![bad.into()]).is_err(), "{bad:?}");
         }
+        assert!(inspect_names(vec!["a".into(); MAX_INSPECT_NAMES + 1]).is_err());
     }
 
     #[test]

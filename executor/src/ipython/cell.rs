@@ -7,8 +7,11 @@
 
 mod result;
 
+pub(crate) use result::{Outcome, Replace, SHUTDOWN_REASON};
+
 use std::time::Duration;
 
+use mentis_model::{IPythonOutput, IPythonOutputKind, ObservationKind};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -19,8 +22,8 @@ use super::output::{self, MAX_CODE_ECHO, MAX_TEXT_PIECE};
 use super::process::{Exit, KernelProcess};
 use super::wire::{Incoming, Wire};
 use crate::cgroup::Cgroup;
-use crate::events::{CellResult, Event, EventSink, OutputKind};
-use result::outcome;
+use crate::events::EventSink;
+use result::{Control, Pumped, Stop, count, outcome};
 
 /// What a running cell reacts to.
 pub(crate) struct Signals<'a> {
@@ -32,65 +35,6 @@ pub(crate) struct Signals<'a> {
     pub(crate) timeout: Duration,
     /// After an interrupt, how long the kernel may take to end the cell.
     pub(crate) grace: Duration,
-}
-
-/// Why the kernel must be replaced after the cell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Replace {
-    Died(Exit),
-    /// It ignored the interrupt, or the wire failed: it was killed.
-    Unresponsive,
-    /// ResetKernel: it was killed; the reset starts the fresh one.
-    Reset,
-}
-
-pub(crate) struct Outcome {
-    pub(crate) result: CellResult,
-    /// The cell ended with an exception and the kernel is alive: a candidate for rollback.
-    pub(crate) raised: bool,
-    pub(crate) replace: Option<Replace>,
-}
-
-impl Outcome {
-    pub(super) fn aborted(reason: String, duration: Duration, replace: Option<Replace>) -> Self {
-        Self {
-            result: CellResult::aborted(reason, duration),
-            raised: false,
-            replace,
-        }
-    }
-}
-
-/// Why the executor interrupted the cell.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Stop {
-    TimedOut,
-    Cancelled,
-}
-
-/// What `control` saw.
-#[derive(Debug)]
-pub(super) enum Control {
-    /// The pump ended (normally: reply and idle arrived).
-    Done,
-    Interrupted(Stop),
-    Died(Option<Stop>, Exit),
-    Unresponsive(Stop),
-    Reset,
-    ShutDown,
-}
-
-/// What `pump` saw.
-#[derive(Debug, Default)]
-pub(super) struct Pumped {
-    pub(super) started: bool,
-    pub(super) execution_count: i32,
-    pub(super) reply: Option<Value>,
-    pub(super) idle: bool,
-    /// The iopub `error` content, in case the reply lacks the details.
-    pub(super) error: Option<Value>,
-    /// The kernel went idle and no reply came: it is alive, the cell has no result.
-    pub(super) unanswered: bool,
 }
 
 /// After the cell's `idle` status, how long its reply may still take: both are sent by the kernel's one
@@ -285,13 +229,13 @@ async fn forward(message: Incoming, code: &str, pumped: &mut Pumped, sink: &mut 
         "stream" => {
             start(pumped, code, sink).await;
             let kind = match content.get("name").and_then(Value::as_str) {
-                Some("stderr") => OutputKind::Stderr,
-                _ => OutputKind::Stdout,
+                Some("stderr") => IPythonOutputKind::Stderr,
+                _ => IPythonOutputKind::Stdout,
             };
             let text = content.get("text").and_then(Value::as_str).unwrap_or("");
             // Piece by piece: a 50 MB print is never copied whole, and waits for the reader as it goes.
             for piece in output::pieces(text, MAX_TEXT_PIECE) {
-                sink.send(Event::IPythonOutput(crate::events::CellOutput {
+                sink.send(ObservationKind::IPythonOutput(IPythonOutput {
                     kind,
                     text: piece.to_owned(),
                     data: Default::default(),
@@ -303,13 +247,13 @@ async fn forward(message: Incoming, code: &str, pumped: &mut Pumped, sink: &mut 
         "display_data" | "execute_result" | "update_display_data" => {
             start(pumped, code, sink).await;
             let kind = match msg_type.as_str() {
-                "display_data" => OutputKind::DisplayData,
-                "execute_result" => OutputKind::ExecuteResult,
-                _ => OutputKind::UpdateDisplayData,
+                "display_data" => IPythonOutputKind::DisplayData,
+                "execute_result" => IPythonOutputKind::ExecuteResult,
+                _ => IPythonOutputKind::UpdateDisplayData,
             };
             let (output, dropped) = output::rich(kind, &content);
             if !dropped.is_empty() {
-                sink.send(Event::Error {
+                sink.send(ObservationKind::Error {
                     message: format!(
                         "an output of the cell was too large; left out: {}",
                         dropped.join(", ")
@@ -318,7 +262,7 @@ async fn forward(message: Incoming, code: &str, pumped: &mut Pumped, sink: &mut 
                 })
                 .await;
             }
-            sink.send(Event::IPythonOutput(output)).await;
+            sink.send(ObservationKind::IPythonOutput(output)).await;
         }
         "error" => pumped.error = Some(content),
         "status" if content.get("execution_state").and_then(Value::as_str) == Some("idle") => {
@@ -335,16 +279,9 @@ async fn start(pumped: &mut Pumped, code: &str, sink: &mut EventSink) {
         return;
     }
     pumped.started = true;
-    sink.send(Event::IPythonStart {
+    sink.send(ObservationKind::IPythonStart {
         code: output::cut(code, MAX_CODE_ECHO),
         execution_count: pumped.execution_count,
     })
     .await;
-}
-
-pub(super) fn count(content: &Value) -> Option<i32> {
-    content
-        .get("execution_count")
-        .and_then(Value::as_i64)
-        .and_then(|n| i32::try_from(n).ok())
 }

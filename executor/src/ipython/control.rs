@@ -1,19 +1,16 @@
-//! Kernel control between cells: ResetKernel, InspectVariables, and the rollback of a failed cell's new
-//! names. Each takes the kernel's turn, so none of them ever runs beside a cell.
+//! Kernel control between cells: ResetKernel and InspectVariables. Each takes the kernel's turn, so neither
+//! ever runs beside a cell.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::kernel::{self, Kernel, SilentError};
+use super::kernel::{self, SilentError};
 use super::turnstile::Place;
 use super::{IPython, lock};
 use crate::error::Error;
-use crate::events::{Event, EventSink};
 
-/// Bound on the silent rollback after a failed cell.
-const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bound on the inspect helper's run.
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -106,37 +103,4 @@ impl IPython {
             ))),
         }
     }
-}
-
-/// Removes the names the failed cell `execution_count` created (see helpers.py for what is not undone).
-pub(super) async fn rollback(kernel: &mut Kernel, execution_count: i32, sink: &mut EventSink) {
-    if !kernel.helpers {
-        return;
-    }
-    let expression = format!("get_ipython()._mentis.rollback({execution_count})");
-    let expressions = HashMap::from([("removed".to_owned(), expression)]);
-    let failure = match kernel
-        .run_silent("", Some(expressions), ROLLBACK_TIMEOUT)
-        .await
-    {
-        Ok(reply) => match reply.pointer("/user_expressions/removed") {
-            Some(answer) if kernel::status(answer) == "ok" => {
-                let removed = answer
-                    .pointer("/data/text~1plain")
-                    .and_then(Value::as_str)
-                    .unwrap_or("?");
-                tracing::debug!(removed, "rolled back the failed cell's new names");
-                return;
-            }
-            Some(answer) => kernel::error_text(answer),
-            None => "the kernel gave no answer".to_owned(),
-        },
-        Err(e) => e.to_string(),
-    };
-    tracing::warn!(error = %failure, "rollback failed");
-    sink.send(Event::Error {
-        message: format!("could not remove the names the failed cell created: {failure}"),
-        details: HashMap::new(),
-    })
-    .await;
 }

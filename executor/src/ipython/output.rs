@@ -2,11 +2,10 @@
 //! bundles as text (JSON types serialised), and nothing so large that one gRPC message would exceed the
 //! 4 MiB clients accept by default.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
+use mentis_model::{IPythonOutput, IPythonOutputKind};
 use serde_json::Value;
-
-use crate::events::{CellOutput, OutputKind};
 
 /// Largest piece of stream text per event.
 pub(crate) const MAX_TEXT_PIECE: usize = 64 * 1024;
@@ -56,7 +55,7 @@ pub(crate) fn cut(text: &str, max: usize) -> String {
 
 /// A display_data / execute_result / update_display_data content as an output event, and the MIME types
 /// dropped for size (for an informational `error` event).
-pub(crate) fn rich(kind: OutputKind, content: &Value) -> (CellOutput, Vec<String>) {
+pub(crate) fn rich(kind: IPythonOutputKind, content: &Value) -> (IPythonOutput, Vec<String>) {
     let mut data: Vec<(String, String)> = content
         .get("data")
         .and_then(Value::as_object)
@@ -74,10 +73,10 @@ pub(crate) fn rich(kind: OutputKind, content: &Value) -> (CellOutput, Vec<String
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let output = CellOutput {
+    let output = IPythonOutput {
         kind,
         text: String::new(),
-        data: data.into_iter().collect::<HashMap<_, _>>(),
+        data: data.into_iter().collect::<BTreeMap<_, _>>(),
         display_id,
     };
     (output, dropped)
@@ -196,7 +195,7 @@ mod tests {
             "metadata": {},
             "transient": {"display_id": "d1"},
         });
-        let (output, dropped) = rich(OutputKind::DisplayData, &content);
+        let (output, dropped) = rich(IPythonOutputKind::DisplayData, &content);
         assert!(dropped.is_empty());
         assert_eq!(output.display_id, "d1");
         assert_eq!(output.data["text/html"], "<b>x</b>");
@@ -209,7 +208,7 @@ mod tests {
         let big = "A".repeat(MAX_BUNDLE);
         let content =
             json!({"data": {"text/plain": "<Figure>", "image/png": big, "text/html": "<img>"}});
-        let (output, dropped) = rich(OutputKind::DisplayData, &content);
+        let (output, dropped) = rich(IPythonOutputKind::DisplayData, &content);
         assert_eq!(dropped, vec!["image/png".to_owned()]);
         assert_eq!(output.data["text/plain"], "<Figure>");
         assert!(output.data.contains_key("text/html"));

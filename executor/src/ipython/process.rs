@@ -1,7 +1,7 @@
 //! The kernel's process: started in its own process group with a private connection directory, watched
 //! until it exits (so a death is noticed even between cells), interrupted with SIGINT, killed as a group.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
@@ -52,7 +52,7 @@ impl Exit {
     }
 
     /// Details for the `agent_state` event.
-    pub(crate) fn details(self, details: &mut HashMap<String, String>) {
+    pub(crate) fn details(self, details: &mut BTreeMap<String, String>) {
         details.insert("exit".to_owned(), self.to_string());
         match self {
             Self::Code(code) => {
@@ -324,7 +324,7 @@ mod tests {
             "was killed by signal 9 (SIGKILL)"
         );
         assert_eq!(Exit::Code(1).to_string(), "exited with status 1");
-        let mut details = HashMap::new();
+        let mut details = BTreeMap::new();
         Exit::Signal(11).details(&mut details);
         assert_eq!(details["signal"], "11");
         assert!(details["exit"].contains("SIGSEGV"));

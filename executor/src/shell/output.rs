@@ -5,13 +5,14 @@ use std::io;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use mentis_model::{ObservationKind, OutputStream};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::events::{Event, EventSink, OutputStream};
+use crate::events::EventSink;
 
 /// Largest `cmd_output` chunk (also the read size).
 pub(crate) const MAX_CHUNK: usize = 64 * 1024;
@@ -143,7 +144,7 @@ async fn push(
 async fn flush(pending: &mut Option<Pending>, sink: &mut EventSink) {
     if let Some(chunk) = pending.take() {
         let data: Bytes = chunk.data.freeze();
-        sink.send(Event::CmdOutput {
+        sink.send(ObservationKind::CmdOutput {
             stream: chunk.stream,
             data,
         })
@@ -184,13 +185,12 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use mentis_proto::api::OutputStream as WireStream;
-    use mentis_proto::executor::{RunResponse, run_response};
+    use crate::events::Event;
     use tokio::io::{AsyncWriteExt, DuplexStream};
 
-    fn output(response: &RunResponse) -> (i32, Vec<u8>) {
-        match &response.kind {
-            Some(run_response::Kind::CmdOutput(out)) => (out.stream, out.data.to_vec()),
+    fn output(event: &Event) -> (OutputStream, Vec<u8>) {
+        match &event.kind {
+            ObservationKind::CmdOutput { stream, data } => (*stream, data.to_vec()),
             other => panic!("not output: {other:?}"),
         }
     }
@@ -199,7 +199,7 @@ mod tests {
         out: DuplexStream,
         err: DuplexStream,
         exited: CancellationToken,
-    ) -> Vec<RunResponse> {
+    ) -> Vec<Event> {
         let (mut sink, mut rx) = EventSink::channel();
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
@@ -243,7 +243,7 @@ mod tests {
         for event in &events {
             let (stream, data) = output(event);
             assert!(data.len() <= MAX_CHUNK);
-            if stream == WireStream::Stdout as i32 {
+            if stream == OutputStream::Stdout {
                 stdout.extend(data);
             } else {
                 stderr.extend(data);

@@ -6,6 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use mentis_model::{CmdEnd, EndReason};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -14,7 +15,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cgroup::LimitHits;
-use crate::events::{CmdEnd, EndReason};
 
 /// Why the executor stopped a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,6 @@
-//! The error enum that crosses crate boundaries. Each variant is one row of DESIGN.md section 6; the API
-//! layer is the only place that turns it into a gRPC status.
+//! The error enum that crosses crate boundaries. Each variant is one row of the table in
+//! docs/ARCHITECTURE.md, "Errors and statuses"; the API layer is the only place that turns it into a gRPC
+//! status.
 
 /// What went wrong, classified by what the caller can do about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,5 +41,14 @@ impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(msg: impl Into<String>) -> Self {
         Self::InvalidArgument(msg.into())
+    }
+}
+
+/// A request that breaks a rule of the shared model (an action, an id, an env, a name) is the client's to fix.
+impl From<mentis_model::Error> for Error {
+    fn from(e: mentis_model::Error) -> Self {
+        match e {
+            mentis_model::Error::InvalidArgument(msg) => Self::InvalidArgument(msg),
+        }
     }
 }

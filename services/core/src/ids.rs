@@ -37,11 +37,10 @@ impl fmt::Display for SandboxId {
     }
 }
 
-/// Longest accepted client-chosen action id.
-pub const MAX_ACTION_ID_LEN: usize = 128;
+pub use mentis_model::action::MAX_ACTION_ID_LEN;
 
 /// An action id: client-chosen (a UUID is recommended) or generated. Printable ASCII without spaces, so it is
-/// safe in logs, labels and metadata.
+/// safe in logs, labels and metadata ([`mentis_model::action::validate_action_id`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ActionId(String);
 
@@ -51,21 +50,9 @@ impl ActionId {
         Self(uuid::Uuid::new_v4().to_string())
     }
 
-    /// Parses a client-chosen id.
+    /// Parses a client-chosen id (the rules are the shared model's, which the executor applies too).
     pub fn parse(s: &str) -> Result<Self, Error> {
-        if s.is_empty() {
-            return Err(Error::invalid("action_id is empty"));
-        }
-        if s.len() > MAX_ACTION_ID_LEN {
-            return Err(Error::invalid(format!(
-                "action_id is longer than {MAX_ACTION_ID_LEN} characters"
-            )));
-        }
-        if !s.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(Error::invalid(
-                "action_id may contain only printable ASCII characters without spaces",
-            ));
-        }
+        mentis_model::action::validate_action_id(s)?;
         Ok(Self(s.to_owned()))
     }
 

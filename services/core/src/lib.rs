@@ -1,8 +1,10 @@
-//! Domain types of the MentisSandbox control plane: sandboxes, actions, observations, the `SandboxBackend`
+//! Domain types of the MentisSandbox control plane: sandboxes, spaces, observations, the `SandboxBackend`
 //! seam and the one error enum shared across crate boundaries. No I/O, no tonic, no bollard: the API layer
 //! translates proto types into these, and backends speak only these.
+//!
+//! Actions and the kinds of observation are the model the executor shares (`mentis-model`), re-exported
+//! here at their usual paths (`mentis_core::action`, `mentis_core::observation`, ...).
 
-pub mod action;
 pub mod backend;
 pub mod error;
 pub mod ids;
@@ -12,6 +14,8 @@ pub mod limits;
 pub mod observation;
 pub mod sandbox;
 pub mod space;
+
+pub use mentis_model::action;
 
 pub use action::{Action, IPythonAction, ShellAction};
 pub use backend::{BackendSandbox, BackendSpec, BackendState, DataMount, Endpoint, SandboxBackend};

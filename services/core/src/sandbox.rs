@@ -7,6 +7,8 @@ use std::time::{Duration, SystemTime};
 use crate::error::Error;
 use crate::ids::{SandboxId, SpaceId};
 
+pub use mentis_model::env::validate_env;
+
 /// Where a sandbox is in its life. The moves between states are the table in [`crate::lifecycle`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SandboxState {
@@ -58,7 +60,6 @@ pub use crate::limits::{Limits, LimitsPolicy, MIN_MEMORY_MB, MIN_NOFILE, MIN_PID
 pub const RESERVED_LABEL_PREFIX: &str = "io.mentis.";
 const MAX_MAP_ENTRIES: usize = 256;
 const MAX_KEY_LEN: usize = 256;
-const MAX_VALUE_LEN: usize = 64 * 1024;
 
 /// What the reaper does with a sandbox idle for its idle timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -221,28 +222,6 @@ impl SandboxRequest {
             read_only_rootfs: self.read_only_rootfs.unwrap_or(default_read_only),
         })
     }
-}
-
-/// Checks an environment map: names that a process environment can carry, bounded sizes.
-pub fn validate_env(env: &BTreeMap<String, String>, field: &str) -> Result<(), Error> {
-    if env.len() > MAX_MAP_ENTRIES {
-        return Err(Error::invalid(format!(
-            "{field} has more than {MAX_MAP_ENTRIES} entries"
-        )));
-    }
-    for (k, v) in env {
-        if k.is_empty() || k.len() > MAX_KEY_LEN || k.contains('=') || k.contains('\0') {
-            return Err(Error::invalid(format!(
-                "{field}: {k:?} is not a valid variable name"
-            )));
-        }
-        if v.len() > MAX_VALUE_LEN || v.contains('\0') {
-            return Err(Error::invalid(format!(
-                "{field}: the value of {k} is too long or contains NUL"
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), Error> {

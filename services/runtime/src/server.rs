@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use mentis_backend_docker::DockerBackend;
 use mentis_core::SandboxBackend;
+use mentis_core::action::MAX_REQUEST_BYTES;
 use mentis_proto::api::action_service_server::ActionServiceServer;
 use mentis_proto::api::file_service_server::FileServiceServer;
 use mentis_proto::api::key_service_server::KeyServiceServer;
@@ -183,7 +184,11 @@ async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(SandboxServiceServer::new(sandbox_api))
         .add_service(SpaceServiceServer::new(SpaceApi::new(Arc::clone(&manager))))
-        .add_service(ActionServiceServer::new(action_api))
+        // An action with the largest code and stdin the model accepts is above gRPC's default of 4 MiB;
+        // the executor's server admits the same size.
+        .add_service(
+            ActionServiceServer::new(action_api).max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
         .add_service(FileServiceServer::new(FileApi::new(Arc::clone(&manager))))
         .add_service(KeyServiceServer::new(KeyApi::new(
             Arc::clone(&manager),

@@ -1,13 +1,84 @@
-//! How a cell ended, from what `control` and `pump` saw: the terminal `ipython_result`, whether the cell
-//! raised (a rollback candidate), and whether the kernel must be replaced.
+//! How a cell ended: what `control` and `pump` saw, and from that the terminal `ipython_result`, whether
+//! the cell raised (a rollback candidate), and whether the kernel must be replaced.
 
 use std::time::Duration;
 
+use mentis_model::{IPythonResult, IPythonStatus};
 use serde_json::Value;
 
-use super::{Control, Outcome, Pumped, Replace, Stop, count};
-use crate::events::{CellResult, CellStatus};
-use crate::ipython::{SHUTDOWN_REASON, kernel, output};
+use crate::ipython::process::Exit;
+use crate::ipython::{kernel, output};
+
+/// The reason given to cells ended by executor shutdown.
+pub(crate) const SHUTDOWN_REASON: &str = "the executor is shutting down";
+
+/// Why the kernel must be replaced after the cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Replace {
+    Died(Exit),
+    /// It ignored the interrupt, or the wire failed: it was killed.
+    Unresponsive,
+    /// ResetKernel: it was killed; the reset starts the fresh one.
+    Reset,
+}
+
+/// How a cell ended, and what the IPython side must do about the kernel.
+pub(crate) struct Outcome {
+    pub(crate) result: IPythonResult,
+    /// The cell ended with an exception and the kernel is alive: a candidate for rollback.
+    pub(crate) raised: bool,
+    pub(crate) replace: Option<Replace>,
+}
+
+impl Outcome {
+    pub(crate) fn aborted(reason: String, duration: Duration, replace: Option<Replace>) -> Self {
+        Self {
+            result: IPythonResult::aborted(reason, duration),
+            raised: false,
+            replace,
+        }
+    }
+}
+
+/// Why the executor interrupted the cell.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stop {
+    TimedOut,
+    Cancelled,
+}
+
+/// What `control` saw.
+#[derive(Debug)]
+pub(super) enum Control {
+    /// The pump ended (normally: reply and idle arrived).
+    Done,
+    Interrupted(Stop),
+    Died(Option<Stop>, Exit),
+    Unresponsive(Stop),
+    Reset,
+    ShutDown,
+}
+
+/// What `pump` saw.
+#[derive(Debug, Default)]
+pub(super) struct Pumped {
+    pub(super) started: bool,
+    pub(super) execution_count: i32,
+    pub(super) reply: Option<Value>,
+    pub(super) idle: bool,
+    /// The iopub `error` content, in case the reply lacks the details.
+    pub(super) error: Option<Value>,
+    /// The kernel went idle and no reply came: it is alive, the cell has no result.
+    pub(super) unanswered: bool,
+}
+
+/// The `execution_count` of a kernel message's content.
+pub(super) fn count(content: &Value) -> Option<i32> {
+    content
+        .get("execution_count")
+        .and_then(Value::as_i64)
+        .and_then(|n| i32::try_from(n).ok())
+}
 
 /// `oom`: how the OOM killer ended the kernel, when it did ("killed by the out-of-memory killer ...").
 pub(super) fn outcome(
@@ -117,19 +188,19 @@ fn from_reply(
         })
         .unwrap_or_default();
     let (status, raised, reason) = match (kernel::status(reply), interrupted) {
-        ("ok", _) => (CellStatus::Ok, false, String::new()),
-        ("error", None) => (CellStatus::Error, true, String::new()),
-        ("error", Some(reason)) => (CellStatus::Aborted, true, reason),
-        (_, Some(reason)) => (CellStatus::Aborted, false, reason),
+        ("ok", _) => (IPythonStatus::Ok, false, String::new()),
+        ("error", None) => (IPythonStatus::Error, true, String::new()),
+        ("error", Some(reason)) => (IPythonStatus::Aborted, true, reason),
+        (_, Some(reason)) => (IPythonStatus::Aborted, false, reason),
         (other, None) => (
-            CellStatus::Aborted,
+            IPythonStatus::Aborted,
             false,
             format!("the kernel answered {other:?}"),
         ),
     };
-    let ok = status == CellStatus::Ok;
+    let ok = status == IPythonStatus::Ok;
     Outcome {
-        result: CellResult {
+        result: IPythonResult {
             status,
             execution_count,
             error_name: if ok { String::new() } else { text("ename") },
@@ -150,7 +221,6 @@ fn from_reply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipython::process::Exit;
     use serde_json::json;
 
     fn pumped() -> Pumped {
@@ -172,22 +242,22 @@ mod tests {
         );
         assert_eq!(
             (ok.result.status, ok.result.execution_count, ok.raised),
-            (CellStatus::Ok, 5, false)
+            (IPythonStatus::Ok, 5, false)
         );
         let error = json!({"status": "error", "execution_count": 5, "ename": "ZeroDivisionError",
             "evalue": "division by zero", "traceback": ["a", "b"]});
         let failed = from_reply(&error, &pumped(), d, None);
-        assert_eq!(failed.result.status, CellStatus::Error);
+        assert_eq!(failed.result.status, IPythonStatus::Error);
         assert_eq!(failed.result.error_name, "ZeroDivisionError");
         assert_eq!(failed.result.traceback, vec!["a", "b"]);
         assert!(failed.raised);
         let interrupted = from_reply(&error, &pumped(), d, Some("cancelled".into()));
-        assert_eq!(interrupted.result.status, CellStatus::Aborted);
+        assert_eq!(interrupted.result.status, IPythonStatus::Aborted);
         assert_eq!(interrupted.result.reason, "cancelled");
         assert!(interrupted.raised);
         // Finished before the interrupt landed: what the kernel says stands.
         let late = from_reply(&json!({"status": "ok"}), &pumped(), d, Some("x".into()));
-        assert_eq!(late.result.status, CellStatus::Ok);
+        assert_eq!(late.result.status, IPythonStatus::Ok);
         assert_eq!(late.result.execution_count, 4);
     }
 
@@ -201,7 +271,7 @@ mod tests {
             Duration::from_secs(1),
             None,
         );
-        assert_eq!(died.result.status, CellStatus::Aborted);
+        assert_eq!(died.result.status, IPythonStatus::Aborted);
         assert!(
             died.result.reason.contains("SIGKILL"),
             "{}",
@@ -247,12 +317,12 @@ mod tests {
         };
         // An interrupt that ipykernel swallowed outside the user's code: over, kernel kept.
         let swallowed = end(Control::Interrupted(Stop::Cancelled), true);
-        assert_eq!(swallowed.result.status, CellStatus::Aborted);
+        assert_eq!(swallowed.result.status, IPythonStatus::Aborted);
         assert_eq!(swallowed.result.reason, "cancelled");
         assert_eq!(swallowed.replace, None);
         assert!(!swallowed.raised, "nothing to roll back to: no result");
         let handler_failed = end(Control::Done, true);
-        assert_eq!(handler_failed.result.status, CellStatus::Aborted);
+        assert_eq!(handler_failed.result.status, IPythonStatus::Aborted);
         assert_eq!(handler_failed.replace, None);
         // No idle and no reply: the wire is gone, the kernel is replaced.
         assert_eq!(

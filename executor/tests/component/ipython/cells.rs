@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use mentis_model::action::MAX_CODE_BYTES;
 use mentis_proto::api::{IpythonOutputKind, IpythonStatus};
 use mentis_proto::executor::run_response;
 use tonic::Code;
@@ -284,7 +285,8 @@ async fn bad_cells_are_refused_and_large_ones_run() {
             .unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{code:?}");
     }
-    let too_big = format!("x = '{}'", "a".repeat(9 * 1024 * 1024));
+    // Just over the model's limit (the control plane's too): refused by validation, not by the transport.
+    let too_big = format!("x = '{}'", "a".repeat(MAX_CODE_BYTES));
     let status = client
         .run(cell_request(&action_id(), cell(&too_big)))
         .await
