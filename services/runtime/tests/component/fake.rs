@@ -127,13 +127,6 @@ impl FakeBackend {
         lock(&self.sandboxes).get(&id).map(|f| f.spec.limits)
     }
 
-    /// The workspace folder of `id` (the executor's /workspace).
-    pub fn workspace(&self, id: SandboxId) -> Option<std::path::PathBuf> {
-        lock(&self.sandboxes)
-            .get(&id)
-            .map(|f| f.workspace.path().to_owned())
-    }
-
     /// Freezes the sandbox behind the runtime's back: its executor stops answering, connections stay open.
     pub fn freeze(&self, id: SandboxId) {
         if let Some(f) = lock(&self.sandboxes).get(&id) {

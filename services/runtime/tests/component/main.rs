@@ -3,6 +3,7 @@
 //! paused clock. See docs/ARCHITECTURE.md, "Code map and test tiers".
 #![allow(clippy::unwrap_used)]
 
+mod api;
 mod fake;
 mod faults;
 mod support;

@@ -150,18 +150,6 @@ impl TestRuntime {
         }
     }
 
-    /// Stops the runtime gracefully and starts another on the same store and backend.
-    pub async fn restart(mut self) -> Self {
-        let _busy = Busy::hold();
-        self.runtime.take().unwrap().stop().await.unwrap();
-        Self::start_on(
-            self.backend.clone(),
-            self.config.clone(),
-            self.data_dir.clone(),
-        )
-        .await
-    }
-
     /// CreateSandbox.
     pub async fn create(&mut self, spec: api::SandboxSpec) -> Result<api::Sandbox, tonic::Status> {
         let _busy = Busy::hold();
