@@ -11,7 +11,11 @@ pub use mentis_core::DataMount;
 use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
 
 mod auth;
+mod error;
 mod limits;
+
+pub use error::ConfigError;
+use error::err;
 
 pub use auth::AuthConfig;
 
@@ -224,15 +228,6 @@ fn parse_mounts(value: &str) -> Result<Vec<SpaceMount>, ConfigError> {
     Ok(out)
 }
 
-/// A setting that could not be used.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid {var}={value:?}: {reason}")]
-pub struct ConfigError {
-    pub var: &'static str,
-    pub value: String,
-    pub reason: String,
-}
-
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
@@ -376,14 +371,6 @@ impl RuntimeConfig {
                 Duration::from_secs(positive("MENTIS_READY_TIMEOUT_SECS", &v)? as u64);
         }
         Ok(c)
-    }
-}
-
-fn err(var: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        var,
-        value: value.to_owned(),
-        reason: reason.into(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! `MENTIS_AUTH`, `MENTIS_ADMIN_KEY`, `MENTIS_ADMIN_KEY_FILE`: whether the API needs keys, and the admin key.
 
-use super::{ConfigError, err};
+use super::error::{ConfigError, err};
 
 /// Shortest admin key we accept: anything shorter can be guessed.
 const MIN_ADMIN_KEY_LEN: usize = 16;

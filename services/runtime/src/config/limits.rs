@@ -2,7 +2,7 @@
 
 use mentis_core::{Limits, LimitsPolicy};
 
-use super::{ConfigError, err};
+use super::error::{ConfigError, err};
 
 /// Applies `cpu=1,memory_mb=1024,pids=512,nofile=1024` (any subset) to `limits`.
 fn apply(var: &'static str, value: &str, limits: &mut Limits) -> Result<(), ConfigError> {
