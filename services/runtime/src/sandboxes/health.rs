@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use mentis_core::{Error, SandboxBackend, SandboxState};
 
+use tracing::Instrument;
+
 use super::handle::SandboxHandle;
+use super::reach::reach_executor;
 use crate::config::RuntimeConfig;
 
 /// Failed checks in a row before a sandbox is UNHEALTHY (one miss can be a hiccup).
@@ -19,8 +22,20 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the end of a vanished sandbox waits for its action pumps to write their terminals.
 const PUMP_DRAIN: Duration = Duration::from_secs(10);
 
+/// Starts watching `h`, in a task the sandbox owns (it ends when the sandbox is deleted).
+pub(super) fn spawn(
+    h: &Arc<SandboxHandle>,
+    backend: &Arc<dyn SandboxBackend>,
+    config: &Arc<RuntimeConfig>,
+) {
+    h.tasks.spawn(
+        watch(Arc::clone(h), Arc::clone(backend), Arc::clone(config))
+            .instrument(tracing::info_span!("health", sandbox_id = %h.id)),
+    );
+}
+
 /// Watches `h` until it is deleted.
-pub(super) async fn watch(
+async fn watch(
     h: Arc<SandboxHandle>,
     backend: Arc<dyn SandboxBackend>,
     config: Arc<RuntimeConfig>,
@@ -117,7 +132,7 @@ async fn recover(
     config: &RuntimeConfig,
 ) -> Result<(), Error> {
     let (client, endpoint) =
-        super::reach_executor(backend, config, h.id, &h.token, config.ready_timeout).await?;
+        reach_executor(backend, config, h.id, &h.token, config.ready_timeout).await?;
     h.set_executor(client);
     if h.enter(SandboxState::Running, "").is_ok() {
         tracing::info!(endpoint = %endpoint.uri, "executor recovered");

@@ -12,13 +12,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mentis_core::{BackendSpec, BackendState, Result, SandboxId};
+use mentis_core::{BackendSpec, BackendState, Result, SandboxBackend, SandboxId};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use super::{Manager, random_token};
-use crate::config::PoolConfig;
+use super::reach::{random_token, reach_executor, ready_executor};
+use crate::config::{PoolConfig, RuntimeConfig};
 use crate::executor_client::ExecutorClient;
-use crate::store::StoredMember;
+use crate::store::{Store, StoredMember};
 
 /// Upper bound of one health check of an idle member.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,7 +30,7 @@ const MEMBER_TAKEOVER_READY: Duration = Duration::from_secs(10);
 const RETRY_PAUSE: Duration = Duration::from_secs(2);
 
 /// An idle member.
-pub(crate) struct Member {
+pub struct Member {
     pub(crate) id: SandboxId,
     pub(crate) token: String,
     pub(crate) client: ExecutorClient,
@@ -57,7 +59,7 @@ pub struct PoolStats {
 }
 
 impl Pool {
-    pub(super) fn new(config: PoolConfig) -> Arc<Self> {
+    fn new(config: PoolConfig) -> Arc<Self> {
         Arc::new(Self {
             config,
             idle: Mutex::new(VecDeque::new()),
@@ -108,24 +110,54 @@ impl Pool {
     }
 }
 
-impl Manager {
+/// Every pool of this runtime, and what keeps them filled.
+pub struct Pools {
+    pools: Vec<Arc<Pool>>,
+    config: Arc<RuntimeConfig>,
+    backend: Arc<dyn SandboxBackend>,
+    store: Arc<Store>,
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Pools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pools").finish_non_exhaustive()
+    }
+}
+
+impl Pools {
+    pub fn new(
+        config: Arc<RuntimeConfig>,
+        backend: Arc<dyn SandboxBackend>,
+        store: Arc<Store>,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            pools: config.pools.iter().cloned().map(Pool::new).collect(),
+            config,
+            backend,
+            store,
+            shutdown,
+        })
+    }
+
     /// The pool of `image`, when there is one.
-    pub(crate) fn pool_for(&self, image: &str) -> Option<Arc<Pool>> {
+    pub fn pool_for(&self, image: &str) -> Option<Arc<Pool>> {
         self.pools.iter().find(|p| p.config.image == image).cloned()
     }
 
     /// Every pool's figures.
-    pub fn pool_stats(&self) -> Vec<PoolStats> {
+    pub fn stats(&self) -> Vec<PoolStats> {
         self.pools.iter().map(|p| p.stats()).collect()
     }
 
-    /// One task per pool: keep `min_idle` members ready (within `max_total`), and replace members whose
-    /// executor stops answering.
-    pub(super) fn spawn_pools(self: &Arc<Self>) {
+    /// One task per pool, owned by `tasks`: keep `min_idle` members ready (within `max_total`), and
+    /// replace members whose executor stops answering.
+    pub fn spawn(self: &Arc<Self>, tasks: &TaskTracker) {
         for pool in &self.pools {
             let this = Arc::clone(self);
             let pool = Arc::clone(pool);
-            self.tasks.spawn(async move {
+            tasks.spawn(async move {
                 loop {
                     let made = this.fill(&pool).await;
                     let pause = if made {
@@ -193,7 +225,7 @@ impl Manager {
         };
         let made = async {
             let endpoint = self.backend.create(&spec).await?;
-            super::ready_executor(
+            ready_executor(
                 &self.config,
                 &endpoint,
                 &stored.token,
@@ -254,7 +286,7 @@ impl Manager {
 
     /// Takes the stored members over after a restart: running ones whose pool still exists become idle
     /// members again; the rest go.
-    pub(super) async fn restore_members(
+    pub async fn restore_members(
         &self,
         members: Vec<StoredMember>,
         found: &HashMap<SandboxId, BackendState>,
@@ -264,7 +296,7 @@ impl Manager {
             let running = found.get(&m.id) == Some(&BackendState::Running);
             let kept = match pool {
                 Some(pool) if running && pool.idle().len() < pool.config.max_total => {
-                    let reached = super::reach_executor(
+                    let reached = reach_executor(
                         self.backend.as_ref(),
                         &self.config,
                         m.id,

@@ -9,10 +9,17 @@ use std::time::Duration;
 use futures::StreamExt;
 use mentis_core::{BackendState, Error, Result, SandboxId, SandboxState};
 
-use super::Manager;
+use mentis_core::SandboxBackend;
+
 use super::handle::SandboxHandle;
+use super::health;
+use super::pool::Pools;
+use super::reach::reach_executor;
+use super::registry::Registry;
+use super::spaces::Spaces;
+use crate::config::RuntimeConfig;
 use crate::observations::ObservationLog;
-use crate::store::StoredSandbox;
+use crate::store::{Store, StoredSandbox};
 
 /// Meta key: "1" when the last run shut down cleanly (every newest seq was stored).
 pub(super) const CLEAN_SHUTDOWN: &str = "clean_shutdown";
@@ -26,10 +33,20 @@ const RESTORE_CONCURRENCY: usize = 16;
 /// How long a taken-over executor has to answer.
 const TAKEOVER_READY: Duration = Duration::from_secs(20);
 
-impl Manager {
-    /// Prepares the backend, loads spaces and sandboxes from the store and reconciles them with what the
-    /// backend holds, then starts the sweeper and the reaper.
-    pub async fn start(self: &Arc<Self>) -> Result<()> {
+/// What reconciliation works on.
+pub(super) struct Restore<'a> {
+    pub config: &'a Arc<RuntimeConfig>,
+    pub backend: &'a Arc<dyn SandboxBackend>,
+    pub store: &'a Arc<Store>,
+    pub registry: &'a Registry,
+    pub spaces: &'a Spaces,
+    pub pools: &'a Pools,
+}
+
+impl Restore<'_> {
+    /// Checks the store's instance, prepares the backend, loads spaces and sandboxes from the store and
+    /// reconciles them with what the backend holds.
+    pub async fn run(&self) -> Result<()> {
         // The store and the backend's labels must speak of the same instance, or the reconciliation below
         // would take another instance's sandboxes for vanished ones.
         let instance = &self.config.docker.instance;
@@ -45,7 +62,7 @@ impl Manager {
             }
         }
         self.backend.prepare().await?;
-        self.load_spaces()?;
+        self.spaces.load()?;
         let clean = self.store.meta(CLEAN_SHUTDOWN)?.as_deref() == Some("1");
         self.store.set_meta(CLEAN_SHUTDOWN, "0")?;
         let found: HashMap<SandboxId, BackendState> = self
@@ -62,7 +79,7 @@ impl Manager {
             .map(|s| s.record.id)
             .chain(members.iter().map(|m| m.id))
             .collect();
-        self.restore_members(members, &found).await;
+        self.pools.restore_members(members, &found).await;
         // Several at once: one executor that does not answer must not hold the others (or the start) up
         // for long.
         futures::stream::iter(stored)
@@ -74,7 +91,7 @@ impl Manager {
             .collect::<()>()
             .await;
         // Ended records past their retention go now.
-        self.forget_old_ended();
+        self.registry.forget_old_ended();
         for (id, state) in found {
             if !known.contains(&id) {
                 tracing::info!(sandbox_id = %id, ?state, "removing a sandbox with no record");
@@ -83,13 +100,10 @@ impl Manager {
                 }
             }
         }
-        self.spawn_sweeper();
-        self.spawn_reaper();
-        self.spawn_pools();
         Ok(())
     }
 
-    async fn restore(self: &Arc<Self>, s: StoredSandbox, found: Option<BackendState>, clean: bool) {
+    async fn restore(&self, s: StoredSandbox, found: Option<BackendState>, clean: bool) {
         let id = s.record.id;
         let base = if clean {
             s.last_seq
@@ -102,10 +116,10 @@ impl Manager {
             s.env,
             log,
             s.token,
-            Arc::clone(&self.store),
+            Arc::clone(self.store),
         ));
         let was = s.record.state;
-        self.write().insert(id, Arc::clone(&h));
+        self.registry.insert(Arc::clone(&h));
         if was.is_final() {
             // Kept for Get until the retention time passes; its log is gone.
             h.log.close();
@@ -147,17 +161,12 @@ impl Manager {
                     "sandbox taken over after a runtime restart",
                 );
                 tracing::info!(sandbox_id = %id, "took over a paused sandbox");
-                self.watch_health(&h);
+                health::spawn(&h, self.backend, self.config);
             }
             (_, Some(BackendState::Running | BackendState::Stopped)) => {
                 let within = TAKEOVER_READY.min(self.config.ready_timeout);
-                let reached = super::reach_executor(
-                    self.backend.as_ref(),
-                    &self.config,
-                    id,
-                    &h.token,
-                    within,
-                );
+                let reached =
+                    reach_executor(self.backend.as_ref(), self.config, id, &h.token, within);
                 match reached.await {
                     Ok((client, _)) => {
                         h.set_executor(client);
@@ -178,7 +187,7 @@ impl Manager {
                         );
                     }
                 }
-                self.watch_health(&h);
+                health::spawn(&h, self.backend, self.config);
             }
         }
         // Last activity counts from the takeover, not from before the downtime.

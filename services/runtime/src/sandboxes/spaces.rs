@@ -1,51 +1,79 @@
-//! Spaces: create, read, list, update, delete (with or without their sandboxes). Written through to the
-//! store; the default space always exists.
+//! Spaces: create, read, list, update, delete. Written through to the store; the default space always
+//! exists. Deleting a space with its sandboxes is orchestrated by the manager, which ends them first.
 
-use std::sync::Arc;
-use std::time::SystemTime;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
-use mentis_core::{Error, Result, Space, SpaceId, SpaceUpdate};
+use mentis_core::{Error, LimitsPolicy, Result, Space, SpaceId, SpaceUpdate};
 
-use super::Manager;
+use super::registry::Registry;
+use crate::store::Store;
 
 /// A space and the number of its live sandboxes.
 pub type SpaceView = (Space, u32);
 
-impl Manager {
-    fn live_in(&self, space: &SpaceId) -> u32 {
-        let n = self.read().values().filter(|h| h.is_live_in(space)).count();
-        u32::try_from(n).unwrap_or(u32::MAX)
+/// Every space of this runtime.
+pub struct Spaces {
+    map: RwLock<BTreeMap<String, Space>>,
+    store: Arc<Store>,
+    registry: Arc<Registry>,
+    /// The runtime's limits, which every space's lie within.
+    limits: LimitsPolicy,
+}
+
+impl std::fmt::Debug for Spaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spaces").finish_non_exhaustive()
+    }
+}
+
+impl Spaces {
+    pub fn new(store: Arc<Store>, registry: Arc<Registry>, limits: LimitsPolicy) -> Self {
+        Self {
+            map: RwLock::new(BTreeMap::new()),
+            store,
+            registry,
+            limits,
+        }
     }
 
-    fn spaces_write(
-        &self,
-    ) -> std::sync::RwLockWriteGuard<'_, std::collections::BTreeMap<String, Space>> {
-        self.spaces.write().unwrap_or_else(|p| p.into_inner())
+    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Space>> {
+        self.map.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Loads the spaces from the store, creating the default one when missing.
-    pub(super) fn load_spaces(&self) -> Result<()> {
+    pub fn load(&self) -> Result<()> {
         let mut spaces = self.store.spaces()?;
         if !spaces.iter().any(|s| s.id.is_default()) {
-            let default = Space::default_space(SystemTime::now());
+            let default = Space::default_space(crate::clock::now());
             self.store.put_space(&default)?;
             spaces.push(default);
         }
-        let mut map = self.spaces_write();
+        let mut map = self.write();
         for s in spaces {
             map.insert(s.id.as_str().to_owned(), s);
         }
         Ok(())
     }
 
+    /// A copy of a space's record; NotFound when unknown.
+    pub fn record(&self, id: &SpaceId) -> Result<Space> {
+        self.map
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id.as_str())
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("space {id} not found")))
+    }
+
     /// Creates a space; AlreadyExists when the id is taken.
-    pub fn create_space(&self, mut space: Space) -> Result<SpaceView> {
+    pub fn create(&self, mut space: Space) -> Result<SpaceView> {
         space.validate()?;
-        self.check_space_limits(&space.limits)?;
-        let now = SystemTime::now();
+        self.check_limits(&space.limits)?;
+        let now = crate::clock::now();
         space.created_at = now;
         space.updated_at = now;
-        let mut map = self.spaces_write();
+        let mut map = self.write();
         if map.contains_key(space.id.as_str()) {
             return Err(Error::AlreadyExists(format!(
                 "space {} already exists",
@@ -58,28 +86,25 @@ impl Manager {
     }
 
     /// One space; NotFound when unknown.
-    pub fn get_space(&self, id: &SpaceId) -> Result<SpaceView> {
-        let space = self.space_record(id)?;
-        let n = self.live_in(id);
-        Ok((space, n))
+    pub fn get(&self, id: &SpaceId) -> Result<SpaceView> {
+        let space = self.record(id)?;
+        Ok((space, self.registry.live_in(id)))
     }
 
     /// A space's sandbox limits lie within the runtime's policy.
-    fn check_space_limits(&self, l: &mentis_core::SpaceLimits) -> Result<()> {
-        self.config
-            .limits
-            .check_space(&l.sandbox_default, &l.sandbox_max)
+    fn check_limits(&self, l: &mentis_core::SpaceLimits) -> Result<()> {
+        self.limits.check_space(&l.sandbox_default, &l.sandbox_max)
     }
 
     /// One page of spaces in id order (only those in `allowed`, when given), and whether more follow.
-    pub fn list_spaces(
+    pub fn list(
         &self,
         after: Option<&str>,
         page_size: usize,
-        allowed: Option<&std::collections::BTreeSet<SpaceId>>,
+        allowed: Option<&BTreeSet<SpaceId>>,
     ) -> (Vec<SpaceView>, bool) {
         let page: Vec<Space> = {
-            let map = self.spaces.read().unwrap_or_else(|p| p.into_inner());
+            let map = self.map.read().unwrap_or_else(|p| p.into_inner());
             let range = match after {
                 Some(a) => {
                     map.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
@@ -97,7 +122,7 @@ impl Manager {
             .into_iter()
             .take(page_size)
             .map(|s| {
-                let n = self.live_in(&s.id);
+                let n = self.registry.live_in(&s.id);
                 (s, n)
             })
             .collect();
@@ -105,60 +130,36 @@ impl Manager {
     }
 
     /// Changes a space.
-    pub fn update_space(&self, id: &SpaceId, update: SpaceUpdate) -> Result<SpaceView> {
+    pub fn update(&self, id: &SpaceId, update: SpaceUpdate) -> Result<SpaceView> {
         update.validate()?;
         if let Some(l) = &update.limits {
-            self.check_space_limits(l)?;
+            self.check_limits(l)?;
         }
         let space = {
-            let mut map = self.spaces_write();
+            let mut map = self.write();
             let space = map
                 .get_mut(id.as_str())
                 .ok_or_else(|| Error::NotFound(format!("space {id} not found")))?;
             let mut changed = space.clone();
-            changed.apply(update, SystemTime::now());
+            changed.apply(update, crate::clock::now());
             self.store.put_space(&changed)?;
             *space = changed.clone();
             changed
         };
-        let n = self.live_in(id);
-        Ok((space, n))
+        Ok((space, self.registry.live_in(id)))
     }
 
-    /// Deletes a space. FailedPrecondition while it has live sandboxes unless `force`, which deletes them
-    /// first. The default space stays.
-    pub async fn delete_space(self: &Arc<Self>, id: &SpaceId, force: bool) -> Result<()> {
-        if id.is_default() {
-            return Err(Error::FailedPrecondition(
-                "the default space cannot be deleted".into(),
-            ));
-        }
-        self.space_record(id)?;
-        let members: Vec<_> = self
-            .handles()
-            .into_iter()
-            .filter(|h| h.is_live_in(id))
-            .map(|h| h.id)
-            .collect();
-        if !members.is_empty() && !force {
-            return Err(Error::FailedPrecondition(format!(
-                "space {id} still has {} sandboxes; delete them first or pass force",
-                members.len()
-            )));
-        }
-        for sandbox in members {
-            self.delete_with_reason(sandbox, "deleted with its space")
-                .await?;
-        }
-        // Locks in the order create takes them (sandboxes, then spaces), so a sandbox is either created
-        // before this look (and keeps the space) or finds the space gone.
-        let sandboxes = self.write();
+    /// Removes a space that has no live sandbox left. Locks in the order create takes them (sandboxes,
+    /// then spaces), so a sandbox is either created before this look (and keeps the space) or finds the
+    /// space gone.
+    pub fn remove_if_empty(&self, id: &SpaceId) -> Result<()> {
+        let sandboxes = self.registry.write();
         if sandboxes.values().any(|h| h.is_live_in(id)) {
             return Err(Error::FailedPrecondition(format!(
                 "space {id} got a new sandbox while it was being deleted"
             )));
         }
-        let mut spaces = self.spaces_write();
+        let mut spaces = self.write();
         self.store.delete_space(id)?;
         spaces.remove(id.as_str());
         Ok(())

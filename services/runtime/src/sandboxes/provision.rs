@@ -1,0 +1,317 @@
+//! Provisioning: bringing a sandbox up (cold, or by claiming a warm pool member and binding the request to
+//! it) and taking it down. Each runs in a task owned by the runtime, so a client that hangs up half-way
+//! never leaves a half-made container, nor an action without its terminal observation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mentis_core::{
+    BackendSpec, Error, Result, Sandbox, SandboxBackend, SandboxId, SandboxRequest, SandboxState,
+    SpaceId,
+};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::handle::SandboxHandle;
+use super::health;
+use super::pool::{Member, Pool, Pools};
+use super::reach::{random_token, ready_executor};
+use super::registry::{Admission, Recording, Registry};
+use super::spaces::Spaces;
+use crate::config::RuntimeConfig;
+use crate::observations::ObservationLog;
+use crate::store::Store;
+
+/// How long a delete waits for the action pumps to write their terminal observations.
+const PUMP_DRAIN: Duration = Duration::from_secs(10);
+
+/// Brings sandboxes up and takes them down.
+pub struct Provisioner {
+    pub(super) config: Arc<RuntimeConfig>,
+    pub(super) backend: Arc<dyn SandboxBackend>,
+    store: Arc<Store>,
+    registry: Arc<Registry>,
+    spaces: Arc<Spaces>,
+    pools: Arc<Pools>,
+    /// Owns every create and delete in flight.
+    pub(super) tasks: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Provisioner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provisioner").finish_non_exhaustive()
+    }
+}
+
+impl Provisioner {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: Arc<RuntimeConfig>,
+        backend: Arc<dyn SandboxBackend>,
+        store: Arc<Store>,
+        registry: Arc<Registry>,
+        spaces: Arc<Spaces>,
+        pools: Arc<Pools>,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            config,
+            backend,
+            store,
+            registry,
+            spaces,
+            pools,
+            tasks,
+            shutdown,
+        }
+    }
+
+    /// Creates a sandbox and returns it RUNNING (or the live one that already carries the request's key).
+    pub async fn create(self: &Arc<Self>, req: SandboxRequest) -> Result<Sandbox> {
+        if self.shutdown.is_cancelled() {
+            return Err(Error::Unavailable("the runtime is shutting down".into()));
+        }
+        // The space narrows the runtime's limits and may set the root filesystem's default.
+        let space = self
+            .spaces
+            .record(&SpaceId::parse_or_default(&req.space_id)?)?;
+        let policy = self
+            .config
+            .limits
+            .narrowed(&space.limits.sandbox_default, &space.limits.sandbox_max);
+        let spec = req.validate(
+            &policy,
+            &self.config.expiry,
+            self.config.egress_default,
+            space
+                .limits
+                .read_only_rootfs
+                .unwrap_or(self.config.read_only_rootfs),
+        )?;
+        let image = spec
+            .image
+            .clone()
+            .unwrap_or_else(|| self.config.executor_image.clone());
+        // A pool member fits any request for its image, unless the space has data mounts of its own (those
+        // are bound at container creation). Members have no egress network either (networks are attached
+        // at creation here), their ulimits and root filesystem are the runtime's defaults (`docker update`
+        // changes neither), and they keep the default limits where the backend cannot change those either.
+        let pool = self.pools.pool_for(&image).filter(|_| {
+            !spec.egress
+                && spec.limits.nofile == self.config.limits.default.nofile
+                && spec.read_only_rootfs == self.config.read_only_rootfs
+                && self.config.mounts_for(spec.space_id.as_str())
+                    == self.config.mounts_for_every_space()
+                && (self.backend.updates_limits() || spec.limits == self.config.limits.default)
+        });
+        let member = pool.as_ref().and_then(|p| p.take());
+        let (id, token) = match &member {
+            Some(m) => (m.id, m.token.clone()),
+            None => (SandboxId::new(), random_token()),
+        };
+        let now = crate::clock::now();
+        let record = Sandbox {
+            id,
+            space_id: spec.space_id.clone(),
+            state: SandboxState::Creating,
+            image,
+            labels: spec.labels.clone(),
+            limits: spec.limits,
+            created_at: now,
+            updated_at: now,
+            state_reason: String::new(),
+            external_key: spec.external_key.clone(),
+            expiry: spec.expiry,
+            last_activity: now,
+            egress: spec.egress,
+            read_only_rootfs: spec.read_only_rootfs,
+        };
+        let handle = Arc::new(SandboxHandle::new(
+            record.clone(),
+            spec.env.clone(),
+            ObservationLog::new(id, self.config.log_limits),
+            token,
+            Arc::clone(&self.store),
+        ));
+        // Held until the sandbox is up or failed: a delete that finds it CREATING waits for that.
+        let creating = Arc::clone(&handle.lifecycle)
+            .try_lock_owned()
+            .map_err(|_| Error::Internal("a new sandbox's lifecycle lock was taken".into()))?;
+        let claim = member.zip(pool);
+        let recording = if claim.is_some() {
+            Recording::Claim
+        } else {
+            Recording::New
+        };
+        let space_id = record.space_id.clone();
+        let admitted = self.registry.admit(
+            &handle,
+            || self.spaces.record(&space_id),
+            &spec.env,
+            recording,
+        );
+        match (admitted, claim) {
+            (Ok(Admission::Admitted), Some((member, pool))) => {
+                let this = Arc::clone(self);
+                let span = tracing::info_span!("claim_sandbox", sandbox_id = %id);
+                self.tasks
+                    .spawn(
+                        async move {
+                            let _creating = creating;
+                            this.bind(handle, member, &pool).await
+                        }
+                        .instrument(span),
+                    )
+                    .await
+                    .map_err(|e| Error::Internal(format!("claim task failed: {e}")))?
+            }
+            (Ok(Admission::Admitted), None) => {
+                let backend_spec = BackendSpec {
+                    id,
+                    space_id: Some(record.space_id.clone()),
+                    image: record.image.clone(),
+                    limits: record.limits,
+                    token: handle.token.clone(),
+                    data_mounts: self.config.mounts_for(record.space_id.as_str()),
+                    executor_env: Vec::new(),
+                    egress: record.egress,
+                    read_only_rootfs: record.read_only_rootfs,
+                };
+                let this = Arc::clone(self);
+                let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
+                self.tasks
+                    .spawn(
+                        async move {
+                            let _creating = creating;
+                            this.bring_up(handle, backend_spec).await
+                        }
+                        .instrument(span),
+                    )
+                    .await
+                    .map_err(|e| Error::Internal(format!("create task failed: {e}")))?
+            }
+            (refused, claim) => {
+                // Not claimed after all: the member goes back to its pool.
+                if let Some((member, pool)) = claim {
+                    pool.put_back(member);
+                }
+                match refused? {
+                    Admission::Existing(existing) => Ok(*existing),
+                    Admission::Admitted => Err(Error::Internal("admission had no outcome".into())),
+                }
+            }
+        }
+    }
+
+    /// Makes a claimed pool member the sandbox of `h`: its limits are set, its executor is the sandbox's.
+    async fn bind(&self, h: Arc<SandboxHandle>, member: Member, pool: &Pool) -> Result<Sandbox> {
+        let record = h.snapshot();
+        let bound = if record.limits == self.config.limits.default {
+            Ok(())
+        } else {
+            self.backend.update_limits(h.id, record.limits).await
+        };
+        match bound {
+            Ok(()) => {
+                h.set_executor(member.client);
+                self.running(&h)?;
+                tracing::info!("sandbox running (warm pool)");
+                Ok(h.snapshot())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not bind a pool member");
+                let _ = self.backend.delete(h.id).await;
+                h.enter(SandboxState::Failed, &e.to_string())?;
+                pool.put_back_failed();
+                Err(e)
+            }
+        }
+    }
+
+    /// A new sandbox whose executor answers: RUNNING, its health watched.
+    fn running(&self, h: &Arc<SandboxHandle>) -> Result<()> {
+        h.enter(SandboxState::Running, "")?;
+        health::spawn(h, &self.backend, &self.config);
+        Ok(())
+    }
+
+    async fn bring_up(&self, h: Arc<SandboxHandle>, spec: BackendSpec) -> Result<Sandbox> {
+        let started = tokio::time::Instant::now();
+        let result = async {
+            let endpoint = self.backend.create(&spec).await?;
+            let ready = ready_executor(
+                &self.config,
+                &endpoint,
+                &spec.token,
+                self.config.ready_timeout,
+            );
+            match ready.await {
+                Ok(client) => Ok(client),
+                Err(e) => {
+                    let _ = self.backend.delete(spec.id).await;
+                    Err(e)
+                }
+            }
+        }
+        .await;
+        match result {
+            Ok(client) => {
+                h.set_executor(client);
+                self.running(&h)?;
+                tracing::info!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "sandbox running"
+                );
+                Ok(h.snapshot())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "sandbox failed to start");
+                h.enter(SandboxState::Failed, &e.to_string())?;
+                self.registry.forget_old_ended();
+                Err(e)
+            }
+        }
+    }
+
+    /// Deletes a sandbox, recording why (deleted by a client, expired, ...): TERMINATING, its running
+    /// actions end LOST, its container and volume go, TERMINATED. Idempotent.
+    pub async fn delete(self: &Arc<Self>, id: SandboxId, reason: &'static str) -> Result<()> {
+        let handle = self.registry.find(id);
+        let this = Arc::clone(self);
+        let span = tracing::info_span!("delete_sandbox", sandbox_id = %id);
+        self.tasks
+            .spawn(
+                async move {
+                    let Some(h) = handle else {
+                        // Unknown here, but a container may be left from an earlier run: make sure.
+                        return this.backend.delete(id).await;
+                    };
+                    // A sandbox being created, paused or resumed is deleted once that is done.
+                    let _lifecycle = h.lifecycle.lock().await;
+                    if h.state().is_final() {
+                        return Ok(());
+                    }
+                    h.enter(SandboxState::Terminating, reason)?;
+                    h.cancel.cancel();
+                    h.tasks.close();
+                    if tokio::time::timeout(PUMP_DRAIN, h.tasks.wait())
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!("action pumps did not finish in time");
+                    }
+                    this.backend.delete(id).await?;
+                    h.enter(SandboxState::Terminated, reason)?;
+                    this.registry.forget_old_ended();
+                    tracing::info!(reason, "sandbox deleted");
+                    Ok(())
+                }
+                .instrument(span),
+            )
+            .await
+            .map_err(|e| Error::Internal(format!("delete task failed: {e}")))?
+    }
+}

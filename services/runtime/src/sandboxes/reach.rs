@@ -1,0 +1,47 @@
+//! Reaching an executor: a client of the executor at an endpoint once it answers its health check, for a
+//! new sandbox, a claimed pool member, a resumed or recovered one, and takeover after a restart.
+
+use std::time::Duration;
+
+use mentis_core::{Endpoint, Result, SandboxBackend, SandboxId};
+
+use crate::config::RuntimeConfig;
+use crate::executor_client::ExecutorClient;
+
+/// A client of the executor at `endpoint`, once it answers its health check (within `within`).
+pub(super) async fn ready_executor(
+    config: &RuntimeConfig,
+    endpoint: &Endpoint,
+    token: &str,
+    within: Duration,
+) -> Result<ExecutorClient> {
+    let client = ExecutorClient::new(
+        endpoint,
+        token,
+        config.executor_call_timeout,
+        config.executor_keepalive,
+    )?;
+    client.wait_ready(within).await?;
+    Ok(client)
+}
+
+/// The executor of an existing sandbox (its container started again when it stopped), once it answers.
+pub(super) async fn reach_executor(
+    backend: &dyn SandboxBackend,
+    config: &RuntimeConfig,
+    id: SandboxId,
+    token: &str,
+    within: Duration,
+) -> Result<(ExecutorClient, Endpoint)> {
+    let endpoint = backend.ensure_running(id).await?;
+    let client = ready_executor(config, &endpoint, token, within).await?;
+    Ok((client, endpoint))
+}
+
+/// A fresh executor token: 32 random bytes, hex.
+pub(super) fn random_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
