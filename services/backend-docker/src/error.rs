@@ -16,25 +16,27 @@ pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
 /// Classifies a Docker error: transport problems are Unavailable, the rest Internal (with context for the log).
 pub(crate) fn to_core(what: &str, e: bollard::errors::Error) -> Error {
     use bollard::errors::Error as B;
-    match e {
+    let classified = match &e {
         B::DockerResponseServerError {
             status_code,
             message,
-        } if status_code >= 500 => {
-            Error::Unavailable(format!("Docker failed to {what}: {message}"))
+        } if *status_code >= 500 => {
+            Error::unavailable(format!("Docker failed to {what}: {message}"))
         }
         B::DockerResponseServerError {
             status_code,
             message,
-        } => Error::Internal(format!(
+        } => Error::internal(format!(
             "Docker refused to {what} ({status_code}): {message}"
         )),
-        B::RequestTimeoutError => Error::Unavailable(format!("Docker did not {what} in time")),
+        B::RequestTimeoutError => Error::unavailable(format!("Docker did not {what} in time")),
         B::IOError { .. } | B::HyperResponseError { .. } | B::HyperLegacyError { .. } => {
-            Error::Unavailable(format!("cannot reach the Docker engine to {what}: {e}"))
+            Error::unavailable(format!("cannot reach the Docker engine to {what}"))
         }
-        other => Error::Internal(format!("failed to {what}: {other}")),
-    }
+        _ => Error::internal(format!("failed to {what}")),
+    };
+    // The engine's error and its causes stay under ours, for the log.
+    classified.with_source(e)
 }
 
 /// Adds context to a Docker result.

@@ -43,7 +43,7 @@ async fn bridge_of(docker: &Docker, name: &str) -> Result<String> {
     let id = net.id.unwrap_or_default();
     match id.get(..12) {
         Some(short) => Ok(format!("br-{short}")),
-        None => Err(Error::Internal(format!("network {name} has no id"))),
+        None => Err(Error::internal(format!("network {name} has no id"))),
     }
 }
 
@@ -74,15 +74,15 @@ async fn guard_host(bridge: &str) -> Result<()> {
     };
     let check = iptables("-C")
         .await
-        .map_err(|e| Error::Unavailable(format!("cannot run iptables to guard the host: {e}")))?;
+        .map_err(|e| Error::unavailable(format!("cannot run iptables to guard the host: {e}")))?;
     if check.status.success() {
         return Ok(());
     }
     let insert = iptables("-I")
         .await
-        .map_err(|e| Error::Unavailable(format!("cannot run iptables to guard the host: {e}")))?;
+        .map_err(|e| Error::unavailable(format!("cannot run iptables to guard the host: {e}")))?;
     if !insert.status.success() {
-        return Err(Error::Unavailable(format!(
+        return Err(Error::unavailable(format!(
             "cannot keep sandboxes on {bridge} from the host (iptables: {})",
             String::from_utf8_lossy(&insert.stderr).trim()
         )));

@@ -113,7 +113,7 @@ pub(crate) async fn resolve(
     }
     let info = tokio::time::timeout(timeout, docker.info())
         .await
-        .map_err(|_| Error::Unavailable("the Docker engine did not answer in time".into()))?
+        .map_err(|_| Error::unavailable("the Docker engine did not answer in time"))?
         .map_err(|e| crate::error::to_core("describe itself", e))?;
     let runtimes: HashMap<String, Vec<String>> = info
         .runtimes

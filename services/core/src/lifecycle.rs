@@ -207,13 +207,13 @@ mod tests {
     #[test]
     fn a_refused_move_names_the_state() {
         let id = SandboxId::new();
-        let e = check(id, Paused, Running).unwrap_err();
+        let e = check(id, Paused, Running).expect_err("PAUSED cannot become RUNNING");
         assert!(
             matches!(&e, Error::FailedPrecondition(m) if m.contains("PAUSED") && m.contains("RUNNING")),
             "{e:?}"
         );
         assert_eq!(
-            check(id, Running, Pausing).unwrap().message,
+            check(id, Running, Pausing).expect("a move").message,
             "sandbox pausing"
         );
     }

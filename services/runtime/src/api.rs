@@ -5,13 +5,13 @@ pub mod access;
 mod action_service;
 mod connect;
 mod file_service;
+pub mod follow;
 mod key_service;
 pub mod outbound;
 mod paging;
 mod sandbox_service;
 mod space_service;
 pub mod status;
-mod streams;
 
 pub use action_service::ActionApi;
 pub use file_service::FileApi;

@@ -57,7 +57,7 @@ impl ExecutorClient {
         keepalive: Duration,
     ) -> Result<Self, Error> {
         let channel = tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
-            .map_err(|e| Error::Internal(format!("bad executor endpoint {}: {e}", endpoint.uri)))?
+            .map_err(|e| Error::internal(format!("bad executor endpoint {}: {e}", endpoint.uri)))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             // An executor that stops answering pings (killed, paused, network gone) fails its streams within
@@ -68,7 +68,7 @@ impl ExecutorClient {
             .connect_lazy();
         let value: MetadataValue<Ascii> = format!("Bearer {token}")
             .parse()
-            .map_err(|_| Error::Internal("executor token is not valid metadata".into()))?;
+            .map_err(|_| Error::internal("executor token is not valid metadata"))?;
         Ok(Self {
             rpc: ExecutorServiceClient::with_interceptor(
                 channel.clone(),
@@ -91,11 +91,11 @@ impl ExecutorClient {
         });
         match tokio::time::timeout(within, check).await {
             Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
-            Ok(Ok(r)) => Err(Error::Unavailable(format!(
+            Ok(Ok(r)) => Err(Error::unavailable(format!(
                 "the executor reports status {}",
                 r.get_ref().status
             ))),
-            Ok(Err(s)) => Err(Error::Unavailable(format!(
+            Ok(Err(s)) => Err(Error::unavailable(format!(
                 "the executor does not answer: {}",
                 s.message()
             ))),
@@ -115,7 +115,7 @@ impl ExecutorClient {
                 Err(e) => e.to_string(),
             };
             if tokio::time::Instant::now() + delay > deadline {
-                return Err(Error::Unavailable(format!(
+                return Err(Error::unavailable(format!(
                     "the executor did not become ready within {}s: {last}",
                     within.as_secs()
                 )));
@@ -227,8 +227,8 @@ pub fn status_to_error(s: tonic::Status) -> Error {
         Code::FailedPrecondition | Code::Unimplemented => Error::FailedPrecondition(msg),
         Code::ResourceExhausted => Error::ResourceExhausted(msg),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
-            Error::Unavailable(format!("executor unreachable: {msg}"))
+            Error::unavailable(format!("executor unreachable: {msg}")).with_source(s)
         }
-        code => Error::Internal(format!("executor answered {code:?}: {msg}")),
+        code => Error::internal(format!("executor answered {code:?}: {msg}")).with_source(s),
     }
 }

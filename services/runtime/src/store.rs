@@ -121,7 +121,7 @@ impl std::fmt::Debug for Store {
 }
 
 fn db_err(what: &str) -> impl FnOnce(rusqlite::Error) -> Error + '_ {
-    move |e| Error::Internal(format!("store: {what}: {e}"))
+    move |e| Error::internal(format!("store: {what}")).with_source(e)
 }
 
 pub(crate) fn ms(t: SystemTime) -> i64 {
@@ -175,7 +175,7 @@ impl Store {
     /// Opens (creating when missing) the database `mentis.db` in `dir`.
     pub fn open(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| {
-            Error::Internal(format!(
+            Error::internal(format!(
                 "store: cannot create the data folder {}: {e}",
                 dir.display()
             ))
@@ -200,7 +200,7 @@ impl Store {
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(db_err("schema version"))?;
         if version > SCHEMA_VERSION {
-            return Err(Error::Internal(format!(
+            return Err(Error::internal(format!(
                 "store: the database has schema {version}, newer than this runtime's {SCHEMA_VERSION}"
             )));
         }
@@ -366,7 +366,7 @@ impl Store {
             .execute("DELETE FROM pool WHERE id = ?1", params![s.id.to_string()])
             .map_err(db_err("claim a pool member"))?;
         if removed != 1 {
-            return Err(Error::Internal(format!(
+            return Err(Error::internal(format!(
                 "store: pool member {} is not recorded",
                 s.id
             )));

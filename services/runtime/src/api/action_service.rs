@@ -12,10 +12,10 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::access::{self, caller};
-use super::outbound::{self, Guarded, Outgoing, StreamPolicy};
+use super::follow::{self, FollowMessage, only_action};
+use super::outbound::{Guarded, StreamPolicy};
 use super::status::to_status;
-use super::streams::only_action;
-use crate::convert::{action_from_proto, observation_to_proto, summary_to_proto};
+use crate::convert::{action_from_proto, summary_to_proto};
 use crate::observations::LogItem;
 use crate::sandboxes::{Manager, SandboxHandle};
 
@@ -48,37 +48,19 @@ impl ActionApi {
 }
 
 impl ActionApi {
-    /// Streams log items to the client through a guarded channel (keepalives, stall cut-off).
-    fn follow<T, S, F>(&self, items: S, handle: &SandboxHandle, map: F) -> Guarded<T>
+    /// Follows `items` of `handle`'s log to the client (see `follow`).
+    fn follow<T, S>(&self, items: S, handle: &SandboxHandle) -> Guarded<T>
     where
-        T: Send + 'static,
+        T: FollowMessage,
         S: Stream<Item = LogItem> + Send + 'static,
-        F: Fn(Outgoing) -> T + Send + 'static,
     {
-        outbound::follow(
+        follow::spawn(
             items,
             Arc::clone(&handle.log),
             self.policy,
             &self.sessions,
             self.shutdown.clone(),
-            map,
         )
-    }
-}
-
-/// A keepalive of the public API.
-pub(super) fn keepalive(last_seq: u64) -> api::Keepalive {
-    api::Keepalive {
-        last_seq,
-        time: Some(crate::convert::timestamp(std::time::SystemTime::now())),
-    }
-}
-
-/// The gap marker of the public API.
-pub(super) fn gap(after_seq: u64, first_available_seq: u64) -> api::LogGap {
-    api::LogGap {
-        after_seq,
-        first_available_seq,
     }
 }
 
@@ -122,19 +104,7 @@ impl ActionService for ActionApi {
             .map_err(to_status)?;
         // A retry of an accepted submission replays the same action's observations from its start.
         let items = only_action(handle.log.follow(sub.after_seq), sub.id);
-        let stream = self.follow(items, &handle, |out| {
-            use api::execute_response::Kind as K;
-            let kind = match out {
-                Outgoing::Item(LogItem::Observation(o)) => K::Observation(observation_to_proto(&o)),
-                Outgoing::Item(LogItem::Gap {
-                    after_seq,
-                    first_available_seq,
-                }) => K::Gap(gap(after_seq, first_available_seq)),
-                Outgoing::Keepalive { last_seq } => K::Keepalive(keepalive(last_seq)),
-            };
-            api::ExecuteResponse { kind: Some(kind) }
-        });
-        Ok(Response::new(stream))
+        Ok(Response::new(self.follow(items, &handle)))
     }
 
     async fn stream_observations(
@@ -151,19 +121,7 @@ impl ActionService for ActionApi {
             Some(id) => Box::pin(only_action(items, id)),
             None => Box::pin(items),
         };
-        let stream = self.follow(items, &handle, |out| {
-            use api::stream_observations_response::Kind as K;
-            let kind = match out {
-                Outgoing::Item(LogItem::Observation(o)) => K::Observation(observation_to_proto(&o)),
-                Outgoing::Item(LogItem::Gap {
-                    after_seq,
-                    first_available_seq,
-                }) => K::Gap(gap(after_seq, first_available_seq)),
-                Outgoing::Keepalive { last_seq } => K::Keepalive(keepalive(last_seq)),
-            };
-            api::StreamObservationsResponse { kind: Some(kind) }
-        });
-        Ok(Response::new(stream))
+        Ok(Response::new(self.follow(items, &handle)))
     }
 
     async fn cancel_action(

@@ -4,18 +4,19 @@
 //! before the client sends anything.
 
 use std::pin::pin;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use mentis_core::{ActionId, Error, SandboxId};
 use mentis_proto::api::{self, connect_request, connect_response};
 use tonic::{Status, Streaming};
 
-use super::action_service::{ActionApi, gap, keepalive, parse_action_id};
+use super::action_service::{ActionApi, parse_action_id};
+use super::follow::{self, with_keepalives};
 use super::outbound::{self, Guarded, Outbound};
 use super::status::{client_message, code_name, to_status};
 use crate::auth::Caller;
-use crate::convert::{action_from_proto, observation_to_proto};
-use crate::observations::LogItem;
+use crate::convert::action_from_proto;
 
 type Tx = Outbound<api::ConnectResponse>;
 
@@ -93,32 +94,34 @@ impl ActionApi {
         {
             return;
         }
-        let mut follow = pin!(handle.log.follow(attach.after_seq.unwrap_or(last_seq)));
+        // The same follow as Execute and StreamObservations (gaps, keepalives, the stall cut-off of `tx`),
+        // interleaved with the answers to the client's messages.
+        let items = handle.log.follow(attach.after_seq.unwrap_or(last_seq));
+        let mut follow = pin!(with_keepalives(
+            items,
+            Arc::clone(&handle.log),
+            self.policy.keepalive
+        ));
         let mut inbound_open = true;
         loop {
-            let out = tokio::select! {
+            let sent = tokio::select! {
                 m = inbound.message(), if inbound_open => match m {
-                    Ok(Some(m)) => self.on_message(sandbox, m).await,
+                    Ok(Some(m)) => match self.on_message(sandbox, m).await {
+                        Some(answer) => tx.send(answer).await,
+                        None => true,
+                    },
                     // The client closed its side; it still gets observations until it hangs up.
-                    Ok(None) => { inbound_open = false; None }
+                    Ok(None) => { inbound_open = false; true }
                     Err(_) => return,
                 },
-                item = follow.next() => match item {
-                    Some(LogItem::Observation(o)) => Some(msg(connect_response::Kind::Observation(observation_to_proto(&o)))),
-                    Some(LogItem::Gap { after_seq, first_available_seq }) => {
-                        Some(msg(connect_response::Kind::Gap(gap(after_seq, first_available_seq))))
-                    }
+                next = follow.next() => match next {
+                    Some(next) => follow::send(tx, next).await,
                     // The sandbox was deleted and everything it logged has been sent.
                     None => return,
                 },
                 () = tx.closed() => return,
-                () = tokio::time::sleep(self.policy.keepalive) => {
-                    Some(msg(connect_response::Kind::Keepalive(keepalive(handle.log.last_seq()))))
-                }
             };
-            if let Some(out) = out
-                && !tx.send(out).await
-            {
+            if !sent {
                 return;
             }
         }

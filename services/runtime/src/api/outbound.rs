@@ -4,17 +4,13 @@
 //! the observations, and the client resumes from the last seq it received.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tonic::Status;
-
-use crate::observations::{LogItem, ObservationLog};
 
 /// Timing and bounds of outgoing streams.
 #[derive(Debug, Clone, Copy)]
@@ -122,53 +118,10 @@ impl<T> Stream for Guarded<T> {
     }
 }
 
-/// What a follow stream sends: a log item, or a keepalive carrying the newest seq.
-#[derive(Debug)]
-pub enum Outgoing {
-    Item(LogItem),
-    Keepalive { last_seq: u64 },
-}
-
-/// Streams `items` to the client through a guarded channel, in a task owned by `tasks`, with keepalives
-/// when idle; ends with the items, when the client leaves, or at shutdown.
-pub fn follow<T, S, F>(
-    items: S,
-    log: Arc<ObservationLog>,
-    policy: StreamPolicy,
-    tasks: &TaskTracker,
-    shutdown: CancellationToken,
-    map: F,
-) -> Guarded<T>
-where
-    T: Send + 'static,
-    S: Stream<Item = LogItem> + Send + 'static,
-    F: Fn(Outgoing) -> T + Send + 'static,
-{
-    let (out, guarded) = channel(policy);
-    tasks.spawn(async move {
-        let mut items = std::pin::pin!(items);
-        loop {
-            let next = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break,
-                () = out.closed() => break,
-                item = items.next() => match item {
-                    Some(item) => Outgoing::Item(item),
-                    None => break,
-                },
-                () = tokio::time::sleep(policy.keepalive) => Outgoing::Keepalive { last_seq: log.last_seq() },
-            };
-            if !out.send(Ok(map(next))).await {
-                break;
-            }
-        }
-    });
-    guarded
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
 
     #[tokio::test]
     async fn a_client_that_stops_reading_is_cut_off_with_a_status() {
@@ -188,31 +141,5 @@ mod tests {
             tonic::Code::ResourceExhausted
         );
         assert!(guarded.next().await.is_none(), "nothing after the cut-off");
-    }
-
-    #[tokio::test]
-    async fn idle_streams_carry_keepalives() {
-        let log = ObservationLog::new(mentis_core::SandboxId::new(), Default::default());
-        let policy = StreamPolicy {
-            keepalive: Duration::from_millis(20),
-            stall: Duration::from_secs(5),
-            buffer: 4,
-        };
-        let tasks = TaskTracker::new();
-        let mut s = follow(
-            log.follow(0),
-            Arc::clone(&log),
-            policy,
-            &tasks,
-            CancellationToken::new(),
-            |o| o,
-        );
-        let first = tokio::time::timeout(Duration::from_secs(5), s.next())
-            .await
-            .expect("in time");
-        assert!(
-            matches!(first, Some(Ok(Outgoing::Keepalive { last_seq: 0 }))),
-            "{first:?}"
-        );
     }
 }

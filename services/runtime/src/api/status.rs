@@ -1,4 +1,5 @@
-//! The one place that turns a domain error into a gRPC status (DESIGN.md section 6).
+//! The one place that turns a domain error into a gRPC status (docs/ARCHITECTURE.md, "Errors and
+//! statuses"). Internal and Unavailable errors go to the log with their whole source chain.
 
 use mentis_core::Error;
 use tonic::{Code, Status};
@@ -36,10 +37,14 @@ pub fn code_name(e: &Error) -> &'static str {
 /// The message a client sees. Internal details go to the log under an id the client can quote.
 pub fn client_message(e: &Error) -> String {
     match e {
-        Error::Internal(detail) => {
+        Error::Internal(_) => {
             let id = uuid::Uuid::new_v4();
-            tracing::error!(error_id = %id, error = %detail, "internal error");
+            tracing::error!(error_id = %id, error = %e.chain(), "internal error");
             format!("internal error (error id {id})")
+        }
+        Error::Unavailable(_) => {
+            tracing::warn!(error = %e.chain(), "unavailable");
+            e.to_string()
         }
         other => other.to_string(),
     }
@@ -56,7 +61,7 @@ mod tests {
 
     #[test]
     fn internal_details_stay_in_the_log() {
-        let s = to_status(Error::Internal("secret path /x/y".into()));
+        let s = to_status(Error::internal("secret path /x/y"));
         assert_eq!(s.code(), Code::Internal);
         assert!(!s.message().contains("secret"));
         let s = to_status(Error::NotFound("sandbox x not found".into()));

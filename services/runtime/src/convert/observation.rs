@@ -32,8 +32,7 @@ pub fn kind_from_executor(
     kind: Option<executor::run_response::Kind>,
 ) -> Result<ObservationKind, Error> {
     use executor::run_response::Kind as K;
-    let kind =
-        kind.ok_or_else(|| Error::Internal("executor sent an event without a kind".into()))?;
+    let kind = kind.ok_or_else(|| Error::internal("executor sent an event without a kind"))?;
     Ok(match kind {
         K::CmdStart(s) => ObservationKind::CmdStart {
             command: s.command,

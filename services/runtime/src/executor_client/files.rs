@@ -37,7 +37,7 @@ impl ExecutorClient {
         answer
             .into_inner()
             .file
-            .ok_or_else(|| Error::Internal("the executor's WriteFile answer has no file".into()))
+            .ok_or_else(|| Error::internal("the executor's WriteFile answer has no file"))
     }
 
     /// Lists a directory.
@@ -55,7 +55,7 @@ impl ExecutorClient {
             .await?
             .into_inner()
             .file
-            .ok_or_else(|| Error::Internal("the executor's StatFile answer has no file".into()))
+            .ok_or_else(|| Error::internal("the executor's StatFile answer has no file"))
     }
 
     /// Replaces a string in a file.
@@ -79,9 +79,7 @@ impl ExecutorClient {
             .await?
             .into_inner()
             .directory
-            .ok_or_else(|| {
-                Error::Internal("the executor's MakeDirectory answer has no directory".into())
-            })
+            .ok_or_else(|| Error::internal("the executor's MakeDirectory answer has no directory"))
     }
 
     /// Unpacks a tar stream (header first); cancelled like [`ExecutorClient::write_file`].

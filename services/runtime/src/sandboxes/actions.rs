@@ -80,7 +80,7 @@ impl Actions {
         };
         let Some(client) = h.executor() else {
             h.unreserve_action(&id);
-            return Err(Error::Internal(format!(
+            return Err(Error::internal(format!(
                 "sandbox {sandbox} is RUNNING without an executor"
             )));
         };

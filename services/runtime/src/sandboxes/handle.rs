@@ -190,7 +190,7 @@ impl SandboxHandle {
         match self.store.update_sandbox(&self.snapshot(), seq) {
             Ok(()) => self.stored_seq.store(seq, Ordering::Relaxed),
             Err(e) => {
-                tracing::warn!(sandbox_id = %self.id, error = %e, "could not write a sandbox to the store")
+                tracing::warn!(sandbox_id = %self.id, error = %e.chain(), "could not write a sandbox to the store")
             }
         }
     }
@@ -260,7 +260,7 @@ impl SandboxHandle {
     pub fn running_executor(&self) -> Result<ExecutorClient, Error> {
         not_running(self.id, self.state(), "this call")?;
         self.executor().ok_or_else(|| {
-            Error::Internal(format!(
+            Error::internal(format!(
                 "sandbox {} is RUNNING without an executor",
                 self.id
             ))
@@ -373,7 +373,7 @@ pub struct Now {
 pub fn not_running(id: SandboxId, state: SandboxState, call: &str) -> Result<(), Error> {
     match state {
         SandboxState::Running => Ok(()),
-        SandboxState::Unhealthy => Err(Error::Unavailable(format!(
+        SandboxState::Unhealthy => Err(Error::unavailable(format!(
             "the executor of sandbox {id} does not answer; the runtime is bringing it back"
         ))),
         other => Err(lifecycle::refuse(id, other, call, &[SandboxState::Running])),

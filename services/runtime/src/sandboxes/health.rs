@@ -70,7 +70,7 @@ async fn watch(
                     && h.state() == SandboxState::Running
                     && h.enter(SandboxState::Unhealthy, &e.to_string()).is_ok()
                 {
-                    tracing::warn!(error = %e, "executor unreachable");
+                    tracing::warn!(error = %e.chain(), "executor unreachable");
                 }
                 if h.state() != SandboxState::Unhealthy {
                     continue;
@@ -85,7 +85,7 @@ async fn watch(
                         end_gone(&h, backend, reason).await;
                         return;
                     }
-                    Err(e) => tracing::debug!(error = %e, "executor not back yet"),
+                    Err(e) => tracing::debug!(error = %e.chain(), "executor not back yet"),
                 }
             }
         }
@@ -100,7 +100,7 @@ async fn end_gone(h: &Arc<SandboxHandle>, backend: Arc<dyn SandboxBackend>, reas
         g = Arc::clone(&h.lifecycle).lock_owned() => g,
     };
     if let Err(e) = h.enter(SandboxState::Terminating, &reason) {
-        tracing::debug!(error = %e, "a vanished sandbox is already ending");
+        tracing::debug!(error = %e.chain(), "a vanished sandbox is already ending");
         return;
     }
     tracing::warn!(%reason, "sandbox gone");
@@ -117,10 +117,10 @@ async fn end_gone(h: &Arc<SandboxHandle>, backend: Arc<dyn SandboxBackend>, reas
             tracing::warn!("action pumps did not finish in time");
         }
         if let Err(e) = backend.delete(h.id).await {
-            tracing::warn!(error = %e, "could not remove the leftovers of a vanished sandbox");
+            tracing::warn!(error = %e.chain(), "could not remove the leftovers of a vanished sandbox");
         }
         if let Err(e) = h.enter(SandboxState::Terminated, &reason) {
-            tracing::warn!(error = %e, "could not end a vanished sandbox");
+            tracing::warn!(error = %e.chain(), "could not end a vanished sandbox");
         }
     });
 }

@@ -65,7 +65,7 @@ impl Lifecycle {
             }
         })?;
         if let Err(e) = self.backend.pause(id).await {
-            tracing::warn!(sandbox_id = %id, error = %e, "could not pause a sandbox");
+            tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not pause a sandbox");
             h.enter(SandboxState::Running, &format!("pause failed: {e}"))?;
             return Err(e);
         }
@@ -95,7 +95,7 @@ impl Lifecycle {
             )),
         })?;
         if let Err(e) = self.backend.resume(h.id).await {
-            tracing::warn!(sandbox_id = %h.id, error = %e, "could not resume a sandbox");
+            tracing::warn!(sandbox_id = %h.id, error = %e.chain(), "could not resume a sandbox");
             h.enter(SandboxState::Paused, &format!("resume failed: {e}"))?;
             return Err(e);
         }

@@ -192,7 +192,7 @@ impl Pools {
             match made {
                 Ok(member) => pool.idle().push_back(member),
                 Err(e) => {
-                    tracing::warn!(image = %pool.config.image, error = %e, "could not make a pool member");
+                    tracing::warn!(image = %pool.config.image, error = %e.chain(), "could not make a pool member");
                     return false;
                 }
             }
@@ -253,10 +253,10 @@ impl Pools {
     /// Removes a member's container, volume and row.
     async fn drop_member(&self, id: SandboxId) {
         if let Err(e) = self.backend.delete(id).await {
-            tracing::warn!(sandbox_id = %id, error = %e, "could not remove a pool member");
+            tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not remove a pool member");
         }
         if let Err(e) = self.store.delete_member(id) {
-            tracing::warn!(sandbox_id = %id, error = %e, "could not forget a pool member");
+            tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not forget a pool member");
         }
     }
 
@@ -276,7 +276,7 @@ impl Pools {
                     before != idle.len()
                 };
                 if removed {
-                    tracing::warn!(sandbox_id = %id, error = %e, "pool member unhealthy: replacing it");
+                    tracing::warn!(sandbox_id = %id, error = %e.chain(), "pool member unhealthy: replacing it");
                     self.drop_member(id).await;
                     pool.wake.notify_one();
                 }
@@ -313,7 +313,7 @@ impl Pools {
                             true
                         }
                         Err(e) => {
-                            tracing::warn!(sandbox_id = %m.id, error = %e, "pool member does not answer");
+                            tracing::warn!(sandbox_id = %m.id, error = %e.chain(), "pool member does not answer");
                             false
                         }
                     }

@@ -72,7 +72,7 @@ impl Provisioner {
     /// Creates a sandbox and returns it RUNNING (or the live one that already carries the request's key).
     pub async fn create(self: &Arc<Self>, req: SandboxRequest) -> Result<Sandbox> {
         if self.shutdown.is_cancelled() {
-            return Err(Error::Unavailable("the runtime is shutting down".into()));
+            return Err(Error::unavailable("the runtime is shutting down"));
         }
         // The space narrows the runtime's limits and may set the root filesystem's default.
         let space = self
@@ -139,7 +139,7 @@ impl Provisioner {
         // Held until the sandbox is up or failed: a delete that finds it CREATING waits for that.
         let creating = Arc::clone(&handle.lifecycle)
             .try_lock_owned()
-            .map_err(|_| Error::Internal("a new sandbox's lifecycle lock was taken".into()))?;
+            .map_err(|_| Error::internal("a new sandbox's lifecycle lock was taken"))?;
         let claim = member.zip(pool);
         let recording = if claim.is_some() {
             Recording::Claim
@@ -166,7 +166,7 @@ impl Provisioner {
                         .instrument(span),
                     )
                     .await
-                    .map_err(|e| Error::Internal(format!("claim task failed: {e}")))?
+                    .map_err(|e| Error::internal(format!("claim task failed: {e}")))?
             }
             (Ok(Admission::Admitted), None) => {
                 let backend_spec = BackendSpec {
@@ -191,7 +191,7 @@ impl Provisioner {
                         .instrument(span),
                     )
                     .await
-                    .map_err(|e| Error::Internal(format!("create task failed: {e}")))?
+                    .map_err(|e| Error::internal(format!("create task failed: {e}")))?
             }
             (refused, claim) => {
                 // Not claimed after all: the member goes back to its pool.
@@ -200,7 +200,7 @@ impl Provisioner {
                 }
                 match refused? {
                     Admission::Existing(existing) => Ok(*existing),
-                    Admission::Admitted => Err(Error::Internal("admission had no outcome".into())),
+                    Admission::Admitted => Err(Error::internal("admission had no outcome")),
                 }
             }
         }
@@ -222,7 +222,7 @@ impl Provisioner {
                 Ok(h.snapshot())
             }
             Err(e) => {
-                tracing::warn!(error = %e, "could not bind a pool member");
+                tracing::warn!(error = %e.chain(), "could not bind a pool member");
                 let _ = self.backend.delete(h.id).await;
                 h.enter(SandboxState::Failed, &e.to_string())?;
                 pool.put_back_failed();
@@ -268,7 +268,7 @@ impl Provisioner {
                 Ok(h.snapshot())
             }
             Err(e) => {
-                tracing::warn!(error = %e, "sandbox failed to start");
+                tracing::warn!(error = %e.chain(), "sandbox failed to start");
                 h.enter(SandboxState::Failed, &e.to_string())?;
                 self.registry.forget_old_ended();
                 Err(e)
@@ -312,6 +312,6 @@ impl Provisioner {
                 .instrument(span),
             )
             .await
-            .map_err(|e| Error::Internal(format!("delete task failed: {e}")))?
+            .map_err(|e| Error::internal(format!("delete task failed: {e}")))?
     }
 }

@@ -30,7 +30,7 @@ pub(super) async fn pump(
     let kind = ActionKind::from(&action);
     let run = tokio::select! {
         r = client.run(&id, &action, &h.env) => r,
-        () = h.cancel.cancelled() => Err(Error::Unavailable("the sandbox is being deleted".into())),
+        () = h.cancel.cancelled() => Err(Error::unavailable("the sandbox is being deleted")),
     };
     let mut stream = match run {
         Ok(s) => s,
@@ -69,7 +69,7 @@ pub(super) async fn pump(
                             return;
                         }
                     }
-                    Err(e) => tracing::warn!(action_id = %id, error = %e, "dropped a malformed executor event"),
+                    Err(e) => tracing::warn!(action_id = %id, error = %e.chain(), "dropped a malformed executor event"),
                 },
                 Ok(None) => break "the executor ended the action's stream without a terminal event".to_owned(),
                 Err(status) => {

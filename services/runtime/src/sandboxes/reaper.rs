@@ -47,7 +47,7 @@ async fn reap(registry: &Registry, lifecycle: &Lifecycle, provisioner: &Arc<Prov
                 .delete(s.id, "expired: maximum lifetime reached")
                 .await
             {
-                tracing::warn!(sandbox_id = %s.id, error = %e, "could not delete an expired sandbox");
+                tracing::warn!(sandbox_id = %s.id, error = %e.chain(), "could not delete an expired sandbox");
             }
             continue;
         }
@@ -65,7 +65,7 @@ async fn reap(registry: &Registry, lifecycle: &Lifecycle, provisioner: &Arc<Prov
             IdlePolicy::Delete => provisioner.delete(s.id, "expired: idle timeout").await,
         };
         if let Err(e) = result {
-            tracing::debug!(sandbox_id = %s.id, error = %e, "idle policy not applied this round");
+            tracing::debug!(sandbox_id = %s.id, error = %e.chain(), "idle policy not applied this round");
         }
     }
 }

@@ -220,7 +220,7 @@ impl Registry {
         for (_, id) in ended.iter().take(expired.max(excess)) {
             map.remove(id);
             if let Err(e) = self.store.delete_sandbox(*id) {
-                tracing::warn!(sandbox_id = %id, error = %e, "could not forget a sandbox in the store");
+                tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not forget a sandbox in the store");
             }
         }
     }

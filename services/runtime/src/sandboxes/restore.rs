@@ -96,7 +96,7 @@ impl Restore<'_> {
             if !known.contains(&id) {
                 tracing::info!(sandbox_id = %id, ?state, "removing a sandbox with no record");
                 if let Err(e) = self.backend.delete(id).await {
-                    tracing::warn!(sandbox_id = %id, error = %e, "could not remove an unknown sandbox");
+                    tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not remove an unknown sandbox");
                 }
             }
         }
@@ -133,7 +133,7 @@ impl Restore<'_> {
             (SandboxState::Creating | SandboxState::Terminating, _) => {
                 // Half made or half removed when the runtime stopped: finish removing it.
                 if let Err(e) = self.backend.delete(id).await {
-                    tracing::warn!(sandbox_id = %id, error = %e, "could not remove a half-made sandbox");
+                    tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not remove a half-made sandbox");
                 }
                 let (to, reason) = if was == SandboxState::Creating {
                     (
@@ -144,13 +144,13 @@ impl Restore<'_> {
                     (SandboxState::Terminated, "deleted")
                 };
                 if let Err(e) = h.enter(to, reason) {
-                    tracing::warn!(sandbox_id = %id, error = %e, "could not end a half-made sandbox");
+                    tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not end a half-made sandbox");
                 }
             }
             (_, None | Some(BackendState::Missing)) => {
                 // The container vanished behind our back; remove what is left (its workspace volume).
                 if let Err(e) = self.backend.delete(id).await {
-                    tracing::warn!(sandbox_id = %id, error = %e, "could not remove a sandbox's leftovers");
+                    tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not remove a sandbox's leftovers");
                 }
                 gone("its container vanished while the runtime was down");
             }
@@ -179,7 +179,7 @@ impl Restore<'_> {
                     }
                     Err(e) => {
                         // Alive but not answering yet: the health watch brings it back.
-                        tracing::warn!(sandbox_id = %id, error = %e, "executor not answering after a restart");
+                        tracing::warn!(sandbox_id = %id, error = %e.chain(), "executor not answering after a restart");
                         h.reconcile(
                             SandboxState::Unhealthy,
                             &e.to_string(),

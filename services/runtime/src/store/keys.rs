@@ -53,7 +53,7 @@ impl Store {
         for row in rows {
             let (id, name, digest, spaces, created, revoked) =
                 row.map_err(db_err("read an API key"))?;
-            let bad = |what: &str| Error::Internal(format!("store: API key {id}: bad {what}"));
+            let bad = |what: &str| Error::internal(format!("store: API key {id}: bad {what}"));
             let digest: KeyDigest = hex::decode(&digest)
                 .ok()
                 .and_then(|d| d.try_into().ok())

@@ -186,7 +186,7 @@ impl SandboxBackend for FakeBackend {
                 "the fake engine refuses to create".into(),
             ));
         }
-        let workspace = Arc::new(tempfile::tempdir().map_err(|e| Error::Internal(e.to_string()))?);
+        let workspace = Arc::new(tempfile::tempdir().map_err(|e| Error::internal(e.to_string()))?);
         let (target, executor) = if faults.create_never_ready {
             (None, None)
         } else {
@@ -264,7 +264,7 @@ impl SandboxBackend for FakeBackend {
             tokio::time::sleep(faults.pause_delay).await;
         }
         if faults.pause_fails {
-            return Err(Error::Unavailable("the fake engine cannot pause".into()));
+            return Err(Error::unavailable("the fake engine cannot pause"));
         }
         let mut map = lock(&self.sandboxes);
         let f = map
@@ -278,7 +278,7 @@ impl SandboxBackend for FakeBackend {
     async fn resume(&self, id: SandboxId) -> Result<()> {
         self.record("resume", id);
         if self.faults().resume_fails {
-            return Err(Error::Unavailable("the fake engine cannot resume".into()));
+            return Err(Error::unavailable("the fake engine cannot resume"));
         }
         let mut map = lock(&self.sandboxes);
         let f = map
