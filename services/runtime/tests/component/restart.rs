@@ -13,6 +13,8 @@ async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
     let running = rt.create_default().await;
     let paused = rt.create_default().await;
     let vanishing = rt.create_default().await;
+    let half_made = rt.create_default().await;
+    let half_deleted = rt.create_default().await;
     rt.sh(&running.sandbox_id, "echo state > kept.txt")
         .await
         .unwrap();
@@ -40,8 +42,25 @@ async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
         let _busy = Busy::hold();
         let stopped = rt.runtime.take().unwrap().stop();
         stopped.await.unwrap();
-        // While it is down, one container vanishes.
+        // While it is down, one container vanishes; and two records say what a crash in the middle of a
+        // create or a delete would leave.
         backend.lose(sid(&vanishing));
+        let store = mentis_runtime::store::Store::open(rt.data_dir.path()).unwrap();
+        for (sb, state) in [
+            (&half_made, mentis_core::SandboxState::Creating),
+            (&half_deleted, mentis_core::SandboxState::Terminating),
+        ] {
+            let mut record = store
+                .sandboxes()
+                .unwrap()
+                .into_iter()
+                .find(|s| s.record.id == sid(sb))
+                .unwrap()
+                .record;
+            record.state = state;
+            store.update_sandbox(&record, 0).unwrap();
+        }
+        drop(store);
         TestRuntime::start_on(backend, rt.config.clone(), rt.data_dir.clone()).await
     };
 

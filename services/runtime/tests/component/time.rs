@@ -229,3 +229,38 @@ async fn ended_sandboxes_are_kept_for_their_retention_then_forgotten() {
     tokio::time::sleep(Duration::from_secs(400)).await;
     assert_eq!(rt.get(&id).await.unwrap_err().code(), tonic::Code::NotFound);
 }
+
+/// A container whose executor never answers fails the create after the ready timeout, and is removed.
+#[tokio::test(start_paused = true)]
+async fn an_executor_that_never_answers_fails_the_create_after_the_ready_timeout() {
+    let mut rt = TestRuntime::start_with(|c| c.ready_timeout = Duration::from_secs(60)).await;
+    rt.backend.set_faults(Faults {
+        create_never_ready: true,
+        ..Faults::default()
+    });
+    let started = tokio::time::Instant::now();
+    let mut sandboxes = rt.sandboxes.clone();
+    let refused = sandboxes
+        .create_sandbox(api::CreateSandboxRequest {
+            spec: Some(Default::default()),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(59) && waited <= Duration::from_secs(65),
+        "{waited:?}"
+    );
+    assert!(rt.backend.ids().is_empty(), "the container is removed");
+    let _busy = Busy::hold();
+    let listed = rt
+        .sandboxes
+        .list_sandboxes(api::ListSandboxesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .sandboxes;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].state, SandboxState::Failed as i32);
+}
