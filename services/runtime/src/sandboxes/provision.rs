@@ -291,10 +291,14 @@ impl Provisioner {
                     };
                     // A sandbox being created, paused or resumed is deleted once that is done.
                     let _lifecycle = h.lifecycle.lock().await;
-                    if h.state().is_final() {
-                        return Ok(());
+                    match h.state() {
+                        s if s.is_final() => return Ok(()),
+                        // An earlier delete got this far and failed to remove the container: retry that.
+                        SandboxState::Terminating => {}
+                        _ => {
+                            h.enter(SandboxState::Terminating, reason)?;
+                        }
                     }
-                    h.enter(SandboxState::Terminating, reason)?;
                     h.cancel.cancel();
                     h.tasks.close();
                     if tokio::time::timeout(PUMP_DRAIN, h.tasks.wait())

@@ -33,6 +33,8 @@ pub struct Faults {
     pub pause_fails: bool,
     /// `resume` fails with Unavailable.
     pub resume_fails: bool,
+    /// `delete` fails with Unavailable (and removes nothing).
+    pub delete_fails: bool,
     /// `pause` waits this long before it freezes (a real engine takes some milliseconds).
     pub pause_delay: Duration,
 }
@@ -211,6 +213,9 @@ impl SandboxBackend for FakeBackend {
 
     async fn delete(&self, id: SandboxId) -> Result<()> {
         self.record("delete", id);
+        if self.faults().delete_fails {
+            return Err(Error::unavailable("the fake engine cannot delete"));
+        }
         self.lose(id);
         Ok(())
     }

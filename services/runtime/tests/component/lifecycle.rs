@@ -210,3 +210,24 @@ async fn delete_ends_a_running_action_lost() {
     assert_eq!(rt.backend.state(sid(&sb)), None);
     assert_eq!(rt.state(&id).await, SandboxState::Terminated);
 }
+
+/// A delete whose container cannot be removed leaves the sandbox TERMINATING and says so; a retry finishes it.
+#[tokio::test]
+async fn a_delete_that_fails_can_be_retried() {
+    let mut rt = TestRuntime::start().await;
+    let sb = rt.create_default().await;
+    let id = sb.sandbox_id.clone();
+    rt.backend.set_faults(Faults {
+        delete_fails: true,
+        ..Faults::default()
+    });
+    assert_eq!(code(rt.delete(&id).await), tonic::Code::Unavailable);
+    assert_eq!(rt.state(&id).await, SandboxState::Terminating);
+    let refused = rt.sh(&id, "true").await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(refused.message().contains("TERMINATING"), "{refused:?}");
+    rt.backend.set_faults(Faults::default());
+    rt.delete(&id).await.unwrap();
+    assert_eq!(rt.state(&id).await, SandboxState::Terminated);
+    assert_eq!(rt.backend.state(sid(&sb)), None);
+}
