@@ -29,68 +29,38 @@ pub trait FollowMessage: Send + 'static {
     fn keepalive(k: api::Keepalive) -> Self;
 }
 
-impl FollowMessage for api::ExecuteResponse {
-    fn observation(o: api::Observation) -> Self {
-        use api::execute_response::Kind;
-        Self {
-            kind: Some(Kind::Observation(o)),
+/// Implements [`FollowMessage`] for a response whose `kind` oneof has `Observation`, `Gap` and `Keepalive`.
+macro_rules! follow_message {
+    ($response:ty, $kind:path) => {
+        impl FollowMessage for $response {
+            fn observation(o: api::Observation) -> Self {
+                use $kind as K;
+                Self {
+                    kind: Some(K::Observation(o)),
+                }
+            }
+            fn gap(g: api::LogGap) -> Self {
+                use $kind as K;
+                Self {
+                    kind: Some(K::Gap(g)),
+                }
+            }
+            fn keepalive(k: api::Keepalive) -> Self {
+                use $kind as K;
+                Self {
+                    kind: Some(K::Keepalive(k)),
+                }
+            }
         }
-    }
-    fn gap(g: api::LogGap) -> Self {
-        use api::execute_response::Kind;
-        Self {
-            kind: Some(Kind::Gap(g)),
-        }
-    }
-    fn keepalive(k: api::Keepalive) -> Self {
-        use api::execute_response::Kind;
-        Self {
-            kind: Some(Kind::Keepalive(k)),
-        }
-    }
+    };
 }
 
-impl FollowMessage for api::StreamObservationsResponse {
-    fn observation(o: api::Observation) -> Self {
-        use api::stream_observations_response::Kind;
-        Self {
-            kind: Some(Kind::Observation(o)),
-        }
-    }
-    fn gap(g: api::LogGap) -> Self {
-        use api::stream_observations_response::Kind;
-        Self {
-            kind: Some(Kind::Gap(g)),
-        }
-    }
-    fn keepalive(k: api::Keepalive) -> Self {
-        use api::stream_observations_response::Kind;
-        Self {
-            kind: Some(Kind::Keepalive(k)),
-        }
-    }
-}
-
-impl FollowMessage for api::ConnectResponse {
-    fn observation(o: api::Observation) -> Self {
-        use api::connect_response::Kind;
-        Self {
-            kind: Some(Kind::Observation(o)),
-        }
-    }
-    fn gap(g: api::LogGap) -> Self {
-        use api::connect_response::Kind;
-        Self {
-            kind: Some(Kind::Gap(g)),
-        }
-    }
-    fn keepalive(k: api::Keepalive) -> Self {
-        use api::connect_response::Kind;
-        Self {
-            kind: Some(Kind::Keepalive(k)),
-        }
-    }
-}
+follow_message!(api::ExecuteResponse, api::execute_response::Kind);
+follow_message!(
+    api::StreamObservationsResponse,
+    api::stream_observations_response::Kind
+);
+follow_message!(api::ConnectResponse, api::connect_response::Kind);
 
 /// The message of `T` that carries `out`.
 pub fn message<T: FollowMessage>(out: Outgoing) -> T {

@@ -78,28 +78,15 @@ async fn a_space_deleted_with_force_ends_its_sandboxes() {
 async fn actions_beyond_the_limit_are_refused_and_a_retry_after_the_end_replays() {
     let mut rt = TestRuntime::start_with(|c| c.max_actions_per_sandbox = 1).await;
     let id = rt.create_default().await.sandbox_id;
-    let mut actions = rt.actions.clone();
-    let sandbox = id.clone();
-    let long = tokio::spawn(async move {
-        let mut s = actions
-            .execute(api::ExecuteRequest {
-                sandbox_id: sandbox,
-                action: Some(shell("sleep 1")),
-                action_id: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        while let Some(Ok(_)) = s.next().await {}
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut long = rt.start_action(&id, shell("echo started; sleep 1"));
+    long.started().await;
     let refused = rt.sh(&id, "true").await.unwrap_err();
     assert_eq!(
         refused.code(),
         tonic::Code::ResourceExhausted,
         "{refused:?}"
     );
-    long.await.unwrap();
+    long.end().await;
 
     let action_id = uuid::Uuid::new_v4().to_string();
     let first = rt

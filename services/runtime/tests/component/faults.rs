@@ -7,60 +7,16 @@ use mentis_proto::api::{self, SandboxState};
 
 use crate::support::*;
 
-/// Starts `command` with Execute in a task that collects its observations; returns once it has started.
-async fn start(
-    rt: &mut TestRuntime,
-    id: &str,
-    command: &str,
-) -> tokio::task::JoinHandle<Vec<api::Observation>> {
-    let mut actions = rt.actions.clone();
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    let (id, command) = (id.to_owned(), command.to_owned());
-    let task = tokio::spawn(async move {
-        let busy = Busy::hold();
-        let mut s = actions
-            .execute(api::ExecuteRequest {
-                sandbox_id: id,
-                action: Some(shell(&command)),
-                action_id: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let mut obs = Vec::new();
-        let mut started = Some((started_tx, busy));
-        while let Some(r) = futures::StreamExt::next(&mut s).await {
-            if let Some(api::execute_response::Kind::Observation(o)) = r.unwrap().kind {
-                if matches!(o.kind, Some(Kind::CmdOutput(_))) {
-                    // Output seen: the command runs. From here time may pass.
-                    if let Some((tx, busy)) = started.take() {
-                        drop(busy);
-                        let _ = tx.send(());
-                    }
-                }
-                obs.push(o);
-            }
-        }
-        obs
-    });
-    let _busy = Busy::hold();
-    tokio::time::timeout(PATIENCE, started_rx)
-        .await
-        .unwrap()
-        .unwrap();
-    task
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_executor_killed_under_an_action_ends_it_lost_and_the_sandbox_comes_back() {
     let mut rt = TestRuntime::start().await;
     let sb = rt.create_default().await;
     let id = sb.sandbox_id.clone();
-    let running = start(&mut rt, &id, "echo started; sleep 600").await;
+    let mut running = rt.start_action(&id, shell("echo started; sleep 600"));
+    running.started().await;
     rt.backend.kill(sid(&sb));
-    let obs = tokio::time::timeout(Duration::from_secs(120), running)
+    let obs = tokio::time::timeout(Duration::from_secs(120), running.end())
         .await
-        .unwrap()
         .unwrap();
     assert_eq!(obs.iter().filter(|o| is_terminal(o)).count(), 1, "{obs:?}");
     assert_eq!(cmd_end(&obs).reason, api::EndReason::Lost as i32, "{obs:?}");
@@ -74,12 +30,12 @@ async fn an_executor_frozen_under_an_action_ends_it_lost_when_keepalives_fail() 
     let mut rt = TestRuntime::start_with(|c| c.executor_keepalive = Duration::from_secs(10)).await;
     let sb = rt.create_default().await;
     let id = sb.sandbox_id.clone();
-    let running = start(&mut rt, &id, "echo started; sleep 600").await;
+    let mut running = rt.start_action(&id, shell("echo started; sleep 600"));
+    running.started().await;
     rt.backend.freeze(sid(&sb));
     let started = tokio::time::Instant::now();
-    let obs = tokio::time::timeout(Duration::from_secs(120), running)
+    let obs = tokio::time::timeout(Duration::from_secs(120), running.end())
         .await
-        .unwrap()
         .unwrap();
     assert_eq!(cmd_end(&obs).reason, api::EndReason::Lost as i32, "{obs:?}");
     // About two keepalive periods, long before the action's own timeout (300 s) and grace.

@@ -61,27 +61,12 @@ async fn calls_a_state_does_not_allow_are_refused_naming_the_state() {
         SandboxState::Running as i32
     );
     // A running action keeps the sandbox from pausing.
-    let mut actions = rt.actions.clone();
-    let long = tokio::spawn({
-        let id = id.clone();
-        async move {
-            let mut s = actions
-                .execute(mentis_proto::api::ExecuteRequest {
-                    sandbox_id: id,
-                    action: Some(shell("sleep 1")),
-                    action_id: String::new(),
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            while let Some(Ok(_)) = futures::StreamExt::next(&mut s).await {}
-        }
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut long = rt.start_action(&id, shell("echo started; sleep 1"));
+    long.started().await;
     let refused = rt.pause(&id).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
     assert!(refused.message().contains("running actions"), "{refused:?}");
-    long.await.unwrap();
+    long.end().await;
 
     // PAUSED: pause is a no-op, actions are refused naming the state.
     rt.pause(&id).await.unwrap();
@@ -174,34 +159,10 @@ async fn delete_ends_a_running_action_lost() {
     let mut rt = TestRuntime::start().await;
     let sb = rt.create_default().await;
     let id = sb.sandbox_id.clone();
-    let mut actions = rt.actions.clone();
-    let running = tokio::spawn({
-        let id = id.clone();
-        async move {
-            let mut s = actions
-                .execute(mentis_proto::api::ExecuteRequest {
-                    sandbox_id: id,
-                    action: Some(shell("echo started; sleep 60")),
-                    action_id: String::new(),
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            let mut obs = Vec::new();
-            while let Some(Ok(r)) = futures::StreamExt::next(&mut s).await {
-                if let Some(mentis_proto::api::execute_response::Kind::Observation(o)) = r.kind {
-                    obs.push(o);
-                }
-            }
-            obs
-        }
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let mut running = rt.start_action(&id, shell("echo started; sleep 60"));
+    running.started().await;
     rt.delete(&id).await.unwrap();
-    let obs = tokio::time::timeout(PATIENCE, running)
-        .await
-        .unwrap()
-        .unwrap();
+    let obs = tokio::time::timeout(PATIENCE, running.end()).await.unwrap();
     assert_eq!(obs.iter().filter(|o| is_terminal(o)).count(), 1, "{obs:?}");
     assert_eq!(
         cmd_end(&obs).reason,

@@ -91,15 +91,7 @@ async fn a_member_that_cannot_be_bound_fails_the_create_and_is_removed() {
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
     rt.backend.set_faults(Faults::default());
     // The failed sandbox is listed FAILED, its container is gone, and the pool makes a new member.
-    let _busy = Busy::hold();
-    let listed = rt
-        .sandboxes
-        .list_sandboxes(api::ListSandboxesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .sandboxes;
-    drop(_busy);
+    let listed = rt.list().await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].state, SandboxState::Failed as i32);
     assert_eq!(rt.backend.state(sid(&listed[0])), None);

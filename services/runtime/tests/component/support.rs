@@ -306,6 +306,79 @@ impl TestRuntime {
     }
 }
 
+/// An action started with Execute in a task of its own, which collects its observations.
+pub struct Running {
+    started: Option<tokio::sync::oneshot::Receiver<()>>,
+    task: tokio::task::JoinHandle<Vec<api::Observation>>,
+}
+
+impl TestRuntime {
+    /// Starts `action` with Execute. Until it prints something, a paused clock runs at real pace.
+    pub fn start_action(&self, id: &str, action: api::Action) -> Running {
+        let mut actions = self.actions.clone();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let id = id.to_owned();
+        let task = tokio::spawn(async move {
+            let busy = Busy::hold();
+            let mut stream = actions
+                .execute(api::ExecuteRequest {
+                    sandbox_id: id,
+                    action: Some(action),
+                    action_id: String::new(),
+                })
+                .await
+                .expect("the action is accepted")
+                .into_inner();
+            let mut started = Some((started_tx, busy));
+            let mut obs = Vec::new();
+            while let Some(Ok(r)) = stream.next().await {
+                if let Some(api::execute_response::Kind::Observation(o)) = r.kind {
+                    if matches!(o.kind, Some(Kind::CmdOutput(_)))
+                        && let Some((tx, busy)) = started.take()
+                    {
+                        drop(busy);
+                        let _ = tx.send(());
+                    }
+                    obs.push(o);
+                }
+            }
+            obs
+        });
+        Running {
+            started: Some(started_rx),
+            task,
+        }
+    }
+
+    /// ListSandboxes, every sandbox.
+    pub async fn list(&mut self) -> Vec<api::Sandbox> {
+        let _busy = Busy::hold();
+        self.sandboxes
+            .list_sandboxes(api::ListSandboxesRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .sandboxes
+    }
+}
+
+impl Running {
+    /// Waits until the action has printed something: it runs.
+    pub async fn started(&mut self) {
+        let _busy = Busy::hold();
+        let started = self.started.take().expect("started() once");
+        tokio::time::timeout(PATIENCE, started)
+            .await
+            .expect("the action prints within PATIENCE")
+            .expect("the action prints before it ends");
+    }
+
+    /// Every observation of its stream, once the stream ends.
+    pub async fn end(self) -> Vec<api::Observation> {
+        self.task.await.unwrap()
+    }
+}
+
 /// A shell action.
 pub fn shell(command: &str) -> api::Action {
     api::Action {

@@ -103,44 +103,11 @@ async fn a_vanished_container_ends_the_sandbox_and_its_actions() {
     let mut rt = TestRuntime::start().await;
     let sb = rt.create_default().await;
     let id = sb.sandbox_id.clone();
-    let mut actions = rt.actions.clone();
-    let running = tokio::spawn({
-        let id = id.clone();
-        async move {
-            let _busy = Busy::hold();
-            let mut s = actions
-                .execute(api::ExecuteRequest {
-                    sandbox_id: id,
-                    action: Some(shell("echo started; sleep 600")),
-                    action_id: String::new(),
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            let first = futures::StreamExt::next(&mut s).await;
-            drop(_busy);
-            let mut obs = vec![first];
-            while let Some(r) = futures::StreamExt::next(&mut s).await {
-                obs.push(Some(r));
-            }
-            obs.into_iter()
-                .flatten()
-                .filter_map(|r| match r.unwrap().kind {
-                    Some(api::execute_response::Kind::Observation(o)) => Some(o),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-        }
-    });
-    {
-        let _busy = Busy::hold();
-        while rt.get(&id).await.unwrap().last_seq < 2 {
-            tokio::task::yield_now().await;
-        }
-    }
+    let mut running = rt.start_action(&id, shell("echo started; sleep 600"));
+    running.started().await;
     rt.backend.lose(sid(&sb));
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let obs = running.await.unwrap();
+    let obs = running.end().await;
     assert_eq!(obs.iter().filter(|o| is_terminal(o)).count(), 1, "{obs:?}");
     assert_eq!(cmd_end(&obs).reason, api::EndReason::Lost as i32);
     assert_eq!(rt.state(&id).await, SandboxState::Terminated);
@@ -163,52 +130,21 @@ async fn a_silent_action_ends_lost_after_its_deadline_grace() {
     .await;
     let sb = rt.create_default().await;
     let id = sb.sandbox_id.clone();
-    let mut actions = rt.actions.clone();
-    let running = tokio::spawn({
-        let id = id.clone();
-        async move {
-            let _busy = Busy::hold();
-            let mut s = actions
-                .execute(api::ExecuteRequest {
-                    sandbox_id: id,
-                    action: Some(api::Action {
-                        kind: Some(api::action::Kind::Shell(api::ShellAction {
-                            command: "echo started; sleep 600".into(),
-                            timeout_seconds: 10,
-                            ..Default::default()
-                        })),
-                    }),
-                    action_id: String::new(),
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            let first = futures::StreamExt::next(&mut s).await;
-            drop(_busy);
-            let started = tokio::time::Instant::now();
-            let mut obs = vec![first];
-            while let Some(r) = futures::StreamExt::next(&mut s).await {
-                obs.push(Some(r));
-            }
-            let obs: Vec<_> = obs
-                .into_iter()
-                .flatten()
-                .filter_map(|r| match r.unwrap().kind {
-                    Some(api::execute_response::Kind::Observation(o)) => Some(o),
-                    _ => None,
-                })
-                .collect();
-            (obs, started.elapsed())
-        }
-    });
-    {
-        let _busy = Busy::hold();
-        while rt.get(&id).await.unwrap().last_seq < 2 {
-            tokio::task::yield_now().await;
-        }
-    }
+    let mut running = rt.start_action(
+        &id,
+        api::Action {
+            kind: Some(api::action::Kind::Shell(api::ShellAction {
+                command: "echo started; sleep 600".into(),
+                timeout_seconds: 10,
+                ..Default::default()
+            })),
+        },
+    );
+    running.started().await;
+    let started = tokio::time::Instant::now();
     rt.backend.freeze(sid(&sb));
-    let (obs, waited) = running.await.unwrap();
+    let obs = running.end().await;
+    let waited = started.elapsed();
     assert_eq!(obs.iter().filter(|o| is_terminal(o)).count(), 1, "{obs:?}");
     let end = cmd_end(&obs);
     assert_eq!(end.reason, api::EndReason::Lost as i32, "{end:?}");
@@ -253,14 +189,7 @@ async fn an_executor_that_never_answers_fails_the_create_after_the_ready_timeout
         "{waited:?}"
     );
     assert!(rt.backend.ids().is_empty(), "the container is removed");
-    let _busy = Busy::hold();
-    let listed = rt
-        .sandboxes
-        .list_sandboxes(api::ListSandboxesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .sandboxes;
+    let listed = rt.list().await;
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].state, SandboxState::Failed as i32);
 }
