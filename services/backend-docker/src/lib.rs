@@ -63,11 +63,11 @@ impl DockerBackend {
     /// stock engines reject clients newer than themselves (Debian's 20.10 speaks API 1.41).
     pub async fn connect(config: DockerConfig) -> Result<Self> {
         let docker = Docker::connect_with_defaults()
-            .map_err(|e| Error::unavailable(format!("cannot reach the Docker engine: {e}")))?;
+            .map_err(|e| Error::unavailable("cannot reach the Docker engine").with_source(e))?;
         let docker = tokio::time::timeout(config.call_timeout, docker.negotiate_version())
             .await
             .map_err(|_| Error::unavailable("the Docker engine did not answer in time"))?
-            .map_err(|e| Error::unavailable(format!("cannot reach the Docker engine: {e}")))?;
+            .map_err(|e| Error::unavailable("cannot reach the Docker engine").with_source(e))?;
         let runtime = runtime::resolve(&docker, config.runtime, config.call_timeout).await?;
         Ok(Self {
             docker,

@@ -74,13 +74,13 @@ async fn guard_host(bridge: &str) -> Result<()> {
     };
     let check = iptables("-C")
         .await
-        .map_err(|e| Error::unavailable(format!("cannot run iptables to guard the host: {e}")))?;
+        .map_err(|e| Error::unavailable("cannot run iptables to guard the host").with_source(e))?;
     if check.status.success() {
         return Ok(());
     }
     let insert = iptables("-I")
         .await
-        .map_err(|e| Error::unavailable(format!("cannot run iptables to guard the host: {e}")))?;
+        .map_err(|e| Error::unavailable("cannot run iptables to guard the host").with_source(e))?;
     if !insert.status.success() {
         return Err(Error::unavailable(format!(
             "cannot keep sandboxes on {bridge} from the host (iptables: {})",

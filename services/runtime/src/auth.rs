@@ -254,7 +254,7 @@ pub fn admin_key(configured: Option<&str>, data_dir: &std::path::Path) -> Result
     }
     let key = new_secret();
     write_private(&path, &format!("{key}\n"))
-        .map_err(|e| Error::internal(format!("cannot write {}: {e}", path.display())))?;
+        .map_err(|e| Error::internal(format!("cannot write {}", path.display())).with_source(e))?;
     tracing::warn!(path = %path.display(), "made an admin key; callers send it as `authorization: Bearer <key>`");
     Ok(key)
 }

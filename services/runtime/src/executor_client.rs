@@ -57,7 +57,9 @@ impl ExecutorClient {
         keepalive: Duration,
     ) -> Result<Self, Error> {
         let channel = tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
-            .map_err(|e| Error::internal(format!("bad executor endpoint {}: {e}", endpoint.uri)))?
+            .map_err(|e| {
+                Error::internal(format!("bad executor endpoint {}", endpoint.uri)).with_source(e)
+            })?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             // An executor that stops answering pings (killed, paused, network gone) fails its streams within
@@ -98,7 +100,8 @@ impl ExecutorClient {
             Ok(Err(s)) => Err(Error::unavailable(format!(
                 "the executor does not answer: {}",
                 s.message()
-            ))),
+            ))
+            .with_source(s)),
             Err(_) => Err(Error::Unavailable(
                 "the executor's health check timed out".into(),
             )),

@@ -166,7 +166,7 @@ impl Provisioner {
                         .instrument(span),
                     )
                     .await
-                    .map_err(|e| Error::internal(format!("claim task failed: {e}")))?
+                    .map_err(|e| Error::internal("claim task failed").with_source(e))?
             }
             (Ok(Admission::Admitted), None) => {
                 let backend_spec = BackendSpec {
@@ -191,7 +191,7 @@ impl Provisioner {
                         .instrument(span),
                     )
                     .await
-                    .map_err(|e| Error::internal(format!("create task failed: {e}")))?
+                    .map_err(|e| Error::internal("create task failed").with_source(e))?
             }
             (refused, claim) => {
                 // Not claimed after all: the member goes back to its pool.
@@ -316,6 +316,6 @@ impl Provisioner {
                 .instrument(span),
             )
             .await
-            .map_err(|e| Error::internal(format!("delete task failed: {e}")))?
+            .map_err(|e| Error::internal("delete task failed").with_source(e))?
     }
 }
