@@ -574,6 +574,36 @@ impl RuntimeProcess {
         )
     }
 
+    /// Sends `signal` (a name for kill(1): TERM, INT, ...).
+    pub fn signal(&self, signal: &str) -> Result<()> {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .context("run kill")?;
+        if !status.success() {
+            bail!("kill -{signal} failed: {status}");
+        }
+        Ok(())
+    }
+
+    /// Waits up to `within` for the process to exit; its status, or `None` when it still runs.
+    pub async fn exited_within(
+        &mut self,
+        within: Duration,
+    ) -> Result<Option<std::process::ExitStatus>> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(Some(status));
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// SIGKILL: no shutdown code runs.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

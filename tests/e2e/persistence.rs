@@ -316,3 +316,116 @@ async fn a_store_belongs_to_one_instance() -> anyhow::Result<()> {
     );
     h.stop().await
 }
+
+/// SIGTERM drains: health goes NOT_SERVING, an open Execute ends with UNAVAILABLE telling the client to resume
+/// (not with OK and no end), the process exits in seconds though a Health/Watch stays open, and the sandbox
+/// and its running command carry on for the next runtime. A second signal exits at once.
+#[tokio::test]
+async fn sigterm_drains_and_leaves_sandboxes_running() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+    let bin = env!("CARGO_BIN_EXE_mentis-runtime-under-test");
+    let guard = Harness::new_instance();
+    let instance = guard.instance.clone();
+    let data_dir = tempfile::tempdir()?;
+    let mut first = RuntimeProcess::start(bin, &instance, data_dir.path()).await?;
+    let mut h = first.harness(data_dir, guard).await?;
+    let id = h.create_default().await?.sandbox_id;
+
+    let mut health = HealthClient::new(first.channel().await?);
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        watch.next().await.unwrap()?.status,
+        ServingStatus::Serving as i32
+    );
+    let mut stream = h
+        .actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.clone(),
+            action: Some(shell_action(cmd(
+                "for i in $(seq 1 30); do echo $i | tee -a /workspace/lines; sleep 0.1; done",
+            ))),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    // Running: its first line arrived.
+    let first_item = stream.next().await.unwrap()?;
+    assert!(first_item.kind.is_some());
+
+    first.signal("TERM")?;
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(10), watch.next())
+            .await?
+            .unwrap()?
+            .status,
+        ServingStatus::NotServing as i32,
+        "health says NOT_SERVING first"
+    );
+    let mut ended = None;
+    while let Some(item) = tokio::time::timeout(Duration::from_secs(10), stream.next()).await? {
+        match item {
+            Ok(r) => assert!(
+                !matches!(
+                    r.kind,
+                    Some(api::execute_response::Kind::Observation(api::Observation {
+                        kind: Some(Kind::CmdEnd(_)),
+                        ..
+                    }))
+                ),
+                "the command ended during the drain: {r:?}"
+            ),
+            Err(status) => {
+                ended = Some(status);
+                break;
+            }
+        }
+    }
+    let status = ended.expect("the Execute stream ends with a status, not OK");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("resume"), "{status:?}");
+    let exit = first.exited_within(Duration::from_secs(15)).await?;
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "the runtime exits cleanly within the drain grace though a Health/Watch is open: {exit:?}"
+    );
+
+    // The next runtime takes the sandbox over; the command ran on to its end meanwhile.
+    let Harness {
+        data_dir, guard, ..
+    } = h;
+    let mut second = RuntimeProcess::start(bin, &instance, data_dir.path()).await?;
+    let mut h = second.harness(data_dir, guard).await?;
+    assert_eq!(h.get(&id).await?.state, api::SandboxState::Running as i32);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let lines = stdout(&h.sh(&id, "wc -l < /workspace/lines").await?);
+    assert_eq!(
+        lines.trim(),
+        "30",
+        "the command kept running through the drain"
+    );
+
+    // A second signal exits at once, Health/Watch open or not.
+    let mut health = HealthClient::new(second.channel().await?);
+    let _watch = health
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await?;
+    second.signal("TERM")?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    second.signal("TERM")?;
+    let exit = second.exited_within(Duration::from_secs(2)).await?;
+    assert!(
+        exit.is_some_and(|s| s.code() == Some(130)),
+        "a second signal exits at once: {exit:?}"
+    );
+    Ok(())
+}

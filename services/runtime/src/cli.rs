@@ -1,4 +1,5 @@
-//! The process entry: configuration from the environment, logs to stderr, serve until SIGINT or SIGTERM.
+//! The process entry: configuration from the environment, logs to stderr, serve until SIGINT or SIGTERM
+//! (which drain: see `server`), and exit at once on a second one.
 //! The `mentis-runtime` binary is this function; the end-to-end tests run it as a real process too (to kill
 //! it with SIGKILL and start it again).
 
@@ -35,8 +36,14 @@ pub async fn run_from_env() -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        tracing::info!("shutting down");
+        tracing::info!("draining (a second SIGTERM or SIGINT exits at once)");
         stop.cancel();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::warn!("second signal: exiting now");
+        std::process::exit(130);
     });
     runtime.wait().await.context("mentis-runtime failed")?;
     Ok(())

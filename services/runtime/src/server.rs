@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tonic_health::ServingStatus;
 
 use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SpaceApi};
 use crate::auth::layer::AuthLayer;
@@ -24,6 +25,9 @@ use crate::auth::{self, Keyring};
 use crate::config::{AuthConfig, RuntimeConfig};
 use crate::sandboxes::Manager;
 use crate::store::Store;
+
+/// How long open calls get to finish once the drain has begun.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
 /// Why the runtime could not start or serve.
 #[derive(Debug, thiserror::Error)]
@@ -174,7 +178,34 @@ async fn serve(
         manager.config().stream,
     );
 
-    let result = tonic::transport::Server::builder()
+    // The drain: health says NOT_SERVING first (a balancer or mesh stops sending), then the server stops
+    // accepting (new calls are refused: UNAVAILABLE) while open streams end with UNAVAILABLE telling the
+    // client to resume from its last seq. Sandboxes, executors and their actions keep running.
+    let draining = {
+        let reporter = health_reporter.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.cancelled().await;
+            reporter
+                .set_service_status("", ServingStatus::NotServing)
+                .await;
+            reporter
+                .set_not_serving::<SandboxServiceServer<SandboxApi>>()
+                .await;
+            reporter
+                .set_not_serving::<SpaceServiceServer<SpaceApi>>()
+                .await;
+            reporter
+                .set_not_serving::<ActionServiceServer<ActionApi>>()
+                .await;
+            reporter
+                .set_not_serving::<FileServiceServer<FileApi>>()
+                .await;
+            reporter.set_not_serving::<KeyServiceServer<KeyApi>>().await;
+            tracing::info!("draining: health is NOT_SERVING, open streams are told to resume");
+        }
+    };
+    let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         // Every call but health and reflection needs a key (see `auth::layer`).
@@ -198,9 +229,20 @@ async fn serve(
         // are small messages, and Nagle with delayed ACKs adds ~40 ms to every round trip.
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown.cancelled(),
-        )
-        .await;
+            draining,
+        );
+    // Open calls get a grace to finish; an open Health/Watch stream never ends by itself, so after the
+    // grace the server stops regardless.
+    let result = tokio::select! {
+        r = server => r,
+        () = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(DRAIN_GRACE).await;
+        } => {
+            tracing::info!(grace_secs = DRAIN_GRACE.as_secs(), "calls still open after the drain grace are closed");
+            Ok(())
+        }
+    };
     sessions.close();
     sessions.wait().await;
     manager.shutdown().await;

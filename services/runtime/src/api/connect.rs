@@ -46,7 +46,7 @@ impl ActionApi {
             tokio::select! {
                 () = api.session(inbound, &tx, &caller) => {}
                 () = api.shutdown.cancelled() => {
-                    let _ = tx.send(Err(Status::unavailable("the runtime is shutting down"))).await;
+                    let _ = tx.send(Err(follow::draining())).await;
                 }
             }
         });

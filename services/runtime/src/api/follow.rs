@@ -141,7 +141,10 @@ where
         loop {
             let next = tokio::select! {
                 biased;
-                () = shutdown.cancelled() => break,
+                () = shutdown.cancelled() => {
+                    let _ = out.send(Err(draining())).await;
+                    break;
+                }
                 () = out.closed() => break,
                 next = items.next() => match next {
                     Some(next) => next,
@@ -154,6 +157,14 @@ where
         }
     });
     guarded
+}
+
+/// The status that ends an open stream when the runtime drains: nothing is lost, the client resumes.
+pub fn draining() -> tonic::Status {
+    tonic::Status::unavailable(
+        "the runtime is restarting: reconnect and resume after the last seq you received \
+         (StreamObservations or Connect with after_seq; Execute: retry with the same action_id)",
+    )
 }
 
 /// Sends one follow item as a `T`; false when the client is gone or was cut off.

@@ -1,0 +1,93 @@
+//! The drain on SIGTERM (the runtime's shutdown token): health NOT_SERVING first, open streams end with
+//! UNAVAILABLE telling the client to resume, new calls are refused, the runtime stops in seconds even with a
+//! Health/Watch open, and sandboxes with their running actions are left running for the next runtime.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use mentis_proto::api::{self, SandboxState};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+use crate::support::*;
+
+#[tokio::test]
+async fn a_drain_says_not_serving_ends_streams_with_unavailable_and_leaves_sandboxes_running() {
+    let mut rt = TestRuntime::start().await;
+    let sb = rt.create_default().await;
+    let id = sb.sandbox_id.clone();
+    let channel = tonic::transport::Endpoint::from_shared(format!(
+        "http://{}",
+        rt.runtime.as_ref().unwrap().addr
+    ))
+    .unwrap()
+    .connect()
+    .await
+    .unwrap();
+    let mut health = HealthClient::new(channel);
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.next().await.unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    let mut running = rt.start_action(&id, shell("echo started; sleep 5; echo done"));
+    running.started().await;
+    let mut follower = rt
+        .actions
+        .stream_observations(api::StreamObservationsRequest {
+            sandbox_id: id.clone(),
+            after_seq: 0,
+            action_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+
+    let runtime = rt.runtime.take().unwrap();
+    let stopping = tokio::time::Instant::now();
+    runtime.shutdown_token().cancel();
+    // Health says so first.
+    let next = tokio::time::timeout(PATIENCE, watch.next()).await.unwrap();
+    assert_eq!(
+        next.unwrap().unwrap().status,
+        ServingStatus::NotServing as i32
+    );
+    // Open streams end with UNAVAILABLE and how to resume, not with OK.
+    let mut end = None;
+    while let Some(item) = tokio::time::timeout(PATIENCE, follower.next())
+        .await
+        .unwrap()
+    {
+        if let Err(status) = item {
+            end = Some(status);
+            break;
+        }
+    }
+    let status = end.expect("the follower's stream ends with a status");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("resume"), "{status:?}");
+    let obs = tokio::time::timeout(PATIENCE, running.end()).await.unwrap();
+    assert!(
+        !obs.iter().any(is_terminal),
+        "the action did not end, its stream did: {obs:?}"
+    );
+    // The runtime stops in seconds though a Health/Watch stays open.
+    tokio::time::timeout(Duration::from_secs(15), runtime.stop())
+        .await
+        .expect("the drain ends within its grace")
+        .unwrap();
+    assert!(stopping.elapsed() < Duration::from_secs(15));
+    // New calls are refused.
+    assert!(rt.get(&id).await.is_err());
+    // The sandbox and its action were left running: the next runtime takes it over and the action ends
+    // there.
+    assert!(rt.backend.state(sid(&sb)).is_some());
+    let mut rt =
+        TestRuntime::start_on(rt.backend.clone(), rt.config.clone(), rt.data_dir.clone()).await;
+    assert_eq!(rt.state(&id).await, SandboxState::Running);
+    assert_eq!(stdout(&rt.sh(&id, "echo after").await.unwrap()), "after\n");
+}
