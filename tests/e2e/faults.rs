@@ -464,3 +464,30 @@ async fn a_deleted_sandbox_stays_readable_for_the_retention_time() -> anyhow::Re
     }
     h.stop().await
 }
+
+/// An executor stopped with SIGSTOP (user code can do that) does not leave the sandbox UNHEALTHY for good:
+/// after the ready timeout the runtime restarts its container, and the workspace is kept.
+#[tokio::test]
+async fn a_stopped_executor_gets_its_container_restarted() -> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| {
+        c.health_interval = Duration::from_secs(1);
+        c.ready_timeout = Duration::from_secs(10);
+    })
+    .await?;
+    let id = h.create_default().await?.sandbox_id;
+    h.sh(&id, "echo kept > /workspace/file").await?;
+    docker(&[
+        "exec",
+        &container_of(&id),
+        "pkill",
+        "-STOP",
+        "-x",
+        "mentis-executor",
+    ])?;
+    h.wait_state(&id, api::SandboxState::Unhealthy, Duration::from_secs(30))
+        .await?;
+    h.wait_state(&id, api::SandboxState::Running, Duration::from_secs(90))
+        .await?;
+    assert_eq!(stdout(&h.sh(&id, "cat /workspace/file").await?), "kept\n");
+    h.stop().await
+}

@@ -401,6 +401,31 @@ impl SandboxBackend for DockerBackend {
         .docker_ctx("update the container's limits")
     }
 
+    async fn restart(&self, id: SandboxId) -> Result<Endpoint> {
+        let name = Self::container_name(id);
+        // No grace: the executor does not answer, and a stopped process would not act on SIGTERM anyway.
+        let options = bollard::query_parameters::RestartContainerOptionsBuilder::default()
+            .t(0)
+            .build();
+        match self
+            .call(
+                "restart container",
+                self.docker.restart_container(&name, Some(options)),
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {
+                return Err(Error::NotFound(format!(
+                    "the container of sandbox {id} is gone"
+                )));
+            }
+            Err(e) => return Err(error::to_core("restart the container", e)),
+        }
+        tracing::info!(sandbox_id = %id, "restarted the sandbox's container");
+        self.ensure_running(id).await
+    }
+
     async fn pause(&self, id: SandboxId) -> Result<()> {
         let name = Self::container_name(id);
         let paused = self

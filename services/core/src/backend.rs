@@ -93,6 +93,11 @@ pub trait SandboxBackend: Send + Sync + 'static {
     /// FailedPrecondition when it is paused.
     async fn ensure_running(&self, id: SandboxId) -> Result<Endpoint>;
 
+    /// Stops the sandbox's container at once and starts it again, for an executor that runs but does not
+    /// answer (stopped by a signal, wedged): every process in it ends, the workspace stays. Returns the
+    /// executor's endpoint, which may have changed. NotFound when the sandbox is gone.
+    async fn restart(&self, id: SandboxId) -> Result<Endpoint>;
+
     /// Changes the CPU, memory and pids limits of a running sandbox (binding a claimed pool member).
     async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()>;
 

@@ -1,6 +1,7 @@
 //! The health watch of one sandbox: a periodic check of its executor. Two failed checks in a row make the
 //! sandbox UNHEALTHY; the watch then brings the executor back — starting its container again when it
-//! stopped, reconnecting when its address changed — and the sandbox is RUNNING again. A container that is
+//! stopped, reconnecting when its address changed, restarting the container when the executor runs but does
+//! not answer for the ready timeout — and the sandbox is RUNNING again. A container that is
 //! gone for good is ended as a delete would: TERMINATING, its actions LOST, then TERMINATED. Every move goes
 //! through the lifecycle table, so a watch never undoes a pause, resume or delete that runs beside it.
 
@@ -12,7 +13,7 @@ use mentis_core::{Error, SandboxBackend, SandboxState};
 use tracing::Instrument;
 
 use super::handle::SandboxHandle;
-use super::reach::reach_executor;
+use super::reach::{reach_executor, ready_executor};
 use crate::config::RuntimeConfig;
 
 /// Failed checks in a row before a sandbox is UNHEALTHY (one miss can be a hiccup).
@@ -131,8 +132,31 @@ async fn recover(
     backend: &dyn SandboxBackend,
     config: &RuntimeConfig,
 ) -> Result<(), Error> {
-    let (client, endpoint) =
-        reach_executor(backend, config, h.id, &h.token, config.ready_timeout).await?;
+    let (client, endpoint) = match reach_executor(
+        backend,
+        config,
+        h.id,
+        &h.token,
+        config.ready_timeout,
+    )
+    .await
+    {
+        Ok(reached) => reached,
+        // The container runs but its executor has not answered for the whole ready timeout (stopped by
+        // a signal, wedged): start the container afresh. Its processes end (their actions end LOST, the
+        // kernel's state is gone), the workspace stays.
+        Err(Error::Unavailable(why)) => {
+            tracing::warn!(%why, "the executor runs but does not answer: restarting its container");
+            h.agent_state(
+                "restarting the sandbox's container: its executor does not answer",
+                &[("state", "UNHEALTHY"), ("reason", why.message())],
+            );
+            let endpoint = backend.restart(h.id).await?;
+            let client = ready_executor(config, &endpoint, &h.token, config.ready_timeout).await?;
+            (client, endpoint)
+        }
+        Err(e) => return Err(e),
+    };
     h.set_executor(client);
     if h.enter(SandboxState::Running, "").is_ok() {
         tracing::info!(endpoint = %endpoint.uri, "executor recovered");

@@ -159,6 +159,8 @@ impl FakeBackend {
                 stop.cancel();
             }
             f.proxy.cut();
+            // A process that died is not frozen any more; the next one starts thawed.
+            f.proxy.set_frozen(false);
             f.state = BackendState::Stopped;
         }
     }
@@ -245,6 +247,17 @@ impl SandboxBackend for FakeBackend {
         f.state = BackendState::Running;
         f.proxy.retarget(Some(addr));
         Ok(f.proxy.endpoint())
+    }
+
+    async fn restart(&self, id: SandboxId) -> Result<Endpoint> {
+        self.record("restart", id);
+        if self.state(id).is_none() {
+            return Err(Error::NotFound(format!(
+                "sandbox {id} is gone from the fake"
+            )));
+        }
+        self.kill(id);
+        self.ensure_running(id).await
     }
 
     async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()> {

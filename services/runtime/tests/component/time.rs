@@ -193,3 +193,28 @@ async fn an_executor_that_never_answers_fails_the_create_after_the_ready_timeout
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].state, SandboxState::Failed as i32);
 }
+
+/// An executor that runs but never answers again (stopped with SIGSTOP, say) gets its container restarted
+/// after the ready timeout: the sandbox is RUNNING again with its workspace, not UNHEALTHY for good.
+#[tokio::test(start_paused = true)]
+async fn an_executor_that_stays_silent_gets_its_container_restarted() {
+    let mut rt = TestRuntime::start_with(|c| c.ready_timeout = Duration::from_secs(20)).await;
+    let sb = rt.create_default().await;
+    let id = sb.sandbox_id.clone();
+    rt.sh(&id, "echo kept > kept.txt").await.unwrap();
+    rt.backend.freeze(sid(&sb));
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(rt.state(&id).await, SandboxState::Unhealthy);
+    // Never thawed: after the ready timeout the container is restarted.
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    assert_eq!(rt.state(&id).await, SandboxState::Running);
+    assert_eq!(rt.backend.calls("restart", sid(&sb)), 1);
+    assert_eq!(stdout(&rt.sh(&id, "cat kept.txt").await.unwrap()), "kept\n");
+    let log = rt.log(&id, 0).await;
+    assert!(
+        log.iter().any(
+            |o| matches!(&o.kind, Some(Kind::AgentState(a)) if a.message.contains("restarting"))
+        ),
+        "{log:?}"
+    );
+}
