@@ -293,6 +293,37 @@ impl Harness {
         self.exec(sandbox, cmd(command)).await
     }
 
+    /// The first `n` observations of a sandbox's log after `after_seq` (a gap is an error).
+    pub async fn read_log(
+        &mut self,
+        sandbox: &str,
+        after_seq: u64,
+        n: usize,
+    ) -> Result<Vec<api::Observation>> {
+        use futures::StreamExt;
+        let mut s = self
+            .actions
+            .stream_observations(api::StreamObservationsRequest {
+                sandbox_id: sandbox.to_owned(),
+                after_seq,
+                action_id: String::new(),
+            })
+            .await?
+            .into_inner();
+        let mut out = Vec::new();
+        while out.len() < n {
+            let m = tokio::time::timeout(Duration::from_secs(30), s.next())
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("stream ended early"))??;
+            match m.kind {
+                Some(api::stream_observations_response::Kind::Observation(o)) => out.push(o),
+                Some(api::stream_observations_response::Kind::Keepalive(_)) => {}
+                other => bail!("unexpected {other:?}"),
+            }
+        }
+        Ok(out)
+    }
+
     /// Stops the runtime (the guard still removes what is left).
     pub async fn stop(mut self) -> Result<()> {
         if let Some(rt) = self.runtime.take() {

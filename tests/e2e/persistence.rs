@@ -231,6 +231,7 @@ async fn a_killed_runtime_takes_its_sandboxes_over_when_started_again() -> anyho
     h.sh(&running, "echo persisted > /workspace/f").await?;
     h.py(&running, "state = 'kept'").await?;
     let last_seq_before = h.get(&running).await?.last_seq;
+    let log_before = h.read_log(&running, 0, last_seq_before as usize).await?;
     let paused = h.create_default().await?.sandbox_id;
     pause(&mut h, &paused).await?;
     let vanishing = h.create_default().await?.sandbox_id;
@@ -253,6 +254,8 @@ async fn a_killed_runtime_takes_its_sandboxes_over_when_started_again() -> anyho
         sb.last_seq > last_seq_before,
         "seqs continue upwards: {sb:?}"
     );
+    // The log survived the SIGKILL: replay returns exactly what was there before.
+    assert_eq!(h.read_log(&running, 0, log_before.len()).await?, log_before);
     assert_eq!(
         stdout(&h.sh(&running, "cat /workspace/f").await?),
         "persisted\n"

@@ -22,27 +22,7 @@ async fn read_n(
     after_seq: u64,
     n: usize,
 ) -> anyhow::Result<Vec<api::Observation>> {
-    let mut s = h
-        .actions
-        .stream_observations(api::StreamObservationsRequest {
-            sandbox_id: sandbox.to_owned(),
-            after_seq,
-            action_id: String::new(),
-        })
-        .await?
-        .into_inner();
-    let mut out = Vec::new();
-    while out.len() < n {
-        let m = tokio::time::timeout(Duration::from_secs(30), s.next())
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("stream ended early"))??;
-        match m.kind {
-            Some(api::stream_observations_response::Kind::Observation(o)) => out.push(o),
-            Some(api::stream_observations_response::Kind::Keepalive(_)) => {}
-            other => anyhow::bail!("unexpected {other:?}"),
-        }
-    }
-    Ok(out)
+    h.read_log(sandbox, after_seq, n).await
 }
 
 #[tokio::test]

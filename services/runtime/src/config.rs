@@ -159,6 +159,11 @@ pub struct SpaceMount {
 }
 
 impl RuntimeConfig {
+    /// The folder of a sandbox's observation journal (`MENTIS_DATA_DIR/logs/<sandbox id>`).
+    pub fn log_dir(&self, id: mentis_core::SandboxId) -> PathBuf {
+        self.data_dir.join("logs").join(id.to_string())
+    }
+
     /// The read-only mounts every space gets (what a warm pool member is made with).
     pub fn mounts_for_every_space(&self) -> Vec<DataMount> {
         self.data_mounts

@@ -1,13 +1,20 @@
 //! The per-sandbox observation log: append-only, sequence-numbered, bounded by count and bytes, with replay
 //! after any seq and live follow. Readers hold only a cursor, so a slow reader costs the log nothing: it
-//! reads at its own pace and, if the log trimmed what it had not read yet, is told so with a gap.
+//! reads at its own pace and, if the log trimmed what it had not read yet, is told so with a gap. A durable
+//! log also writes every observation to its journal (`journal`) before any reader can see it, and a
+//! restarted runtime reopens it: replay after a restart returns what was there before.
+
+mod journal;
 
 use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use futures::Stream;
 use mentis_core::{ActionId, Observation, ObservationKind, SandboxId};
 use tokio::sync::watch;
+
+use journal::Journal;
 
 /// Bounds of one sandbox's log.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +43,28 @@ pub enum LogItem {
     },
 }
 
+impl Inner {
+    /// Trims the oldest entries to the bounds, but always keeps the newest one so followers can see it; the
+    /// journal drops the segments that held only trimmed entries.
+    fn trim(&mut self, limits: &LogLimits) {
+        let mut trimmed = false;
+        while self.entries.len() > 1
+            && (self.entries.len() > limits.max_entries || self.bytes > limits.max_bytes)
+        {
+            if let Some(old) = self.entries.pop_front() {
+                self.bytes -= old.kind.approx_bytes();
+                trimmed = true;
+            }
+        }
+        if trimmed
+            && let Some(first) = self.entries.front().map(|o| o.seq)
+            && let Some(j) = self.journal.as_mut()
+        {
+            j.trim_before(first);
+        }
+    }
+}
+
 enum Read {
     Items(Vec<Arc<Observation>>),
     Gap {
@@ -53,6 +82,8 @@ struct Inner {
     /// Seq the next append gets; entries hold `next_seq - entries.len() .. next_seq`.
     next_seq: u64,
     closed: bool,
+    /// Where a durable log writes; `None` for a log kept in memory only.
+    journal: Option<Journal>,
 }
 
 /// One sandbox's log.
@@ -77,24 +108,121 @@ impl std::fmt::Debug for ObservationLog {
 const READ_BATCH: usize = 256;
 
 impl ObservationLog {
+    /// A log kept in memory only.
     pub fn new(sandbox_id: SandboxId, limits: LogLimits) -> Arc<Self> {
         Self::starting_after(sandbox_id, limits, 0)
     }
 
-    /// An empty log whose first observation gets seq `last_seq + 1`: the log of a sandbox taken over after
-    /// a restart, whose earlier observations are gone (a reader asking for them is told so with a gap).
+    /// An empty log in memory only whose first observation gets seq `last_seq + 1`: the log of a sandbox
+    /// taken over after a restart whose journal is gone (a reader asking for older seqs gets a gap).
     pub fn starting_after(sandbox_id: SandboxId, limits: LogLimits, last_seq: u64) -> Arc<Self> {
+        Self::with(sandbox_id, limits, last_seq, VecDeque::new(), None)
+    }
+
+    /// A new durable log with its journal in `dir`. When the journal cannot be made, the log is kept in
+    /// memory only (and says so in the runtime's log).
+    pub fn durable(sandbox_id: SandboxId, limits: LogLimits, dir: &Path) -> Arc<Self> {
+        let journal = Journal::create(dir)
+            .inspect_err(|e| {
+                tracing::error!(%sandbox_id, dir = %dir.display(), error = %e,
+                    "cannot make the observation journal: this log is kept in memory only")
+            })
+            .ok();
+        Self::with(sandbox_id, limits, 0, VecDeque::new(), journal)
+    }
+
+    /// The durable log of a sandbox after a restart: its journal in `dir` with what it held (within the
+    /// bounds); without a journal, an empty log starting after `fallback_last_seq`.
+    pub fn reopen(
+        sandbox_id: SandboxId,
+        limits: LogLimits,
+        dir: &Path,
+        fallback_last_seq: u64,
+    ) -> Arc<Self> {
+        match Journal::open(dir) {
+            Ok(Some((journal, mut observations))) => {
+                // Only a run of consecutive seqs lines up in memory: after a damaged record in the middle,
+                // the newest run is kept (readers asking for older seqs get a gap).
+                let run = observations
+                    .windows(2)
+                    .rposition(|w| w[1].seq != w[0].seq + 1)
+                    .map_or(0, |i| i + 1);
+                observations.drain(..run);
+                let last = observations.last().map_or(0, |o| o.seq);
+                if last < fallback_last_seq {
+                    // The store saw later seqs than the journal holds (a write to it failed): start afresh
+                    // after what the store saw, so no seq is handed out twice.
+                    if let Err(e) = journal.remove() {
+                        tracing::warn!(%sandbox_id, error = %e, "could not remove a stale journal");
+                    }
+                    let log = Self::durable(sandbox_id, limits, dir);
+                    let mut inner = log.lock();
+                    inner.next_seq = fallback_last_seq + 1;
+                    drop(inner);
+                    log.newest.send_replace(fallback_last_seq);
+                    return log;
+                }
+                let entries = observations.into_iter().map(Arc::new).collect();
+                let log = Self::with(sandbox_id, limits, last, entries, Some(journal));
+                log.lock().trim(&limits);
+                log
+            }
+            Ok(None) => Self::starting_after(sandbox_id, limits, fallback_last_seq),
+            Err(e) => {
+                tracing::error!(%sandbox_id, dir = %dir.display(), error = %e,
+                    "cannot read the observation journal: the log starts empty");
+                Self::starting_after(sandbox_id, limits, fallback_last_seq)
+            }
+        }
+    }
+
+    fn with(
+        sandbox_id: SandboxId,
+        limits: LogLimits,
+        last_seq: u64,
+        entries: VecDeque<Arc<Observation>>,
+        journal: Option<Journal>,
+    ) -> Arc<Self> {
+        // Entries hold `next_seq - len .. next_seq`: they end at `last_seq`.
+        let bytes = entries.iter().map(|o| o.kind.approx_bytes()).sum();
         Arc::new(Self {
             sandbox_id,
             limits,
             inner: Mutex::new(Inner {
-                entries: VecDeque::new(),
-                bytes: 0,
+                entries,
+                bytes,
                 next_seq: last_seq + 1,
                 closed: false,
+                journal,
             }),
             newest: watch::channel(last_seq).0,
         })
+    }
+
+    /// Makes what the journal holds survive a power loss (the sweeper calls it every second, off the
+    /// runtime's threads). Appends go on meanwhile: the sync works on a second handle.
+    pub fn sync(&self) {
+        let unsynced = self
+            .lock()
+            .journal
+            .as_mut()
+            .map(|j| j.take_unsynced())
+            .transpose();
+        let synced =
+            unsynced.and_then(|files| files.into_iter().flatten().try_for_each(|f| f.sync_data()));
+        if let Err(e) = synced {
+            tracing::warn!(sandbox_id = %self.sandbox_id, error = %e, "could not sync the observation journal");
+        }
+    }
+
+    /// Removes the journal (the sandbox is forgotten); the log keeps answering from memory.
+    pub fn discard(&self) {
+        let journal = self.lock().journal.take();
+        if let Some(j) = journal
+            && let Err(e) = j.remove()
+        {
+            tracing::warn!(sandbox_id = %self.sandbox_id, error = %e, "could not remove the observation journal");
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -113,23 +241,23 @@ impl ObservationLog {
             }
             let seq = inner.next_seq;
             inner.next_seq += 1;
-            inner.entries.push_back(Arc::new(Observation {
+            let o = Arc::new(Observation {
                 seq,
                 sandbox_id: self.sandbox_id,
                 action_id,
                 time: crate::clock::now(),
                 kind,
-            }));
-            inner.bytes += size;
-            // Trim the oldest entries, but always keep the newest one so followers can see it.
-            while inner.entries.len() > 1
-                && (inner.entries.len() > self.limits.max_entries
-                    || inner.bytes > self.limits.max_bytes)
+            });
+            // Written before any reader can see it (the seq is published below).
+            if let Some(j) = inner.journal.as_mut()
+                && let Err(e) = j.append(&o)
             {
-                if let Some(old) = inner.entries.pop_front() {
-                    inner.bytes -= old.kind.approx_bytes();
-                }
+                tracing::error!(sandbox_id = %self.sandbox_id, seq, error = %e,
+                    "could not write an observation to the journal: it is kept in memory only");
             }
+            inner.entries.push_back(o);
+            inner.bytes += size;
+            inner.trim(&self.limits);
             seq
         };
         self.newest.send_replace(seq);
@@ -143,7 +271,14 @@ impl ObservationLog {
 
     /// Refuses further appends and ends every follower once it has read what is there.
     pub fn close(&self) {
-        self.lock().closed = true;
+        let mut inner = self.lock();
+        inner.closed = true;
+        if let Some(j) = inner.journal.as_mut()
+            && let Err(e) = j.sync()
+        {
+            tracing::warn!(sandbox_id = %self.sandbox_id, error = %e, "could not sync the observation journal");
+        }
+        drop(inner);
         // Wake followers so they notice.
         self.newest.send_modify(|_| {});
     }

@@ -162,8 +162,8 @@ impl Manager {
         Ok(())
     }
 
-    /// Until shutdown: flushes changed records to the store every second, and forgets ended sandboxes past
-    /// their retention now and then.
+    /// Until shutdown: flushes changed records to the store and syncs the journals every second, and
+    /// forgets ended sandboxes past their retention now and then.
     fn spawn_sweeper(&self) {
         let registry = Arc::clone(&self.registry);
         let shutdown = self.shutdown.clone();
@@ -177,6 +177,10 @@ impl Manager {
                     () = tokio::time::sleep(FLUSH_EVERY) => {}
                 }
                 registry.flush();
+                let syncing = Arc::clone(&registry);
+                if let Err(e) = tokio::task::spawn_blocking(move || syncing.sync_logs()).await {
+                    tracing::warn!(error = %e, "syncing the journals failed");
+                }
                 if last_forget.elapsed() >= every {
                     registry.forget_old_ended();
                     last_forget = tokio::time::Instant::now();
@@ -192,6 +196,7 @@ impl Manager {
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.tasks.wait()).await;
         self.registry.flush();
+        self.registry.sync_logs();
         if let Err(e) = self.store.set_meta(restore::CLEAN_SHUTDOWN, "1") {
             tracing::warn!(error = %e, "could not mark the store as cleanly shut down");
         }

@@ -190,6 +190,37 @@ pub fn observation_to_proto(o: &Observation) -> api::Observation {
     }
 }
 
+/// The domain observation of a public proto (as the journal stores it). The public kinds are the
+/// executor's events with the same messages and field numbers, so one conversion serves both.
+pub fn observation_from_proto(o: api::Observation) -> Result<Observation, Error> {
+    use api::observation::Kind as P;
+    use executor::run_response::Kind as E;
+    let kind = o.kind.map(|k| match k {
+        P::CmdStart(x) => E::CmdStart(x),
+        P::CmdOutput(x) => E::CmdOutput(x),
+        P::CmdEnd(x) => E::CmdEnd(x),
+        P::IpythonStart(x) => E::IpythonStart(x),
+        P::IpythonOutput(x) => E::IpythonOutput(x),
+        P::IpythonResult(x) => E::IpythonResult(x),
+        P::Error(x) => E::Error(x),
+        P::AgentState(x) => E::AgentState(x),
+    });
+    Ok(Observation {
+        seq: o.seq,
+        sandbox_id: mentis_core::SandboxId::parse(&o.sandbox_id)?,
+        action_id: if o.action_id.is_empty() {
+            None
+        } else {
+            Some(mentis_core::ActionId::parse(&o.action_id)?)
+        },
+        time: o
+            .time
+            .and_then(|t| SystemTime::try_from(t).ok())
+            .unwrap_or(SystemTime::UNIX_EPOCH),
+        kind: kind_from_executor(kind)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

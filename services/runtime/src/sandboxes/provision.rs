@@ -132,7 +132,7 @@ impl Provisioner {
         let handle = Arc::new(SandboxHandle::new(
             record.clone(),
             spec.env.clone(),
-            ObservationLog::new(id, self.config.log_limits),
+            ObservationLog::durable(id, self.config.log_limits, &self.config.log_dir(id)),
             token,
             Arc::clone(&self.store),
         ));

@@ -200,6 +200,13 @@ impl Registry {
         (page, more)
     }
 
+    /// Makes every journal's newest writes durable (blocking: call it off the runtime's threads).
+    pub fn sync_logs(&self) {
+        for h in self.handles() {
+            h.log.sync();
+        }
+    }
+
     /// Forgets ended sandboxes (and their logs) once they have been ended for the retention time, and the
     /// oldest ones beyond a count bound.
     pub fn forget_old_ended(&self) {
@@ -218,7 +225,9 @@ impl Registry {
             .count();
         let excess = ended.len().saturating_sub(KEPT_ENDED);
         for (_, id) in ended.iter().take(expired.max(excess)) {
-            map.remove(id);
+            if let Some(h) = map.remove(id) {
+                h.log.discard();
+            }
             if let Err(e) = self.store.delete_sandbox(*id) {
                 tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not forget a sandbox in the store");
             }

@@ -90,8 +90,9 @@ impl Restore<'_> {
             .buffer_unordered(RESTORE_CONCURRENCY)
             .collect::<()>()
             .await;
-        // Ended records past their retention go now.
+        // Ended records past their retention go now, and journals no record speaks of.
         self.registry.forget_old_ended();
+        self.remove_stray_journals(&known);
         for (id, state) in found {
             if !known.contains(&id) {
                 tracing::info!(sandbox_id = %id, ?state, "removing a sandbox with no record");
@@ -103,14 +104,36 @@ impl Restore<'_> {
         Ok(())
     }
 
+    /// Removes the journal folders of sandboxes the store does not know (a crash between forgetting a
+    /// sandbox and removing its journal).
+    fn remove_stray_journals(&self, known: &HashSet<SandboxId>) {
+        let Ok(entries) = std::fs::read_dir(self.config.data_dir.join("logs")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let known = name
+                .to_str()
+                .and_then(|n| SandboxId::parse(n).ok())
+                .is_some_and(|id| known.contains(&id) && self.registry.find(id).is_some());
+            if !known && let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(path = %entry.path().display(), error = %e, "could not remove a stray journal");
+            }
+        }
+    }
+
     async fn restore(&self, s: StoredSandbox, found: Option<BackendState>, clean: bool) {
         let id = s.record.id;
-        let base = if clean {
+        let dir = self.config.log_dir(id);
+        // The journal holds every seq a client saw. Without one (a record from before journals), the stored
+        // newest seq may lag after a crash (it is flushed every second): continue far above it then, so no
+        // seq is ever handed out twice.
+        let fallback = if clean || dir.is_dir() {
             s.last_seq
         } else {
             s.last_seq + SEQ_JUMP_AFTER_CRASH
         };
-        let log = ObservationLog::starting_after(id, self.config.log_limits, base);
+        let log = ObservationLog::reopen(id, self.config.log_limits, &dir, fallback);
         let h = Arc::new(SandboxHandle::new(
             s.record.clone(),
             s.env,
@@ -121,7 +144,7 @@ impl Restore<'_> {
         let was = s.record.state;
         self.registry.insert(Arc::clone(&h));
         if was.is_final() {
-            // Kept for Get until the retention time passes; its log is gone.
+            // Kept for Get (and its log for replay) until the retention time passes.
             h.log.close();
             return;
         }

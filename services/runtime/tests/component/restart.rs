@@ -20,6 +20,11 @@ async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
         .unwrap();
     rt.pause(&paused.sandbox_id).await.unwrap();
     let seq_before = rt.get(&running.sandbox_id).await.unwrap().last_seq;
+    let log_before = rt.log(&running.sandbox_id, 0).await;
+    let deleted = rt.create_default().await;
+    rt.sh(&deleted.sandbox_id, "echo bye").await.unwrap();
+    rt.delete(&deleted.sandbox_id).await.unwrap();
+    let deleted_log = rt.log(&deleted.sandbox_id, 0).await;
     // A container the store does not know (left by a crash between create and record).
     let stray = SandboxId::new();
     rt.backend
@@ -67,11 +72,12 @@ async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
     assert_eq!(rt.state(&running.sandbox_id).await, SandboxState::Running);
     let obs = rt.sh(&running.sandbox_id, "cat kept.txt").await.unwrap();
     assert_eq!(stdout(&obs), "state\n");
-    assert!(
-        obs[0].seq > seq_before,
-        "seqs continue: {} after {seq_before}",
-        obs[0].seq
-    );
+    // The log survived: replay returns exactly what was there, then the takeover, then the new action.
+    let log_after = rt.log(&running.sandbox_id, 0).await;
+    assert_eq!(log_after[..log_before.len()], log_before[..]);
+    assert_eq!(obs[0].seq, seq_before + 2, "seqs continue without a jump");
+    // So did the deleted sandbox's, for its retention.
+    assert_eq!(rt.log(&deleted.sandbox_id, 0).await, deleted_log);
     assert_eq!(rt.state(&paused.sandbox_id).await, SandboxState::Paused);
     rt.resume(&paused.sandbox_id).await.unwrap();
     assert_eq!(

@@ -1,0 +1,318 @@
+//! The on-disk half of a sandbox's observation log: append-only segment files in the sandbox's own folder,
+//! each record `[length u32 LE][FNV-1a checksum u32 LE][mentis.v1.Observation]`. An observation is written
+//! (to the kernel's page cache) before the log hands it to any reader, so a crash of the runtime process loses
+//! nothing a client saw; `sync` (every second, and on close) makes it survive a power loss too. A torn record
+//! at the end (a crash in the middle of a write) is cut off when the journal is opened again. Whole segments
+//! are dropped when the log trims past them, so the disk holds what the memory bounds say, rounded up to a
+//! segment.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use mentis_core::Observation;
+use prost::Message;
+
+use crate::convert::{observation_from_proto, observation_to_proto};
+
+/// A segment is closed and a new one started beyond this size.
+const SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+/// Largest record accepted when reading back (the log's own entries are far smaller).
+const MAX_RECORD: u32 = 64 * 1024 * 1024;
+
+/// One segment file: the seq of its first record, and its path.
+#[derive(Debug)]
+struct Segment {
+    first_seq: u64,
+    path: PathBuf,
+}
+
+/// The segments of one sandbox's log, open for appending.
+#[derive(Debug)]
+pub struct Journal {
+    dir: PathBuf,
+    segments: VecDeque<Segment>,
+    /// The newest segment, open for appending; `None` until the first append.
+    current: Option<File>,
+    current_bytes: u64,
+    /// Written since the last sync.
+    unsynced: bool,
+    /// Segments finished since the last sync, to be synced with it.
+    rolled: Vec<File>,
+}
+
+fn checksum(bytes: &[u8]) -> u32 {
+    // FNV-1a: enough to tell a torn or garbled record from a whole one.
+    bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn segment_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.log")
+}
+
+impl Journal {
+    /// A new, empty journal in `dir` (whatever was there is removed).
+    pub fn create(dir: &Path) -> io::Result<Self> {
+        if dir.exists() {
+            fs::remove_dir_all(dir)?;
+        }
+        fs::create_dir_all(dir)?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            segments: VecDeque::new(),
+            current: None,
+            current_bytes: 0,
+            unsynced: false,
+            rolled: Vec::new(),
+        })
+    }
+
+    /// The journal in `dir` and every observation it holds, oldest first; `None` when there is none.
+    pub fn open(dir: &Path) -> io::Result<Option<(Self, Vec<Observation>)>> {
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        let mut names: Vec<(u64, PathBuf)> = fs::read_dir(dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let path = e.path();
+                let seq = path
+                    .file_name()?
+                    .to_str()?
+                    .strip_suffix(".log")?
+                    .parse()
+                    .ok()?;
+                Some((seq, path))
+            })
+            .collect();
+        names.sort();
+        let mut observations = Vec::new();
+        let mut segments = VecDeque::new();
+        let mut last_len = 0;
+        let count = names.len();
+        for (i, (first_seq, path)) in names.into_iter().enumerate() {
+            let (records, good_len) = read_segment(&path)?;
+            if i + 1 == count {
+                // A torn record at the end of the newest segment: cut it off.
+                let file = OpenOptions::new().write(true).open(&path)?;
+                file.set_len(good_len)?;
+                last_len = good_len;
+            }
+            observations.extend(records);
+            segments.push_back(Segment { first_seq, path });
+        }
+        let current = match segments.back() {
+            Some(s) => Some(OpenOptions::new().append(true).open(&s.path)?),
+            None => None,
+        };
+        Ok(Some((
+            Self {
+                dir: dir.to_owned(),
+                segments,
+                current,
+                current_bytes: last_len,
+                unsynced: false,
+                rolled: Vec::new(),
+            },
+            observations,
+        )))
+    }
+
+    /// Writes one observation at the end.
+    pub fn append(&mut self, o: &Observation) -> io::Result<()> {
+        let body = observation_to_proto(o).encode_to_vec();
+        let len = u32::try_from(body.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "observation too large"))?;
+        if self.current.is_none() || self.current_bytes >= SEGMENT_BYTES {
+            let path = self.dir.join(segment_name(o.seq));
+            let file = OpenOptions::new().create(true).append(true).open(&path)?;
+            if let Some(old) = self.current.take() {
+                // The finished segment is synced with the next sync, off the append path.
+                self.rolled.push(old);
+            }
+            self.current = Some(file);
+            self.current_bytes = 0;
+            self.segments.push_back(Segment {
+                first_seq: o.seq,
+                path,
+            });
+        }
+        let mut record = Vec::with_capacity(8 + body.len());
+        record.extend_from_slice(&len.to_le_bytes());
+        record.extend_from_slice(&checksum(&body).to_le_bytes());
+        record.extend_from_slice(&body);
+        if let Some(file) = self.current.as_mut() {
+            // One write: a crash leaves either the whole record or a torn tail that `open` cuts off.
+            file.write_all(&record)?;
+        }
+        self.current_bytes += record.len() as u64;
+        self.unsynced = true;
+        Ok(())
+    }
+
+    /// Drops every segment whose records all have a seq below `first_kept` (never the newest one).
+    pub fn trim_before(&mut self, first_kept: u64) {
+        while self.segments.len() > 1 {
+            let next_first = self.segments.get(1).map_or(u64::MAX, |s| s.first_seq);
+            if next_first > first_kept {
+                break;
+            }
+            if let Some(old) = self.segments.pop_front()
+                && let Err(e) = fs::remove_file(&old.path)
+            {
+                tracing::warn!(path = %old.path.display(), error = %e, "could not remove a log segment");
+            }
+        }
+    }
+
+    /// Makes what was written durable (fdatasync), if anything was.
+    pub fn sync(&mut self) -> io::Result<()> {
+        for file in self.take_unsynced()? {
+            file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Handles of the segments written since the last sync (which the caller then syncs, without holding
+    /// up appends), and marks them synced.
+    pub fn take_unsynced(&mut self) -> io::Result<Vec<File>> {
+        let mut files = std::mem::take(&mut self.rolled);
+        if self.unsynced
+            && let Some(file) = &self.current
+        {
+            files.push(file.try_clone()?);
+            self.unsynced = false;
+        }
+        Ok(files)
+    }
+
+    /// Removes the journal and its folder.
+    pub fn remove(self) -> io::Result<()> {
+        drop(self.current);
+        fs::remove_dir_all(&self.dir)
+    }
+}
+
+/// The whole records of one segment file and the length they span.
+fn read_segment(path: &Path) -> io::Result<(Vec<Observation>, u64)> {
+    let mut reader = BufReader::new(File::open(path)?);
+    let mut records = Vec::new();
+    let mut good = 0u64;
+    loop {
+        let mut head = [0u8; 8];
+        match reader.read_exact(&mut head) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(e),
+        }
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        let sum = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        if len > MAX_RECORD {
+            break;
+        }
+        let mut body = vec![0u8; len as usize];
+        match reader.read_exact(&mut body) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(e),
+        }
+        if checksum(&body) != sum {
+            break;
+        }
+        let Ok(proto) = mentis_proto::api::Observation::decode(body.as_slice()) else {
+            break;
+        };
+        let Ok(o) = observation_from_proto(proto) else {
+            break;
+        };
+        records.push(o);
+        good += 8 + u64::from(len);
+    }
+    Ok((records, good))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use mentis_core::{ObservationKind, OutputStream, SandboxId};
+
+    fn obs(sandbox: SandboxId, seq: u64, n: usize) -> Observation {
+        Observation {
+            seq,
+            sandbox_id: sandbox,
+            action_id: None,
+            time: std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(seq),
+            kind: ObservationKind::CmdOutput {
+                stream: OutputStream::Stdout,
+                data: Bytes::from(vec![b'x'; n]),
+            },
+        }
+    }
+
+    #[test]
+    fn what_is_appended_is_read_back_and_a_torn_tail_is_cut() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandbox");
+        let id = SandboxId::new();
+        let mut j = Journal::create(&path)?;
+        for seq in 1..=3 {
+            j.append(&obs(id, seq, 10))?;
+        }
+        j.sync()?;
+        drop(j);
+        // A crash in the middle of the fourth record.
+        let seg = path.join(segment_name(1));
+        let mut f = OpenOptions::new().append(true).open(&seg)?;
+        f.write_all(&[50, 0, 0, 0, 1, 2])?;
+        drop(f);
+        let (mut j, read) = Journal::open(&path)?.expect("a journal");
+        assert_eq!(read, (1..=3).map(|s| obs(id, s, 10)).collect::<Vec<_>>());
+        // Appending after the cut continues cleanly.
+        j.append(&obs(id, 4, 10))?;
+        drop(j);
+        let (_, read) = Journal::open(&path)?.expect("a journal");
+        assert_eq!(read.iter().map(|o| o.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        Ok(())
+    }
+
+    #[test]
+    fn segments_roll_and_trimming_drops_whole_old_ones() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandbox");
+        let id = SandboxId::new();
+        let mut j = Journal::create(&path)?;
+        // 1 MiB records: a segment holds 8 of them.
+        for seq in 1..=20 {
+            j.append(&obs(id, seq, 1024 * 1024))?;
+        }
+        assert_eq!(j.segments.len(), 3);
+        j.trim_before(16);
+        assert_eq!(
+            j.segments.len(),
+            2,
+            "the segment of 1-8 goes, 9-16 holds 16"
+        );
+        drop(j);
+        let (mut j, read) = Journal::open(&path)?.expect("a journal");
+        assert_eq!(read.first().map(|o| o.seq), Some(9));
+        assert_eq!(read.len(), 12);
+        j.trim_before(100);
+        assert_eq!(j.segments.len(), 1, "the newest segment always stays");
+        Ok(())
+    }
+
+    #[test]
+    fn no_folder_is_no_journal_and_remove_takes_the_folder() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandbox");
+        assert!(Journal::open(&path)?.is_none());
+        let j = Journal::create(&path)?;
+        j.remove()?;
+        assert!(!path.exists());
+        Ok(())
+    }
+}
