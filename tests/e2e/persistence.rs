@@ -230,6 +230,20 @@ async fn a_killed_runtime_takes_its_sandboxes_over_when_started_again() -> anyho
         .sandbox_id;
     h.sh(&running, "echo persisted > /workspace/f").await?;
     h.py(&running, "state = 'kept'").await?;
+    // An action with a client-chosen id, finished before the kill: its retry afterwards must replay it.
+    let retried = api::ExecuteRequest {
+        sandbox_id: running.clone(),
+        action: Some(shell_action(cmd(
+            "echo once >> /workspace/count; wc -l < /workspace/count",
+        ))),
+        action_id: "before-the-kill".into(),
+    };
+    let first_run = collect(
+        h.actions.execute(retried.clone()).await?.into_inner(),
+        Duration::from_secs(60),
+    )
+    .await?;
+    assert_eq!(stdout(&first_run), "1\n");
     let last_seq_before = h.get(&running).await?.last_seq;
     let log_before = h.read_log(&running, 0, last_seq_before as usize).await?;
     let paused = h.create_default().await?.sandbox_id;
@@ -253,6 +267,17 @@ async fn a_killed_runtime_takes_its_sandboxes_over_when_started_again() -> anyho
     assert!(
         sb.last_seq > last_seq_before,
         "seqs continue upwards: {sb:?}"
+    );
+    // The action id survived too: the retry replays, it does not run again.
+    let replayed = collect(
+        h.actions.execute(retried).await?.into_inner(),
+        Duration::from_secs(60),
+    )
+    .await?;
+    assert_eq!(replayed, first_run);
+    assert_eq!(
+        stdout(&h.sh(&running, "wc -l < /workspace/count").await?),
+        "1\n"
     );
     // The log survived the SIGKILL: replay returns exactly what was there before.
     assert_eq!(h.read_log(&running, 0, log_before.len()).await?, log_before);

@@ -264,6 +264,14 @@ impl ObservationLog {
         Some(seq)
     }
 
+    /// Whether the log (what it still holds in memory) has the terminal observation of `action` after
+    /// `after_seq`.
+    pub fn has_terminal(&self, action: &ActionId, after_seq: u64) -> bool {
+        self.lock().entries.iter().any(|o| {
+            o.seq > after_seq && o.action_id.as_ref() == Some(action) && o.kind.is_terminal()
+        })
+    }
+
     /// Seq of the newest observation (0 when none).
     pub fn last_seq(&self) -> u64 {
         self.lock().next_seq - 1

@@ -19,10 +19,13 @@ use mentis_core::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod actions;
 mod keys;
 
+pub use actions::StoredAction;
+
 /// Schema version in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS spaces (
@@ -78,6 +81,15 @@ CREATE TABLE IF NOT EXISTS api_keys (
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS actions (
+    sandbox_id TEXT NOT NULL,
+    action_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    fingerprint INTEGER NOT NULL,
+    after_seq INTEGER NOT NULL,
+    finished INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (sandbox_id, action_id)
 );
 ";
 
@@ -206,7 +218,8 @@ impl Store {
         }
         conn.execute_batch(SCHEMA).map_err(db_err("schema"))?;
         // CREATE TABLE IF NOT EXISTS leaves an older table as it was: add what later versions added
-        // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys).
+        // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys; 4 added
+        // actions).
         for (table, column, decl) in [
             ("sandboxes", "egress", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "nofile", "INTEGER NOT NULL DEFAULT 0"),
@@ -396,12 +409,17 @@ impl Store {
     }
 
     pub fn delete_sandbox(&self, id: SandboxId) -> Result<()> {
-        self.conn()
-            .execute(
-                "DELETE FROM sandboxes WHERE id = ?1",
-                params![id.to_string()],
-            )
-            .map_err(db_err("delete a sandbox"))?;
+        let conn = self.conn();
+        conn.execute(
+            "DELETE FROM sandboxes WHERE id = ?1",
+            params![id.to_string()],
+        )
+        .map_err(db_err("delete a sandbox"))?;
+        conn.execute(
+            "DELETE FROM actions WHERE sandbox_id = ?1",
+            params![id.to_string()],
+        )
+        .map_err(db_err("delete a sandbox's actions"))?;
         Ok(())
     }
 

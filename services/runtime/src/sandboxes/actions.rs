@@ -66,6 +66,7 @@ impl Actions {
         // submission is answered from the log in any state.
         let after_seq = match h.reserve_action(
             &id,
+            action.kind(),
             action.fingerprint(),
             self.config.max_actions_per_sandbox,
         )? {

@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mentis_core::lifecycle;
+use mentis_core::observation::ActionKind;
 use mentis_core::{ActionId, Error, ObservationKind, Sandbox, SandboxId, SandboxState, SpaceId};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::executor_client::ExecutorClient;
 use crate::observations::ObservationLog;
-use crate::store::Store;
+use crate::store::{Store, StoredAction};
 
 /// Finished action ids remembered for duplicate detection, per sandbox.
 const REMEMBERED_FINISHED: usize = 10_000;
@@ -273,6 +274,32 @@ impl SandboxHandle {
     pub fn reserve_action(
         &self,
         id: &ActionId,
+        kind: ActionKind,
+        fingerprint: u64,
+        max_running: usize,
+    ) -> Result<Reserved, Error> {
+        let after_seq = self.reserve_in_table(id, fingerprint, max_running)?;
+        let Reserved::New { after_seq } = after_seq else {
+            return Ok(after_seq);
+        };
+        // Kept in the store, so a retry after a restart replays instead of running again.
+        let stored = StoredAction {
+            id: id.clone(),
+            kind,
+            fingerprint,
+            after_seq,
+            finished: false,
+        };
+        if let Err(e) = self.store.put_action(self.id, &stored) {
+            self.unreserve_action(id);
+            return Err(e);
+        }
+        Ok(Reserved::New { after_seq })
+    }
+
+    fn reserve_in_table(
+        &self,
+        id: &ActionId,
         fingerprint: u64,
         max_running: usize,
     ) -> Result<Reserved, Error> {
@@ -314,12 +341,55 @@ impl SandboxHandle {
 
     /// Forgets an action that was never accepted.
     pub fn unreserve_action(&self, id: &ActionId) {
-        let mut inner = lock(&self.inner);
-        let t = &mut inner.actions;
-        if let Some(e) = t.entries.remove(id)
-            && e.running
         {
-            t.running -= 1;
+            let mut inner = lock(&self.inner);
+            let t = &mut inner.actions;
+            if let Some(e) = t.entries.remove(id)
+                && e.running
+            {
+                t.running -= 1;
+            }
+        }
+        if let Err(e) = self.store.forget_action(self.id, id) {
+            tracing::warn!(sandbox_id = %self.id, error = %e.chain(), "could not forget an action in the store");
+        }
+    }
+
+    /// Fills the table from the store after a restart. Every action there has ended or is ended now: the
+    /// ones the store still had running whose terminal observation is not in the log (they ran across the
+    /// restart, and their end was not observed) get a LOST one, so each has exactly one end.
+    pub(crate) fn restore_actions(&self, stored: Vec<StoredAction>) {
+        let mut unended = Vec::new();
+        {
+            let mut inner = lock(&self.inner);
+            let t = &mut inner.actions;
+            for a in stored {
+                if !a.finished && !self.log.has_terminal(&a.id, a.after_seq) {
+                    unended.push((a.id.clone(), a.kind));
+                }
+                t.entries.insert(
+                    a.id.clone(),
+                    ActionEntry {
+                        running: false,
+                        fingerprint: a.fingerprint,
+                        after_seq: a.after_seq,
+                    },
+                );
+                t.finished.push_back(a.id);
+            }
+        }
+        for (id, kind) in unended {
+            self.log.append(
+                Some(id.clone()),
+                ObservationKind::lost(
+                    kind,
+                    "the runtime restarted while the action ran; its end was not observed",
+                    std::time::Duration::ZERO,
+                ),
+            );
+            if let Err(e) = self.store.finish_action(self.id, &id, &[]) {
+                tracing::warn!(sandbox_id = %self.id, error = %e.chain(), "could not end an action in the store");
+            }
         }
     }
 
@@ -332,23 +402,32 @@ impl SandboxHandle {
     pub fn finish_action(&self, id: &ActionId) {
         // The end of an action is activity too: the idle timeout counts from here.
         self.touch();
-        let mut inner = lock(&self.inner);
-        let t = &mut inner.actions;
-        let was_running = match t.entries.get_mut(id) {
-            Some(e) if e.running => {
-                e.running = false;
-                true
+        let evicted = {
+            let mut inner = lock(&self.inner);
+            let t = &mut inner.actions;
+            let was_running = match t.entries.get_mut(id) {
+                Some(e) if e.running => {
+                    e.running = false;
+                    true
+                }
+                _ => false,
+            };
+            if !was_running {
+                return;
             }
-            _ => false,
-        };
-        if was_running {
             t.running -= 1;
             t.finished.push_back(id.clone());
+            let mut evicted = Vec::new();
             while t.finished.len() > REMEMBERED_FINISHED {
                 if let Some(old) = t.finished.pop_front() {
                     t.entries.remove(&old);
+                    evicted.push(old);
                 }
             }
+            evicted
+        };
+        if let Err(e) = self.store.finish_action(self.id, id, &evicted) {
+            tracing::warn!(sandbox_id = %self.id, error = %e.chain(), "could not end an action in the store");
         }
     }
 

@@ -143,6 +143,12 @@ impl Restore<'_> {
         ));
         let was = s.record.state;
         self.registry.insert(Arc::clone(&h));
+        match self.store.actions(id) {
+            Ok(actions) => h.restore_actions(actions),
+            Err(e) => {
+                tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not read a sandbox's actions")
+            }
+        }
         if was.is_final() {
             // Kept for Get (and its log for replay) until the retention time passes.
             h.log.close();

@@ -100,3 +100,53 @@ async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
         "{log:?}"
     );
 }
+
+/// Action ids survive a restart: a retry of a finished action replays it (it does not run again), the same id
+/// with another action is still ALREADY_EXISTS, and an action that ran across the restart has exactly one end.
+#[tokio::test]
+async fn retries_after_a_restart_replay_and_every_action_has_one_end() {
+    let mut rt = TestRuntime::start().await;
+    let id = rt.create_default().await.sandbox_id;
+    let once = shell("echo ran >> count; wc -l < count");
+    let first = rt.exec(&id, once.clone(), "retry-me").await.unwrap();
+    assert_eq!(stdout(&first), "1\n");
+    let mut across = rt.start_action(&id, shell("echo started; sleep 3"));
+    across.started().await;
+    // The action running across the restart is known under the id the client gave it.
+    let running_id = {
+        let log = rt.log(&id, 0).await;
+        log.last().unwrap().action_id.clone()
+    };
+
+    let backend = rt.backend.clone();
+    let mut rt = {
+        let stopped = rt.runtime.take().unwrap().stop();
+        stopped.await.unwrap();
+        TestRuntime::start_on(backend, rt.config.clone(), rt.data_dir.clone()).await
+    };
+    drop(across);
+
+    let retry = rt.exec(&id, once.clone(), "retry-me").await.unwrap();
+    assert_eq!(retry, first, "the retry replays the same observations");
+    assert_eq!(
+        stdout(&rt.sh(&id, "wc -l < count").await.unwrap()),
+        "1\n",
+        "it did not run again"
+    );
+    let other = rt.exec(&id, shell("true"), "retry-me").await.unwrap_err();
+    assert_eq!(other.code(), tonic::Code::AlreadyExists, "{other:?}");
+    // The action that ran across the restart: one end, LOST, saying why.
+    let log = rt.log(&id, 0).await;
+    let ends: Vec<_> = log
+        .iter()
+        .filter(|o| o.action_id == running_id && is_terminal(o))
+        .collect();
+    assert_eq!(ends.len(), 1, "{log:?}");
+    match &ends[0].kind {
+        Some(Kind::CmdEnd(e)) => {
+            assert_eq!(e.reason, mentis_proto::api::EndReason::Lost as i32);
+            assert!(e.message.contains("restarted"), "{e:?}");
+        }
+        other => panic!("not a cmd_end: {other:?}"),
+    }
+}

@@ -1,0 +1,182 @@
+//! Accepted actions in the store: their id, a digest of the request and where their observations start, so
+//! a retry after a restart replays the action instead of running it again, and the same id with another
+//! action is still ALREADY_EXISTS. Written when an action is accepted and when it ends.
+
+use mentis_core::observation::ActionKind;
+use mentis_core::{ActionId, Result, SandboxId};
+use rusqlite::params;
+
+use super::{Store, db_err};
+
+/// An accepted action as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAction {
+    pub id: ActionId,
+    /// Which terminal observation ends it (cmd_end or ipython_result).
+    pub kind: ActionKind,
+    pub fingerprint: u64,
+    pub after_seq: u64,
+    pub finished: bool,
+}
+
+/// SQLite integers are signed: the fingerprint's bits are kept as they are.
+fn to_sql(v: u64) -> i64 {
+    i64::from_ne_bytes(v.to_ne_bytes())
+}
+
+fn from_sql(v: i64) -> u64 {
+    u64::from_ne_bytes(v.to_ne_bytes())
+}
+
+impl Store {
+    /// Records an accepted action (running).
+    pub fn put_action(&self, sandbox: SandboxId, a: &StoredAction) -> Result<()> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO actions
+                 (sandbox_id, action_id, kind, fingerprint, after_seq, finished)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    sandbox.to_string(),
+                    a.id.to_string(),
+                    match a.kind {
+                        ActionKind::Shell => "shell",
+                        ActionKind::IPython => "ipython",
+                    },
+                    to_sql(a.fingerprint),
+                    to_sql(a.after_seq),
+                    a.finished,
+                ],
+            )
+            .map_err(db_err("write an action"))?;
+        Ok(())
+    }
+
+    /// Marks an action ended, and forgets `evicted` (finished ones the sandbox no longer remembers).
+    pub fn finish_action(
+        &self,
+        sandbox: SandboxId,
+        id: &ActionId,
+        evicted: &[ActionId],
+    ) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(db_err("end an action"))?;
+        tx.execute(
+            "UPDATE actions SET finished = 1 WHERE sandbox_id = ?1 AND action_id = ?2",
+            params![sandbox.to_string(), id.to_string()],
+        )
+        .map_err(db_err("end an action"))?;
+        for old in evicted {
+            tx.execute(
+                "DELETE FROM actions WHERE sandbox_id = ?1 AND action_id = ?2",
+                params![sandbox.to_string(), old.to_string()],
+            )
+            .map_err(db_err("forget an action"))?;
+        }
+        tx.commit().map_err(db_err("end an action"))?;
+        Ok(())
+    }
+
+    /// Forgets an action that was never accepted after all.
+    pub fn forget_action(&self, sandbox: SandboxId, id: &ActionId) -> Result<()> {
+        self.conn()
+            .execute(
+                "DELETE FROM actions WHERE sandbox_id = ?1 AND action_id = ?2",
+                params![sandbox.to_string(), id.to_string()],
+            )
+            .map_err(db_err("forget an action"))?;
+        Ok(())
+    }
+
+    /// Every stored action of a sandbox, in the order they were accepted.
+    pub fn actions(&self, sandbox: SandboxId) -> Result<Vec<StoredAction>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare(
+                "SELECT action_id, kind, fingerprint, after_seq, finished FROM actions
+                 WHERE sandbox_id = ?1 ORDER BY after_seq, rowid",
+            )
+            .map_err(db_err("read actions"))?;
+        let rows = stmt
+            .query_map(params![sandbox.to_string()], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, bool>(4)?,
+                ))
+            })
+            .map_err(db_err("read actions"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, kind, fingerprint, after_seq, finished) =
+                row.map_err(db_err("read an action"))?;
+            let Ok(id) = ActionId::parse(&id) else {
+                tracing::warn!(%id, "store: skipping an action with an invalid id");
+                continue;
+            };
+            out.push(StoredAction {
+                id,
+                kind: if kind == "ipython" {
+                    ActionKind::IPython
+                } else {
+                    ActionKind::Shell
+                },
+                fingerprint: from_sql(fingerprint),
+                after_seq: from_sql(after_seq),
+                finished,
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_round_trip_end_and_go_with_their_sandbox() -> Result<()> {
+        let store = Store::in_memory()?;
+        let sandbox = SandboxId::new();
+        let a = StoredAction {
+            id: ActionId::parse("a-1")?,
+            kind: ActionKind::IPython,
+            fingerprint: u64::MAX - 7,
+            after_seq: 3,
+            finished: false,
+        };
+        let b = StoredAction {
+            id: ActionId::parse("b-2")?,
+            kind: ActionKind::Shell,
+            fingerprint: 42,
+            after_seq: 9,
+            finished: false,
+        };
+        store.put_action(sandbox, &a)?;
+        store.put_action(sandbox, &b)?;
+        store.finish_action(sandbox, &a.id, &[])?;
+        let read = store.actions(sandbox)?;
+        assert_eq!(
+            read[0],
+            StoredAction {
+                finished: true,
+                ..a.clone()
+            }
+        );
+        assert_eq!(read[1], b);
+        store.finish_action(sandbox, &b.id, std::slice::from_ref(&a.id))?;
+        assert_eq!(
+            store.actions(sandbox)?.len(),
+            1,
+            "an evicted action is forgotten"
+        );
+        store.forget_action(sandbox, &b.id)?;
+        assert!(store.actions(sandbox)?.is_empty());
+        store.put_action(sandbox, &a)?;
+        store.delete_sandbox(sandbox)?;
+        assert!(store.actions(sandbox)?.is_empty());
+        Ok(())
+    }
+}
