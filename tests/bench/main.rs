@@ -26,6 +26,14 @@ struct Figure {
 }
 
 impl Figure {
+    /// The same samples under another name.
+    fn clone_named(&self, name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            samples: self.samples.clone(),
+        }
+    }
+
     fn pct(&self, p: f64) -> Duration {
         let mut s = self.samples.clone();
         s.sort();
@@ -332,57 +340,19 @@ async fn main() -> anyhow::Result<()> {
     // Round trips in a running sandbox.
     let id = h.create_default().await?.sandbox_id;
     let container = container_of(&id);
-    let shell = measure("shell_round_trip_true", n, 10, long, || {
-        let mut actions = h.actions.clone();
-        let id = id.clone();
-        async move {
-            let t = Instant::now();
-            let s = actions
-                .execute(api::ExecuteRequest {
-                    sandbox_id: id,
-                    action: Some(shell_action(cmd("true"))),
-                    action_id: String::new(),
-                })
-                .await?
-                .into_inner();
-            let obs = collect(s, Duration::from_secs(60)).await?;
-            let elapsed = t.elapsed();
-            anyhow::ensure!(cmd_end(&obs)?.exit_code == 0);
-            Ok(elapsed)
-        }
-    })
-    .await?;
+    let shell = shell_round_trip(&h, &id, n, "shell_round_trip_true").await?;
     let docker_exec = measure("docker exec CONTAINER true", n.min(50), 3, long, || {
         let container = container.clone();
         async move { timed("docker", &["exec", &container, "true"]) }
     })
     .await?;
     rows.push(Row {
-        ours: shell,
+        ours: shell.clone_named("shell_round_trip_true"),
         baseline: Some(docker_exec),
         bytes: None,
     });
 
-    let ipython = measure("ipython_round_trip_1_plus_1", n, 10, long, || {
-        let mut actions = h.actions.clone();
-        let id = id.clone();
-        async move {
-            let t = Instant::now();
-            let s = actions
-                .execute(api::ExecuteRequest {
-                    sandbox_id: id,
-                    action: Some(cell("1+1")),
-                    action_id: String::new(),
-                })
-                .await?
-                .into_inner();
-            let obs = collect(s, Duration::from_secs(60)).await?;
-            let elapsed = t.elapsed();
-            anyhow::ensure!(cell_value(&obs).as_deref() == Some("2"), "{obs:?}");
-            Ok(elapsed)
-        }
-    })
-    .await?;
+    let ipython = ipython_round_trip(&h, &id, n, "ipython_round_trip_1_plus_1").await?;
     let jupyter = Command::new(&python)
         .args(["-c", JUPYTER_BASELINE, &n.to_string()])
         .stderr(Stdio::null())
@@ -395,7 +365,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let secs: Vec<f64> = serde_json::from_slice(&jupyter.stdout)?;
     rows.push(Row {
-        ours: ipython,
+        ours: ipython.clone_named("ipython_round_trip_1_plus_1"),
         baseline: Some(Figure {
             name: "jupyter_client + local ipykernel".into(),
             samples: secs.into_iter().map(Duration::from_secs_f64).collect(),
@@ -405,48 +375,50 @@ async fn main() -> anyhow::Result<()> {
 
     // Throughput: a command writing 256 MiB to stdout.
     let writer = format!("head -c {THROUGHPUT_BYTES} /dev/zero");
-    let ours_tp = measure("stdout_256_mib", 3, 1, long, || {
-        let mut actions = h.actions.clone();
-        let id = id.clone();
-        let writer = writer.clone();
-        async move {
-            let t = Instant::now();
-            let mut s = actions
-                .execute(api::ExecuteRequest {
-                    sandbox_id: id,
-                    action: Some(shell_action(cmd(&writer))),
-                    action_id: String::new(),
-                })
-                .await?
-                .into_inner();
-            let mut bytes = 0u64;
-            let mut ended = false;
-            while let Some(m) = s.next().await {
-                if let Some(api::execute_response::Kind::Observation(o)) = m?.kind {
-                    match o.kind {
-                        Some(Kind::CmdOutput(out)) => bytes += out.data.len() as u64,
-                        Some(Kind::CmdEnd(_)) => ended = true,
-                        _ => {}
-                    }
-                }
-            }
-            let elapsed = t.elapsed();
-            anyhow::ensure!(ended && bytes == THROUGHPUT_BYTES, "got {bytes} bytes");
-            Ok(elapsed)
-        }
-    })
-    .await?;
+    let ours_tp = stdout_throughput(&h, &id, "stdout_256_mib").await?;
     let docker_tp = measure("docker exec (same command)", 3, 1, long, || {
         let container = container.clone();
         let writer = writer.clone();
         async move { timed("docker", &["exec", &container, "sh", "-c", &writer]) }
     })
     .await?;
+    // What the observation journal costs: the same figures on a runtime whose logs are in memory only
+    // (MENTIS_LOG_JOURNAL=off), measured now, beside the journaled ones above.
+    let mut memory_only = Harness::start_with(|c| c.log_journal = false)
+        .await
+        .context("start a runtime without journals")?;
+    let plain = memory_only.create_default().await?.sandbox_id;
+    let durability = [
+        (
+            shell.clone_named("shell_round_trip_journaled"),
+            shell_round_trip(&memory_only, &plain, n, "memory-only log").await?,
+            None,
+        ),
+        (
+            ipython.clone_named("ipython_round_trip_journaled"),
+            ipython_round_trip(&memory_only, &plain, n, "memory-only log").await?,
+            None,
+        ),
+        (
+            ours_tp.clone_named("stdout_256_mib_journaled"),
+            stdout_throughput(&memory_only, &plain, "memory-only log").await?,
+            Some(THROUGHPUT_BYTES),
+        ),
+    ];
+    delete(&memory_only, vec![plain]).await?;
+    memory_only.stop().await?;
     rows.push(Row {
         ours: ours_tp,
         baseline: Some(docker_tp),
         bytes: Some(THROUGHPUT_BYTES),
     });
+    for (ours, baseline, bytes) in durability {
+        rows.push(Row {
+            ours,
+            baseline: Some(baseline),
+            bytes,
+        });
+    }
     delete(&h, vec![id]).await?;
 
     // Density: hold `density` idle sandboxes (8 created at a time, bounded in time).
@@ -589,4 +561,88 @@ async fn main() -> anyhow::Result<()> {
     )?;
     println!("results written to {path}");
     h.stop().await
+}
+
+/// `true` in a running sandbox through Execute: the shell round trip.
+async fn shell_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyhow::Result<Figure> {
+    measure(name, n, 10, Duration::from_secs(180), || {
+        let mut actions = h.actions.clone();
+        let id = id.to_owned();
+        async move {
+            let t = Instant::now();
+            let s = actions
+                .execute(api::ExecuteRequest {
+                    sandbox_id: id,
+                    action: Some(shell_action(cmd("true"))),
+                    action_id: String::new(),
+                })
+                .await?
+                .into_inner();
+            let obs = collect(s, Duration::from_secs(60)).await?;
+            let elapsed = t.elapsed();
+            anyhow::ensure!(cmd_end(&obs)?.exit_code == 0);
+            Ok(elapsed)
+        }
+    })
+    .await
+}
+
+/// A `1+1` cell through Execute: the IPython round trip.
+async fn ipython_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyhow::Result<Figure> {
+    measure(name, n, 10, Duration::from_secs(180), || {
+        let mut actions = h.actions.clone();
+        let id = id.to_owned();
+        async move {
+            let t = Instant::now();
+            let s = actions
+                .execute(api::ExecuteRequest {
+                    sandbox_id: id,
+                    action: Some(cell("1+1")),
+                    action_id: String::new(),
+                })
+                .await?
+                .into_inner();
+            let obs = collect(s, Duration::from_secs(60)).await?;
+            let elapsed = t.elapsed();
+            anyhow::ensure!(cell_value(&obs).as_deref() == Some("2"), "{obs:?}");
+            Ok(elapsed)
+        }
+    })
+    .await
+}
+
+/// A command writing 256 MiB to stdout, read to its end through Execute.
+async fn stdout_throughput(h: &Harness, id: &str, name: &str) -> anyhow::Result<Figure> {
+    let writer = format!("head -c {THROUGHPUT_BYTES} /dev/zero");
+    measure(name, 3, 1, Duration::from_secs(180), || {
+        let mut actions = h.actions.clone();
+        let id = id.to_owned();
+        let writer = writer.clone();
+        async move {
+            let t = Instant::now();
+            let mut s = actions
+                .execute(api::ExecuteRequest {
+                    sandbox_id: id,
+                    action: Some(shell_action(cmd(&writer))),
+                    action_id: String::new(),
+                })
+                .await?
+                .into_inner();
+            let mut bytes = 0u64;
+            let mut ended = false;
+            while let Some(m) = s.next().await {
+                if let Some(api::execute_response::Kind::Observation(o)) = m?.kind {
+                    match o.kind {
+                        Some(Kind::CmdOutput(out)) => bytes += out.data.len() as u64,
+                        Some(Kind::CmdEnd(_)) => ended = true,
+                        _ => {}
+                    }
+                }
+            }
+            let elapsed = t.elapsed();
+            anyhow::ensure!(ended && bytes == THROUGHPUT_BYTES, "got {bytes} bytes");
+            Ok(elapsed)
+        }
+    })
+    .await
 }

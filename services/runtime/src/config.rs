@@ -50,6 +50,10 @@ pub struct RuntimeConfig {
     pub read_only_rootfs: bool,
     /// `MENTIS_LOG_MAX_ENTRIES`, `MENTIS_LOG_MAX_BYTES`: bounds of each sandbox's observation log.
     pub log_limits: LogLimits,
+    /// `MENTIS_LOG_JOURNAL` (on|off, default on): each sandbox's log is also written to a journal under
+    /// `MENTIS_DATA_DIR/logs`, so it survives a restart. `off` keeps logs in memory only (a restart then
+    /// loses them); `make bench` uses it to show what the journal costs.
+    pub log_journal: bool,
     /// `MENTIS_MAX_SANDBOXES`: live sandboxes at once.
     pub max_sandboxes: usize,
     /// `MENTIS_MAX_ACTIONS_PER_SANDBOX`: running actions per sandbox at once.
@@ -245,6 +249,7 @@ impl Default for RuntimeConfig {
             limits: LimitsPolicy::default(),
             read_only_rootfs: false,
             log_limits: LogLimits::default(),
+            log_journal: true,
             max_sandboxes: 256,
             max_actions_per_sandbox: 64,
             ready_timeout: Duration::from_secs(60),
@@ -317,6 +322,11 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_LOG_MAX_BYTES") {
             c.log_limits.max_bytes = positive("MENTIS_LOG_MAX_BYTES", &v)?;
+        }
+        match get("MENTIS_LOG_JOURNAL").as_deref() {
+            None | Some("on") => {}
+            Some("off") => c.log_journal = false,
+            Some(v) => return Err(err("MENTIS_LOG_JOURNAL", v, "use on or off")),
         }
         if let Some(v) = get("MENTIS_MAX_SANDBOXES") {
             c.max_sandboxes = positive("MENTIS_MAX_SANDBOXES", &v)?;

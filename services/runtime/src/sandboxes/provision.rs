@@ -132,7 +132,11 @@ impl Provisioner {
         let handle = Arc::new(SandboxHandle::new(
             record.clone(),
             spec.env.clone(),
-            ObservationLog::durable(id, self.config.log_limits, &self.config.log_dir(id)),
+            if self.config.log_journal {
+                ObservationLog::durable(id, self.config.log_limits, &self.config.log_dir(id))
+            } else {
+                ObservationLog::new(id, self.config.log_limits)
+            },
             token,
             Arc::clone(&self.store),
         ));

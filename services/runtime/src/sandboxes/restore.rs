@@ -128,12 +128,17 @@ impl Restore<'_> {
         // The journal holds every seq a client saw. Without one (a record from before journals), the stored
         // newest seq may lag after a crash (it is flushed every second): continue far above it then, so no
         // seq is ever handed out twice.
-        let fallback = if clean || dir.is_dir() {
+        let journal = self.config.log_journal && dir.is_dir();
+        let fallback = if clean || journal {
             s.last_seq
         } else {
             s.last_seq + SEQ_JUMP_AFTER_CRASH
         };
-        let log = ObservationLog::reopen(id, self.config.log_limits, &dir, fallback);
+        let log = if self.config.log_journal {
+            ObservationLog::reopen(id, self.config.log_limits, &dir, fallback)
+        } else {
+            ObservationLog::starting_after(id, self.config.log_limits, fallback)
+        };
         let h = Arc::new(SandboxHandle::new(
             s.record.clone(),
             s.env,
