@@ -72,15 +72,16 @@ where
 
 /// Forwards a client stream to the executor: `first` (the translated header), then each later client
 /// message through `convert`, into `tx`, until `call` (the executor call reading from `tx`'s channel)
-/// answers.
+/// answers; after the end of the client's stream, `commit` (the message that lets the executor keep
+/// what it received).
 ///
-/// A client stream that fails, or a message that does not convert, cancels the executor call without
-/// ever ending its request stream cleanly — the channel's sender is still alive when the call is
-/// dropped — so the executor discards the partial write instead of committing it.
+/// A client stream that fails, or a message that does not convert, cancels the executor call before
+/// any commit, so the executor discards the partial write however its own stream then ends.
 async fn forward_client_stream<In, Out, R>(
     mut inbound: Streaming<In>,
     first: Out,
     convert: fn(In) -> Result<Out, Error>,
+    commit: Out,
     tx: mpsc::Sender<Out>,
     mut call: BoxFuture<Result<R, Error>>,
 ) -> Result<R, Status>
@@ -101,6 +102,8 @@ where
                 return Ok(());
             }
         }
+        // Whether the executor still reads or not, its answer follows.
+        let _ = feeder.send(commit).await;
         Ok::<(), Status>(())
     });
     let forwarded = tokio::select! {
@@ -108,7 +111,7 @@ where
         forwarded = forward => forwarded,
     };
     match forwarded {
-        // The client's stream ended cleanly: end the executor's, then wait for its verdict.
+        // The client's stream ended and the commit is sent: end the executor's, then wait for its verdict.
         Ok(()) => {
             drop(tx);
             call.await.map_err(to_status)
@@ -167,6 +170,11 @@ impl FileService for FileApi {
                     mode: header.mode,
                 },
             )),
+            commit: false,
+        };
+        let commit = exec::WriteFileRequest {
+            kind: Some(exec::write_file_request::Kind::Data(bytes::Bytes::new())),
+            commit: true,
         };
         let (tx, rx) = mpsc::channel(FORWARD_BUFFER);
         let file = forward_client_stream(
@@ -175,9 +183,11 @@ impl FileService for FileApi {
             |m| match m.kind {
                 Some(api::write_file_request::Kind::Data(data)) => Ok(exec::WriteFileRequest {
                     kind: Some(exec::write_file_request::Kind::Data(data)),
+                    commit: false,
                 }),
                 _ => Err(Error::invalid("WriteFile takes one header, then data")),
             },
+            commit,
             tx,
             Box::pin(async move { executor.write_file(Feed(rx)).await }),
         )
@@ -298,6 +308,11 @@ impl FileService for FileApi {
             kind: Some(exec::upload_request::Kind::Header(exec::UploadHeader {
                 path: header.path,
             })),
+            commit: false,
+        };
+        let commit = exec::UploadRequest {
+            kind: Some(exec::upload_request::Kind::Data(bytes::Bytes::new())),
+            commit: true,
         };
         let (tx, rx) = mpsc::channel(FORWARD_BUFFER);
         let summary = forward_client_stream(
@@ -306,9 +321,11 @@ impl FileService for FileApi {
             |m| match m.kind {
                 Some(api::upload_request::Kind::Data(data)) => Ok(exec::UploadRequest {
                     kind: Some(exec::upload_request::Kind::Data(data)),
+                    commit: false,
                 }),
                 _ => Err(Error::invalid("Upload takes one header, then data")),
             },
+            commit,
             tx,
             Box::pin(async move { executor.upload(Feed(rx)).await }),
         )
