@@ -1,10 +1,13 @@
 //! FileService through the runtime into a real sandbox: a 50 MiB round trip byte for byte, tar upload then
-//! listing, traversal attempts refused with nothing changed on disk, edits, unknown sandboxes.
+//! listing, traversal attempts refused with nothing changed on disk, edits, unknown sandboxes; cut writes
+//! that change nothing (`cut`).
 
 use bytes::Bytes;
 use mentis_e2e::*;
 use mentis_proto::api::{self, file_service_client::FileServiceClient};
 use tonic::Code;
+
+mod cut;
 
 fn files(h: &Harness) -> FileServiceClient<ApiChannel> {
     FileServiceClient::new(h.channel.clone())

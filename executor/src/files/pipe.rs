@@ -13,8 +13,9 @@ use crate::error::Error;
 #[derive(Debug)]
 pub(crate) enum Feed {
     Data(Bytes),
-    /// The stream ended cleanly. A channel closed without it means the stream failed or was cancelled,
-    /// and the reader reports an error instead of a (possibly truncated) end of file.
+    /// The stream was committed and ended cleanly. A channel closed without it means the stream failed,
+    /// was cut or ended without its commit, and the reader reports an error instead of a (possibly
+    /// truncated) end of file.
     End,
 }
 

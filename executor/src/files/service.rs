@@ -56,7 +56,8 @@ fn chunk_stream<T: Send + 'static>(
     Box::pin(ReceiverStream::new(rx).map(move |r| r.map(wrap).map_err(Status::from)))
 }
 
-/// The first message of a client stream, which must be its header.
+/// The first message of a client stream, which must be its header (and cannot commit: a write or upload
+/// commits after its last data message).
 async fn header<M, H>(
     stream: &mut Streaming<M>,
     take: impl Fn(M) -> Option<H>,
@@ -64,10 +65,30 @@ async fn header<M, H>(
 ) -> Result<H, Status> {
     match stream.message().await? {
         Some(m) => take(m).ok_or_else(|| {
-            Error::InvalidArgument(format!("the first {what} message must be its header")).into()
+            Error::InvalidArgument(format!(
+                "the first {what} message must be its header, without commit"
+            ))
+            .into()
         }),
         None => Err(Error::InvalidArgument(format!("empty {what} stream")).into()),
     }
+}
+
+/// The answer to a stream that ended without its commit. Usually nobody reads it: the runtime stops
+/// sending without a commit only when its own client's stream was cut, and then it has dropped the call.
+fn uncommitted(what: &str) -> Status {
+    Error::InvalidArgument(format!(
+        "the {what} stream ended without its commit message; nothing was written"
+    ))
+    .into()
+}
+
+/// A message after the one that committed.
+fn after_commit(what: &str) -> Status {
+    Error::InvalidArgument(format!(
+        "{what} takes nothing after the message that commits it"
+    ))
+    .into()
 }
 
 #[tonic::async_trait]
@@ -105,7 +126,7 @@ impl WorkspaceService for WorkspaceApi {
         let head = header(
             &mut stream,
             |m| match m.kind {
-                Some(write_file_request::Kind::Header(h)) => Some(h),
+                Some(write_file_request::Kind::Header(h)) if !m.commit => Some(h),
                 _ => None,
             },
             "WriteFile",
@@ -114,12 +135,20 @@ impl WorkspaceService for WorkspaceApi {
         let p = self.ws.parse(&head.path)?;
         let ws = Arc::clone(&self.ws);
         let mut out = blocking(move || ws.create_atomic(&p, head.mode)).await?;
-        // The temporary file is removed when `out` is dropped uncommitted: on any error below, and when
-        // the client cancels (this future is dropped).
+        // The temporary file is removed when `out` is dropped uncommitted: on any error below, when the
+        // stream ends without its commit, and when the caller goes away (this future is dropped).
+        let mut committed = false;
+        // `Ok(None)` also follows a reset by the caller (tonic reports a cancelled request stream as
+        // ended), which is why the commit message, not the end, decides.
         while let Some(message) = stream.message().await? {
+            if committed {
+                return Err(after_commit("WriteFile"));
+            }
             match message.kind {
                 Some(write_file_request::Kind::Data(data)) => {
-                    out = blocking(move || out.write(&data).map(|()| out)).await?;
+                    if !data.is_empty() {
+                        out = blocking(move || out.write(&data).map(|()| out)).await?;
+                    }
                 }
                 _ => {
                     return Err(Error::InvalidArgument(
@@ -128,6 +157,10 @@ impl WorkspaceService for WorkspaceApi {
                     .into());
                 }
             }
+            committed = message.commit;
+        }
+        if !committed {
+            return Err(uncommitted("WriteFile"));
         }
         let file = blocking(move || out.commit()).await?;
         Ok(Response::new(WriteFileResponse { file: Some(file) }))
@@ -206,7 +239,7 @@ impl WorkspaceService for WorkspaceApi {
         let head = header(
             &mut stream,
             |m| match m.kind {
-                Some(upload_request::Kind::Header(h)) => Some(h),
+                Some(upload_request::Kind::Header(h)) if !m.commit => Some(h),
                 _ => None,
             },
             "Upload",
@@ -218,10 +251,15 @@ impl WorkspaceService for WorkspaceApi {
         let ws = Arc::clone(&self.ws);
         let unpack = blocking(move || ws.unpack(&p, ChannelReader::new(rx)));
         // Feeds the unpacker; its verdict on the stream wins over what the unpacker then saw. Dropping
-        // `tx` without `Feed::End` makes the unpacker fail, so a broken stream never commits.
+        // `tx` without `Feed::End` makes the unpacker fail, so a stream that breaks, or ends (or is reset:
+        // that looks the same) without its commit, never moves anything in.
         let feed = async move {
             let mut total: u64 = 0;
+            let mut committed = false;
             while let Some(message) = stream.message().await? {
+                if committed {
+                    return Err(after_commit("Upload"));
+                }
                 match message.kind {
                     Some(upload_request::Kind::Data(data)) => {
                         total = total.saturating_add(data.len() as u64);
@@ -244,6 +282,10 @@ impl WorkspaceService for WorkspaceApi {
                         )));
                     }
                 }
+                committed = message.commit;
+            }
+            if !committed {
+                return Err(uncommitted("Upload"));
             }
             let _ = tx.send(Feed::End).await;
             Ok::<(), Status>(())

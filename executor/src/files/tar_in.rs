@@ -5,6 +5,8 @@
 //! links whose target climbs out, hard links to names outside the archive) or special files refuse the
 //! whole upload. Only a complete, accepted archive is moved into the target (rename by rename, never
 //! following a link that is already there); a refused or failed one is removed with its staging directory.
+//! Complete means the whole stream was read and committed (see `pipe::Feed::End`), not only that the tar
+//! reader met the end of the archive: that may come before the stream is cut.
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -29,7 +31,7 @@ impl Workspace {
     pub(crate) fn unpack(
         &self,
         target: &WsPath,
-        archive: impl Read,
+        mut archive: impl Read,
     ) -> Result<UploadResponse, Error> {
         let shown = target.display();
         let root = self.open_root()?;
@@ -40,7 +42,10 @@ impl Workspace {
             .map_err(|e| path_error(e, &shown))
             .and_then(|()| open_dir_at(&walked.fd, staging).map_err(|e| path_error(e, &shown)))
             .and_then(|stage| {
-                let summary = extract(&stage, archive, self.max_write_bytes)?;
+                let summary = extract(&stage, &mut archive, self.max_write_bytes)?;
+                // The tar reader stops at the end-of-archive blocks; the stream may still be cut after
+                // them. Read on to its end, which is an error unless the stream ended and was committed.
+                std::io::copy(&mut archive, &mut std::io::sink()).map_err(bad_archive)?;
                 check_merge(&stage, &walked.fd, target)?;
                 merge(&stage, &walked.fd, target)?;
                 Ok(summary)

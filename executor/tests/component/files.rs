@@ -18,22 +18,32 @@ use tonic::transport::Channel;
 
 use super::support::*;
 
+mod cut;
+
 type Files = WorkspaceServiceClient<InterceptedService<Channel, AddToken>>;
 
 async fn files(executor: &TestExecutor) -> Files {
     WorkspaceServiceClient::with_interceptor(executor.channel().await, AddToken::bearer(TOKEN))
 }
 
+/// A whole write, as the runtime sends it: the header, the chunks, then an empty data message that
+/// commits.
 async fn write(client: &mut Files, path: &str, chunks: Vec<Vec<u8>>) -> Result<(), tonic::Status> {
     let mut messages = vec![WriteFileRequest {
         kind: Some(write_file_request::Kind::Header(WriteFileHeader {
             path: path.to_owned(),
             mode: 0,
         })),
+        commit: false,
     }];
     messages.extend(chunks.into_iter().map(|c| WriteFileRequest {
         kind: Some(write_file_request::Kind::Data(Bytes::from(c))),
+        commit: false,
     }));
+    messages.push(WriteFileRequest {
+        kind: Some(write_file_request::Kind::Data(Bytes::new())),
+        commit: true,
+    });
     client
         .write_file(futures::stream::iter(messages))
         .await
@@ -62,15 +72,23 @@ async fn read(
     Ok(out)
 }
 
+/// A whole upload, as the runtime sends it: the header, the archive in chunks, then an empty data message
+/// that commits.
 async fn upload(client: &mut Files, path: &str, archive: Vec<u8>) -> Result<(), tonic::Status> {
     let mut messages = vec![UploadRequest {
         kind: Some(upload_request::Kind::Header(UploadHeader {
             path: path.to_owned(),
         })),
+        commit: false,
     }];
     messages.extend(archive.chunks(1000).map(|c| UploadRequest {
         kind: Some(upload_request::Kind::Data(Bytes::copy_from_slice(c))),
+        commit: false,
     }));
+    messages.push(UploadRequest {
+        kind: Some(upload_request::Kind::Data(Bytes::new())),
+        commit: true,
+    });
     client
         .upload(futures::stream::iter(messages))
         .await
@@ -449,11 +467,14 @@ async fn writes_are_atomic_create_parents_and_respect_the_mode() {
             path: "/a/b/c.txt".replace("/a", &format!("{}/a", executor.workspace.path().display())),
             mode: 0o755,
         })),
+        commit: false,
     }];
+    // The last data message may carry the commit itself.
     messages.push(WriteFileRequest {
         kind: Some(write_file_request::Kind::Data(Bytes::from_static(
             b"replaced",
         ))),
+        commit: true,
     });
     let file = client
         .write_file(futures::stream::iter(messages))
@@ -480,6 +501,7 @@ async fn writes_are_atomic_create_parents_and_respect_the_mode() {
     let status = client
         .write_file(futures::stream::iter(vec![WriteFileRequest {
             kind: Some(write_file_request::Kind::Data(Bytes::from_static(b"x"))),
+            commit: true,
         }]))
         .await
         .unwrap_err();

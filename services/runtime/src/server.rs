@@ -220,7 +220,7 @@ async fn serve(
         .add_service(
             ActionServiceServer::new(action_api).max_decoding_message_size(MAX_REQUEST_BYTES),
         )
-        .add_service(FileServiceServer::new(FileApi::new(Arc::clone(&manager))))
+        .add_service(FileApi::new(Arc::clone(&manager)).into_service())
         .add_service(KeyServiceServer::new(KeyApi::new(
             Arc::clone(&manager),
             keyring,

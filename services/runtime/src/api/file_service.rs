@@ -1,15 +1,20 @@
 //! FileService: each call is forwarded to the executor of a RUNNING sandbox, streams chunk by chunk (a
 //! chunk is pulled from one side only when the other has taken the previous one, plus a few in a bounded
-//! channel), errors mapped in `status`.
+//! channel), errors mapped in `status`. A WriteFile or Upload is committed only when its client ended the
+//! stream cleanly (`forward`, `client_end`).
+
+mod client_end;
+mod forward;
 
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt as _};
 use mentis_core::Error;
-use mentis_proto::api::{self, file_service_server::FileService};
+use mentis_proto::api::{
+    self, file_service_server::FileService, file_service_server::FileServiceServer,
+};
 use mentis_proto::executor as exec;
-use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::access::{self, caller};
@@ -17,9 +22,9 @@ use super::status::to_status;
 use crate::auth::Caller;
 use crate::executor_client::{ExecutorClient, status_to_error};
 use crate::sandboxes::Manager;
-
-/// Client chunks buffered between the client's stream and the executor's.
-const FORWARD_BUFFER: usize = 4;
+use client_end::ClientEnd;
+pub use client_end::Watch;
+use forward::forward_client_stream;
 
 /// Implementation of `mentis.v1.FileService`.
 #[derive(Debug, Clone)]
@@ -33,6 +38,12 @@ impl FileApi {
         Self { manager }
     }
 
+    /// The service to serve: FileService whose requests record how their client ended its stream, which
+    /// WriteFile and Upload need to tell a complete stream from a cancelled one.
+    pub fn into_service(self) -> Watch<FileServiceServer<Self>> {
+        Watch::new(FileServiceServer::new(self))
+    }
+
     /// The executor of a RUNNING sandbox (NotFound, FailedPrecondition or Unavailable otherwise); a PAUSED
     /// sandbox with auto_resume is resumed first. A file call counts as activity for the idle timeout.
     async fn executor(&self, caller: &Caller, sandbox_id: &str) -> Result<ExecutorClient, Status> {
@@ -40,24 +51,6 @@ impl FileApi {
         self.manager.executor_for(id).await.map_err(to_status)
     }
 }
-
-/// A request stream towards the executor, fed through a bounded channel.
-struct Feed<T>(mpsc::Receiver<T>);
-
-impl<T> Stream for Feed<T> {
-    type Item = T;
-
-    fn poll_next(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<T>> {
-        self.0.poll_recv(cx)
-    }
-}
-
-/// The executor call, boxed: `forward_client_stream` then needs no generic future type (with one, the
-/// compiler could not prove the handler's future Send).
-type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
 
 type ChunkStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -68,54 +61,6 @@ where
     T: Send + 'static,
 {
     Box::pin(stream.map(move |r| r.map(wrap).map_err(|s| to_status(status_to_error(s)))))
-}
-
-/// Forwards a client stream to the executor: `first` (the translated header), then each later client
-/// message through `convert`, into `tx`, until `call` (the executor call reading from `tx`'s channel)
-/// answers.
-///
-/// A client stream that fails, or a message that does not convert, cancels the executor call without
-/// ever ending its request stream cleanly — the channel's sender is still alive when the call is
-/// dropped — so the executor discards the partial write instead of committing it.
-async fn forward_client_stream<In, Out, R>(
-    mut inbound: Streaming<In>,
-    first: Out,
-    convert: fn(In) -> Result<Out, Error>,
-    tx: mpsc::Sender<Out>,
-    mut call: BoxFuture<Result<R, Error>>,
-) -> Result<R, Status>
-where
-    In: Send + 'static,
-    Out: Send + 'static,
-{
-    // Owns a clone of the sender: `tx` itself stays alive until we decide how the request stream ends.
-    let feeder = tx.clone();
-    let forward: BoxFuture<Result<(), Status>> = Box::pin(async move {
-        if feeder.send(first).await.is_err() {
-            return Ok(());
-        }
-        while let Some(message) = inbound.message().await? {
-            let out = convert(message).map_err(to_status)?;
-            if feeder.send(out).await.is_err() {
-                // The executor stopped reading: its answer follows.
-                return Ok(());
-            }
-        }
-        Ok::<(), Status>(())
-    });
-    let forwarded = tokio::select! {
-        answer = &mut call => return answer.map_err(to_status),
-        forwarded = forward => forwarded,
-    };
-    match forwarded {
-        // The client's stream ended cleanly: end the executor's, then wait for its verdict.
-        Ok(()) => {
-            drop(tx);
-            call.await.map_err(to_status)
-        }
-        // `call` is dropped (cancelled) on return, before `tx`.
-        Err(status) => Err(status),
-    }
 }
 
 #[tonic::async_trait]
@@ -148,6 +93,7 @@ impl FileService for FileApi {
         req: Request<Streaming<api::WriteFileRequest>>,
     ) -> Result<Response<api::WriteFileResponse>, Status> {
         let caller = caller(&req)?;
+        let end = ClientEnd::of(&req)?;
         let mut inbound = req.into_inner();
         let header = match inbound.message().await? {
             Some(api::WriteFileRequest {
@@ -167,19 +113,25 @@ impl FileService for FileApi {
                     mode: header.mode,
                 },
             )),
+            commit: false,
         };
-        let (tx, rx) = mpsc::channel(FORWARD_BUFFER);
+        let commit = exec::WriteFileRequest {
+            kind: Some(exec::write_file_request::Kind::Data(bytes::Bytes::new())),
+            commit: true,
+        };
         let file = forward_client_stream(
             inbound,
+            end,
             first,
             |m| match m.kind {
                 Some(api::write_file_request::Kind::Data(data)) => Ok(exec::WriteFileRequest {
                     kind: Some(exec::write_file_request::Kind::Data(data)),
+                    commit: false,
                 }),
                 _ => Err(Error::invalid("WriteFile takes one header, then data")),
             },
-            tx,
-            Box::pin(async move { executor.write_file(Feed(rx)).await }),
+            commit,
+            |feed| Box::pin(async move { executor.write_file(feed).await }),
         )
         .await?;
         Ok(Response::new(api::WriteFileResponse { file: Some(file) }))
@@ -282,6 +234,7 @@ impl FileService for FileApi {
         req: Request<Streaming<api::UploadRequest>>,
     ) -> Result<Response<api::UploadResponse>, Status> {
         let caller = caller(&req)?;
+        let end = ClientEnd::of(&req)?;
         let mut inbound = req.into_inner();
         let header = match inbound.message().await? {
             Some(api::UploadRequest {
@@ -298,19 +251,25 @@ impl FileService for FileApi {
             kind: Some(exec::upload_request::Kind::Header(exec::UploadHeader {
                 path: header.path,
             })),
+            commit: false,
         };
-        let (tx, rx) = mpsc::channel(FORWARD_BUFFER);
+        let commit = exec::UploadRequest {
+            kind: Some(exec::upload_request::Kind::Data(bytes::Bytes::new())),
+            commit: true,
+        };
         let summary = forward_client_stream(
             inbound,
+            end,
             first,
             |m| match m.kind {
                 Some(api::upload_request::Kind::Data(data)) => Ok(exec::UploadRequest {
                     kind: Some(exec::upload_request::Kind::Data(data)),
+                    commit: false,
                 }),
                 _ => Err(Error::invalid("Upload takes one header, then data")),
             },
-            tx,
-            Box::pin(async move { executor.upload(Feed(rx)).await }),
+            commit,
+            |feed| Box::pin(async move { executor.upload(feed).await }),
         )
         .await?;
         Ok(Response::new(summary))

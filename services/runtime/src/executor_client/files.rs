@@ -26,8 +26,9 @@ impl ExecutorClient {
             .map(tonic::Response::into_inner)
     }
 
-    /// Writes a file from `messages` (header first). Dropping the future before it completes cancels the
-    /// call, and the executor then discards what it received.
+    /// Writes a file from `messages` (header first, the last one with `commit` set). The executor keeps
+    /// the file only after the commit and the clean end of `messages`; dropping the future before the
+    /// commit cancels the call, and the executor discards what it received.
     pub async fn write_file(
         &self,
         messages: impl Stream<Item = WriteFileRequest> + Send + 'static,
@@ -82,7 +83,8 @@ impl ExecutorClient {
             .ok_or_else(|| Error::internal("the executor's MakeDirectory answer has no directory"))
     }
 
-    /// Unpacks a tar stream (header first); cancelled like [`ExecutorClient::write_file`].
+    /// Unpacks a tar stream (header first, the last message with `commit` set); committed or cancelled
+    /// like [`ExecutorClient::write_file`].
     pub async fn upload(
         &self,
         messages: impl Stream<Item = UploadRequest> + Send + 'static,
