@@ -19,10 +19,8 @@ use mentis_core::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
-mod actions;
+pub mod actions;
 mod keys;
-
-pub use actions::StoredAction;
 
 /// Schema version in `PRAGMA user_version`.
 const SCHEMA_VERSION: i64 = 4;

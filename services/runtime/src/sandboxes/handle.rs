@@ -13,7 +13,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::executor_client::ExecutorClient;
 use crate::observations::ObservationLog;
-use crate::store::{Store, StoredAction};
+use crate::store::Store;
+use crate::store::actions::StoredAction;
 
 /// Finished action ids remembered for duplicate detection, per sandbox.
 const REMEMBERED_FINISHED: usize = 10_000;
