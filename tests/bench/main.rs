@@ -247,6 +247,9 @@ async fn main() -> anyhow::Result<()> {
             kernel: false,
         }];
         c.max_sandboxes = density + 64;
+        // The throughput figure reads 256 MiB through one stream: a log that holds all of it measures the
+        // pipeline, not how far a reader may fall behind before the log trims.
+        c.log_limits.max_bytes = 2 * THROUGHPUT_BYTES as usize;
     })
     .await
     .context("start the runtime")?;
@@ -384,9 +387,12 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     // What the observation journal costs: the same figures on a runtime whose logs are in memory only
     // (MENTIS_LOG_JOURNAL=off), measured now, beside the journaled ones above.
-    let mut memory_only = Harness::start_with(|c| c.log_journal = false)
-        .await
-        .context("start a runtime without journals")?;
+    let mut memory_only = Harness::start_with(|c| {
+        c.log_journal = false;
+        c.log_limits.max_bytes = 2 * THROUGHPUT_BYTES as usize;
+    })
+    .await
+    .context("start a runtime without journals")?;
     let plain = memory_only.create_default().await?.sandbox_id;
     let durability = [
         (

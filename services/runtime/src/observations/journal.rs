@@ -38,8 +38,8 @@ pub struct Journal {
     current_bytes: u64,
     /// Written since the last sync.
     unsynced: bool,
-    /// Segments finished since the last sync, to be synced with it.
-    rolled: Vec<File>,
+    /// Segments finished since the last sync (by their first seq), to be synced with it unless trimmed first.
+    rolled: Vec<(u64, File)>,
 }
 
 fn checksum(bytes: &[u8]) -> u32 {
@@ -131,7 +131,8 @@ impl Journal {
             let file = OpenOptions::new().create(true).append(true).open(&path)?;
             if let Some(old) = self.current.take() {
                 // The finished segment is synced with the next sync, off the append path.
-                self.rolled.push(old);
+                let first = self.segments.back().map_or(0, |s| s.first_seq);
+                self.rolled.push((first, old));
             }
             self.current = Some(file);
             self.current_bytes = 0;
@@ -160,10 +161,13 @@ impl Journal {
             if next_first > first_kept {
                 break;
             }
-            if let Some(old) = self.segments.pop_front()
-                && let Err(e) = fs::remove_file(&old.path)
-            {
-                tracing::warn!(path = %old.path.display(), error = %e, "could not remove a log segment");
+            if let Some(old) = self.segments.pop_front() {
+                // Not synced, not written back: a removed file's dirty pages are dropped, so a burst of
+                // output the bounds trim away never costs disk bandwidth.
+                self.rolled.retain(|(first, _)| *first != old.first_seq);
+                if let Err(e) = fs::remove_file(&old.path) {
+                    tracing::warn!(path = %old.path.display(), error = %e, "could not remove a log segment");
+                }
             }
         }
     }
@@ -179,7 +183,10 @@ impl Journal {
     /// Handles of the segments written since the last sync (which the caller then syncs, without holding
     /// up appends), and marks them synced.
     pub fn take_unsynced(&mut self) -> io::Result<Vec<File>> {
-        let mut files = std::mem::take(&mut self.rolled);
+        let mut files: Vec<File> = std::mem::take(&mut self.rolled)
+            .into_iter()
+            .map(|(_, f)| f)
+            .collect();
         if self.unsynced
             && let Some(file) = &self.current
         {
