@@ -24,6 +24,7 @@ pub mod launch;
 mod registry;
 mod server;
 mod shell;
+pub mod threads;
 
 pub use config::{
     Config, DEFAULT_KERNEL_PYTHON, DEFAULT_KERNEL_QUEUE, DEFAULT_LISTEN, DEFAULT_MAX_ACTIONS,

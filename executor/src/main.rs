@@ -2,7 +2,7 @@
 //! `mentis-executor launch -- PROGRAM ARGS...` is the container's entrypoint (see `launch`).
 
 use anyhow::Context as _;
-use mentis_executor::{Config, TOKEN_ENV, launch};
+use mentis_executor::{Config, TOKEN_ENV, launch, threads};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -49,10 +49,8 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("building the tokio runtime")?;
+    // Every thread the executor needs starts here, before user code can fill the pids limit.
+    let runtime = threads::runtime().context("building the tokio runtime")?;
     runtime.block_on(run(config))
 }
 
