@@ -21,6 +21,7 @@ mod events;
 mod files;
 mod ipython;
 pub mod launch;
+mod reclaim;
 mod registry;
 mod server;
 mod shell;

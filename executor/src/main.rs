@@ -27,7 +27,7 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
-    let config = match Config::from_lookup(|name| match name {
+    let mut config = match Config::from_lookup(|name| match name {
         TOKEN_ENV if from_fd.is_some() => from_fd.clone(),
         _ => std::env::var(name).ok(),
     }) {
@@ -37,6 +37,9 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
+    // The container's layout (launch execs tini, PID 1, which starts us): every other process there but
+    // tini is user code, which a reclaim at the pids limit may kill.
+    config.reclaim_all = from_fd.is_some() && nix::unistd::getppid().as_raw() == 1;
     hide_token();
 
     tracing_subscriber::fmt()
