@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::events::{Event, EventSink};
 use crate::ipython::{CellSpec, IPython};
+use crate::reclaim::Processes;
 use crate::registry::Registry;
 use crate::shell::stdin::{STDIN_QUEUE, StdinWrite};
 use crate::shell::{self, ShellContext, ShellSpec};
@@ -35,12 +36,20 @@ pub(crate) struct Actions {
     shutdown: CancellationToken,
     workspace: Arc<Path>,
     ipython: IPython,
+    /// What the executor started, for reclaiming the pids limit.
+    processes: Arc<Processes>,
 }
 
 impl Actions {
     pub(crate) fn new(config: &Config, shutdown: CancellationToken) -> Self {
         let tracker = TaskTracker::new();
-        let ipython = IPython::new(config, tracker.clone(), shutdown.clone());
+        let processes = Processes::new(config.reclaim_all);
+        let ipython = IPython::new(
+            config,
+            tracker.clone(),
+            shutdown.clone(),
+            Arc::clone(&processes),
+        );
         if config.kernel.eager {
             ipython.start_eagerly();
         }
@@ -50,6 +59,7 @@ impl Actions {
             shutdown,
             workspace: Arc::from(config.workspace.as_path()),
             ipython,
+            processes,
         }
     }
 
@@ -109,6 +119,7 @@ impl Actions {
             shutdown: self.shutdown.clone(),
             tracker: self.tracker.clone(),
             stdin_writes: stdin_rx,
+            processes: Arc::clone(&self.processes),
         };
         let span = tracing::info_span!("shell_action", action_id = %action_id);
         self.tracker

@@ -91,6 +91,11 @@ impl Cgroup {
         }
     }
 
+    /// The pids limit, when there is one.
+    pub(crate) async fn pids_limit(&self) -> Option<u64> {
+        limit(read(self.pids_max.as_deref()).await.as_deref())
+    }
+
     /// What happened since `before`, with the limits that were hit.
     pub(crate) async fn hits_since(&self, before: Counters) -> LimitHits {
         let after = self.counters().await;

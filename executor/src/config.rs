@@ -84,6 +84,12 @@ pub struct Config {
     /// A WriteFile or Upload that would write more than this many bytes is refused (ResourceExhausted)
     /// and leaves nothing behind.
     pub max_write_bytes: u64,
+    /// Whether, at the pids limit, the executor may kill every process but PID 1, itself and the kernel
+    /// when killing what ended actions left was not enough (`reclaim`). Only where every other process is
+    /// user code: `main` sets it when the executor is its container's service (started by `launch`, a
+    /// child of tini as PID 1). Off by default, so an executor served in-process by tests never kills its
+    /// host's processes.
+    pub reclaim_all: bool,
 }
 
 impl Config {
@@ -99,6 +105,7 @@ impl Config {
             max_actions: DEFAULT_MAX_ACTIONS,
             kernel: KernelConfig::default(),
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
+            reclaim_all: false,
         }
     }
 
@@ -189,6 +196,7 @@ impl Config {
             max_actions,
             kernel,
             max_write_bytes,
+            reclaim_all: false,
         })
     }
 }

@@ -27,6 +27,7 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::error::Error;
 use crate::events::{Event, EventSink};
+use crate::reclaim::Processes;
 use crate::registry::{Registration, Registry};
 use cell::{Outcome, Replace, SHUTDOWN_REASON, Signals};
 use kernel::{Kernel, KernelSetup};
@@ -63,6 +64,8 @@ struct Shared {
     running: Mutex<Option<CancellationToken>>,
     /// The sandbox env of the latest cell: kernels started for restarts and resets get it too.
     env: Mutex<HashMap<String, String>>,
+    /// Starts kernels, reclaiming the pids limit when it is full.
+    processes: Arc<Processes>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -71,7 +74,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl IPython {
-    pub(crate) fn new(config: &Config, tracker: TaskTracker, shutdown: CancellationToken) -> Self {
+    pub(crate) fn new(
+        config: &Config,
+        tracker: TaskTracker,
+        shutdown: CancellationToken,
+        processes: Arc<Processes>,
+    ) -> Self {
         let kernel = &config.kernel;
         Self(Arc::new(Shared {
             line: Turnstile::new(None, kernel.queue_limit),
@@ -84,6 +92,7 @@ impl IPython {
             shutdown,
             running: Mutex::new(None),
             env: Mutex::new(HashMap::new()),
+            processes,
         }))
     }
 
@@ -218,6 +227,11 @@ impl Shared {
         let Some(kernel) = turn.as_mut() else {
             return IPythonResult::aborted("the kernel is not available", Duration::ZERO);
         };
+        // Processes killed to start this kernel (here, or earlier by a reset or the eager start) are told in
+        // the stream of the first cell that runs on it.
+        if let Some(reclaimed) = kernel.process.take_reclaimed() {
+            sink.send(reclaimed.observation()).await;
+        }
         // A kernel started ahead (eagerly, or for a warm pool member) or under another sandbox env gets
         // this cell's env before the cell runs.
         if kernel.env != spec.sandbox_env {
@@ -285,8 +299,11 @@ impl Shared {
             "kernel restarted"
         } else {
             match self.start_kernel().await {
-                Ok(kernel) => {
+                Ok(mut kernel) => {
                     details.insert("pid".to_owned(), kernel.process.pid().to_string());
+                    if let Some(reclaimed) = kernel.process.take_reclaimed() {
+                        sink.send(reclaimed.observation()).await;
+                    }
                     **slot = Some(kernel);
                     "kernel restarted"
                 }
@@ -312,6 +329,7 @@ impl Shared {
             start_timeout: self.start_timeout,
             tracker: &self.tracker,
             shutdown: &self.shutdown,
+            processes: &self.processes,
         };
         Kernel::start(&setup, &env)
             .instrument(tracing::info_span!("kernel_start"))

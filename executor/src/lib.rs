@@ -21,9 +21,11 @@ mod events;
 mod files;
 mod ipython;
 pub mod launch;
+mod reclaim;
 mod registry;
 mod server;
 mod shell;
+pub mod threads;
 
 pub use config::{
     Config, DEFAULT_KERNEL_PYTHON, DEFAULT_KERNEL_QUEUE, DEFAULT_LISTEN, DEFAULT_MAX_ACTIONS,

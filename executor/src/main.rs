@@ -2,7 +2,7 @@
 //! `mentis-executor launch -- PROGRAM ARGS...` is the container's entrypoint (see `launch`).
 
 use anyhow::Context as _;
-use mentis_executor::{Config, TOKEN_ENV, launch};
+use mentis_executor::{Config, TOKEN_ENV, launch, threads};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -27,7 +27,7 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
-    let config = match Config::from_lookup(|name| match name {
+    let mut config = match Config::from_lookup(|name| match name {
         TOKEN_ENV if from_fd.is_some() => from_fd.clone(),
         _ => std::env::var(name).ok(),
     }) {
@@ -37,6 +37,9 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
+    // The container's layout (launch execs tini, PID 1, which starts us): every other process there but
+    // tini is user code, which a reclaim at the pids limit may kill.
+    config.reclaim_all = from_fd.is_some() && nix::unistd::getppid().as_raw() == 1;
     hide_token();
 
     tracing_subscriber::fmt()
@@ -49,10 +52,8 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("building the tokio runtime")?;
+    // Every thread the executor needs starts here, before user code can fill the pids limit.
+    let runtime = threads::runtime().context("building the tokio runtime")?;
     runtime.block_on(run(config))
 }
 

@@ -21,6 +21,7 @@ use crate::cgroup::Cgroup;
 use crate::config::TOKEN_ENV;
 use crate::demote;
 use crate::events::EventSink;
+use crate::reclaim::{Processes, Role};
 use crate::registry::Registration;
 use process::ProcessGroup;
 use stdin::StdinWrite;
@@ -45,6 +46,8 @@ pub(crate) struct ShellContext {
     pub(crate) tracker: TaskTracker,
     /// WriteStdin requests, when the action keeps stdin open.
     pub(crate) stdin_writes: Option<mpsc::Receiver<StdinWrite>>,
+    /// Spawns the command, reclaiming the pids limit from leftovers when it is full.
+    pub(crate) processes: Arc<Processes>,
 }
 
 /// Runs the action to its end and sends its events, the terminal `cmd_end` last.
@@ -69,9 +72,25 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
     };
     let cgroup = Cgroup::get();
     let counters = cgroup.counters().await;
-    let mut child = match command(&spec, &dir).spawn() {
-        Ok(child) => child,
-        Err(e) => return CmdEnd::failed_to_start(format!("cannot start /bin/bash: {e}")),
+    let spawned = ctx
+        .processes
+        .spawn(Role::Action, &mut command(&spec, &dir))
+        .await;
+    // What was killed to make room is said before the command starts (or fails to).
+    if let Some(reclaimed) = &spawned.reclaimed {
+        sink.send(reclaimed.observation()).await;
+    }
+    // Until dropped at the end of this function, the group belongs to a running action; after, what it
+    // left running is reclaimable.
+    let (mut child, _tracked) = match spawned.result {
+        Ok(spawned) => spawned,
+        Err(e) => {
+            let mut message = format!("cannot start /bin/bash: {e}");
+            if let Some(reclaimed) = &spawned.reclaimed {
+                message = format!("{message}; {} and tried again", reclaimed.summary());
+            }
+            return CmdEnd::failed_to_start(message);
+        }
     };
     let started = Instant::now();
     let timeout = spec.action.timeout;

@@ -13,6 +13,7 @@ mod isolation;
 mod lifecycle;
 mod persistence;
 mod pool;
+mod recovery;
 mod shell;
 mod spaces;
 mod streams;

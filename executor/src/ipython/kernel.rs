@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jupyter_protocol::ConnectionInfo;
@@ -14,6 +15,7 @@ use tokio_util::task::TaskTracker;
 use super::process::{Exit, KernelProcess, Launch};
 use super::wire::Wire;
 use crate::demote;
+use crate::reclaim::Processes;
 
 /// Installed silently at every start (rollback and inspect helpers).
 const HELPERS: &str = include_str!("helpers.py");
@@ -29,6 +31,7 @@ pub(crate) struct KernelSetup<'a> {
     pub(crate) start_timeout: Duration,
     pub(crate) tracker: &'a TaskTracker,
     pub(crate) shutdown: &'a CancellationToken,
+    pub(crate) processes: &'a Arc<Processes>,
 }
 
 pub(crate) struct Kernel {
@@ -72,7 +75,9 @@ impl Kernel {
             env,
             tracker: setup.tracker,
             shutdown: setup.shutdown,
-        })?;
+            processes: setup.processes,
+        })
+        .await?;
         let pid = process.pid();
         // Cells are user code: the OOM killer picks the kernel (or what a cell started), not the executor.
         // Before connecting, so before any cell can start a process. Its CPU priority stays as it is: the

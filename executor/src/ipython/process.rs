@@ -23,6 +23,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::TOKEN_ENV;
+use crate::reclaim::{Processes, Reclaimed, Role, Tracked};
 use crate::shell::process::ProcessGroup;
 
 /// How much of the kernel's own stderr is kept, to explain a kernel that fails to start.
@@ -88,6 +89,8 @@ pub(crate) struct Launch<'a> {
     pub(crate) tracker: &'a TaskTracker,
     /// Executor shutdown: the watcher kills the kernel then.
     pub(crate) shutdown: &'a CancellationToken,
+    /// Spawns the kernel (reclaiming the pids limit when it is full) and spares it in reclaims.
+    pub(crate) processes: &'a Arc<Processes>,
 }
 
 /// A running (or exited, not yet replaced) kernel process.
@@ -99,21 +102,31 @@ pub(crate) struct KernelProcess {
     stderr_tail: Arc<Mutex<String>>,
     /// The private directory of the connection file; removed on drop.
     dir: TempDir,
+    /// Spared by reclaims while this lives.
+    _tracked: Tracked,
+    /// What was reclaimed to start it, until reported.
+    reclaimed: Option<Reclaimed>,
 }
 
 impl KernelProcess {
     /// Spawns `python -m ipykernel_launcher -f DIR/kernel.json`; the kernel writes the file (ports it
     /// bound itself, so there is no race for ports, and a fresh key) in a directory only we can read.
-    pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Self, String> {
+    pub(crate) async fn spawn(launch: &Launch<'_>) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("mentis-kernel-")
             .tempdir()
             .map_err(|e| format!("cannot create the kernel's private directory: {e}"))?;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
             .map_err(|e| format!("cannot restrict the kernel's private directory: {e}"))?;
-        let mut child = command(launch, &dir.path().join("kernel.json"))
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", launch.python.display()))?;
+        let mut command = command(launch, &dir.path().join("kernel.json"));
+        let spawned = launch.processes.spawn(Role::Kernel, &mut command).await;
+        let (mut child, tracked) = spawned.result.map_err(|e| {
+            let mut message = format!("cannot run {}: {e}", launch.python.display());
+            if let Some(reclaimed) = &spawned.reclaimed {
+                message = format!("{message}; {} and tried again", reclaimed.summary());
+            }
+            message
+        })?;
         let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
             return Err("the started kernel has no pid".to_owned());
         };
@@ -136,11 +149,18 @@ impl KernelProcess {
             kill,
             stderr_tail,
             dir,
+            _tracked: tracked,
+            reclaimed: spawned.reclaimed,
         })
     }
 
     pub(crate) fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// What was reclaimed to start it, once (to report in the stream of the cell that needed it).
+    pub(crate) fn take_reclaimed(&mut self) -> Option<Reclaimed> {
+        self.reclaimed.take()
     }
 
     pub(crate) fn connection_file(&self) -> PathBuf {
