@@ -35,6 +35,8 @@ use turnstile::{Place, Ticket, Turn, Turnstile};
 
 /// Bound on giving a kernel the sandbox env before a cell.
 const ENV_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on a kernel's answer on both sockets after a cell that ended without its reply or idle.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A validated IPython action, and the sandbox env it runs under.
 #[derive(Debug, Clone)]
@@ -224,8 +226,38 @@ impl Shared {
             };
             return IPythonResult::aborted(reason, Duration::ZERO);
         }
+        // A cell that never reached the kernel (its shell socket refused it) ran nowhere: it goes once more,
+        // to a fresh kernel.
+        let mut resent = false;
+        loop {
+            let outcome = self.run_on(turn, spec, cancel, reset, sink).await;
+            if outcome.unsent && !self.shutdown.is_cancelled() {
+                self.replace(turn, Replace::Unreachable, "sending a cell", sink)
+                    .await;
+                if !resent && turn.is_some() {
+                    resent = true;
+                    continue;
+                }
+            }
+            return outcome.result;
+        }
+    }
+
+    /// Runs the cell on the kernel in `turn`; replaces the kernel afterwards when it must be.
+    async fn run_on(
+        &self,
+        turn: &mut Turn<Slot>,
+        spec: &CellSpec,
+        cancel: &CancellationToken,
+        reset: &CancellationToken,
+        sink: &mut EventSink,
+    ) -> Outcome {
         let Some(kernel) = turn.as_mut() else {
-            return IPythonResult::aborted("the kernel is not available", Duration::ZERO);
+            return Outcome::aborted(
+                "the kernel is not available".to_owned(),
+                Duration::ZERO,
+                None,
+            );
         };
         // Processes killed to start this kernel (here, or earlier by a reset or the eager start) are told in
         // the stream of the first cell that runs on it.
@@ -254,20 +286,23 @@ impl Shared {
             timeout: spec.action.timeout,
             grace: self.interrupt_grace,
         };
-        let Outcome {
-            result,
-            raised,
-            replace,
-        } = cell::run(kernel, &spec.action.code, &signals, sink).await;
-        if raised && spec.action.rollback_on_error && replace.is_none() {
-            rollback::rollback(kernel, result.execution_count, sink).await;
+        let mut outcome = cell::run(kernel, &spec.action.code, &signals, sink).await;
+        if outcome.raised && spec.action.rollback_on_error && outcome.replace.is_none() {
+            rollback::rollback(kernel, outcome.result.execution_count, sink).await;
         }
-        if let Some(replace) = replace
+        // Without its reply or its idle the cell may have closed one of the kernel's sockets: a kernel that
+        // no longer answers on both is replaced now, so the next cell does not wait on it until its timeout.
+        if outcome.check_kernel && !kernel.answers(PROBE_TIMEOUT).await {
+            outcome.replace = Some(Replace::Unreachable);
+        }
+        // (A cell that was not sent is the caller's to handle.)
+        if let Some(replace) = outcome.replace
+            && !outcome.unsent
             && !self.shutdown.is_cancelled()
         {
             self.replace(turn, replace, "running a cell", sink).await;
         }
-        result
+        outcome
     }
 
     /// Kills the kernel in `slot` and, except for a reset (whose caller starts the new one next), starts a
@@ -287,6 +322,7 @@ impl Shared {
             }
             Replace::Unresponsive => "unresponsive",
             Replace::Reset => "reset",
+            Replace::Unreachable => "unreachable",
         };
         details.insert("reason".to_owned(), reason.to_owned());
         details.insert("while".to_owned(), during.to_owned());

@@ -297,10 +297,12 @@ impl Processes {
         let mut live_groups = HashSet::new();
         for _ in 0..KILL_ROUNDS {
             let procs = procfs::scan(&self.proc_root);
-            let targets = match tier {
+            // Sorted, for the lookups below.
+            let mut targets = match tier {
                 Tier::EndedActions => procfs::in_groups(&procs, &groups, &spared),
                 Tier::AllOthers => procfs::all_but(&procs, &spared),
             };
+            targets.sort_unstable();
             live_groups = procs
                 .iter()
                 .filter(|p| !p.dead && groups.contains(&p.pgrp))
@@ -309,6 +311,7 @@ impl Processes {
             if targets.is_empty() {
                 break;
             }
+            let mut killed_groups = HashSet::new();
             if tier == Tier::EndedActions {
                 // One signal reaches the whole group at once, also a child forked while we scanned (the
                 // kernel fails a fork that races with a signal to the group). Not a group with a spared
@@ -320,17 +323,26 @@ impl Processes {
                     .collect();
                 for &group in live_groups.difference(&holds_spared) {
                     match killpg(Pid::from_raw(group), Signal::SIGKILL) {
-                        Ok(()) | Err(Errno::ESRCH) => {}
+                        Ok(()) => {
+                            killed_groups.insert(group);
+                        }
+                        Err(Errno::ESRCH) => {}
                         Err(e) => {
                             tracing::debug!(group, error = %e, "cannot kill a leftover group")
                         }
                     }
                 }
             }
-            for pid in targets {
-                // EPERM: not ours (a `docker exec` as root); ESRCH: gone already.
-                if kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
-                    killed.insert(pid);
+            for proc in procs
+                .iter()
+                .filter(|p| targets.binary_search(&p.pid).is_ok())
+            {
+                // Killed with its group (and perhaps reaped already); otherwise one by one. EPERM: not
+                // ours (a `docker exec` as root); ESRCH: gone already.
+                if killed_groups.contains(&proc.pgrp)
+                    || kill(Pid::from_raw(proc.pid), Signal::SIGKILL).is_ok()
+                {
+                    killed.insert(proc.pid);
                 }
             }
             tokio::time::sleep(KILL_ROUND_PAUSE).await;

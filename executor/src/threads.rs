@@ -18,8 +18,10 @@ use tokio::runtime::Runtime;
 /// Scheduler threads. The executor's work is I/O and waiting; two keep one slow poll from stalling every
 /// other call, and a fixed number keeps its share of a small pids limit small whatever the host's size.
 pub const WORKER_THREADS: usize = 2;
-/// Blocking threads started with the runtime and kept for its whole life.
-pub const WARM_BLOCKING_THREADS: usize = 4;
+/// Blocking threads started with the runtime and kept for its whole life. Blocking work is short (small
+/// reads, metadata, file chunks): two keep it moving, and the executor's 1 + 2 + 2 threads leave most
+/// of the smallest pids limit (16) to user code.
+pub const WARM_BLOCKING_THREADS: usize = 2;
 /// At most this many blocking threads (tokio's default, 512, would be a pids limit's worth).
 pub const MAX_BLOCKING_THREADS: usize = 16;
 /// How long an idle blocking thread is kept: for the executor's life (about a century).

@@ -36,6 +36,9 @@ async fn agent_states(h: &mut Harness, sandbox: &str) -> anyhow::Result<Vec<api:
     Ok(states)
 }
 
+/// The classic fork bomb, in the background: its command ends at once.
+const BOMB: &str = "bash -c ':(){ :|:& };:' >/dev/null 2>&1 &";
+
 /// Forks sleepers for ever, retrying a refused fork at once (bash would wait seconds between retries).
 const FILLER: &str = "python3 -c '
 import os, time
@@ -107,6 +110,88 @@ async fn a_backgrounded_fork_bomb_is_reclaimed_and_the_next_command_runs() -> an
     let killed: u64 = reclaimed.details["killed"].parse()?;
     assert!(killed > 10, "{reclaimed:?}");
     assert_eq!(reclaimed.details["from"], "ended actions", "{reclaimed:?}");
+    assert_eq!(
+        reclaimed.details["for"], "a command's shell",
+        "{reclaimed:?}"
+    );
+    assert_eq!(reclaimed.details["pids_limit"], "64", "{reclaimed:?}");
+
+    // Again, and this time the next action is the first cell: the kernel cannot start until the executor
+    // reclaims, and the cell's stream says so.
+    h.sh(&id, BOMB).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let cell = h.py(&id, "print('ok')").await?;
+    assert_eq!(
+        cell_stdout(&cell),
+        "ok\n",
+        "after {:?}: {cell:?}",
+        started.elapsed()
+    );
+    let states = agent_states(&mut h, &id).await?;
+    assert!(
+        states.iter().any(|a| a.message.contains("reclaimed")
+            && a.details["for"] == "the kernel"
+            && a.details["from"] == "ended actions"),
+        "{states:?}"
+    );
+    assert_eq!(panics(&id)?, Vec::<String>::new());
+    h.stop().await
+}
+
+/// A bomb that left its command's process group (setsid), or that a cell started (in the kernel's group),
+/// is not among what ended actions left: the executor then kills every other process of the sandbox but
+/// the kernel, whose state survives.
+#[tokio::test]
+async fn a_bomb_outside_ended_groups_is_reclaimed_and_the_kernel_is_spared() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let id = h
+        .create(api::SandboxSpec {
+            pids_limit: 64,
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    assert_eq!(
+        ipython_result(&h.py(&id, "x = 41").await?)?.status,
+        api::IpythonStatus::Ok as i32
+    );
+    let from_a_cell = "import subprocess\nsubprocess.Popen(['bash', '-c', ':(){ :|:& };:'], \
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)";
+    for how in ["setsid", "a cell"] {
+        let start = match how {
+            "setsid" => h.sh(&id, &format!("setsid {BOMB}")).await?,
+            _ => h.py(&id, from_a_cell).await?,
+        };
+        assert_eq!(terminals(&start).len(), 1, "{how}: {start:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let started = Instant::now();
+        let next = h.sh(&id, "echo ok").await?;
+        let took = started.elapsed();
+        assert_eq!(stdout(&next), "ok\n", "{how}: after {took:?}: {next:?}");
+        assert!(took < Duration::from_secs(2), "{how}: {took:?}");
+        let cell = h.py(&id, "x += 1\nprint(x)").await?;
+        assert!(
+            cell_stdout(&cell).starts_with("4"),
+            "{how}: the kernel lost its state: {cell:?}"
+        );
+    }
+    let states = agent_states(&mut h, &id).await?;
+    let reclaims: Vec<_> = states
+        .iter()
+        .filter(|a| a.message.contains("reclaimed"))
+        .collect();
+    assert_eq!(reclaims.len(), 2, "{states:?}");
+    for reclaimed in reclaims {
+        assert_eq!(
+            reclaimed.details["from"], "all other user processes",
+            "{reclaimed:?}"
+        );
+        assert!(
+            reclaimed.details["killed"].parse::<u64>()? > 10,
+            "{reclaimed:?}"
+        );
+    }
     assert_eq!(panics(&id)?, Vec::<String>::new());
     h.stop().await
 }
@@ -142,5 +227,134 @@ async fn a_pids_limit_kept_full_neither_panics_nor_wedges_the_executor() -> anyh
     assert_eq!(cell_stdout(&cell), "42\n", "{cell:?}");
     assert_eq!(panics(&id)?, Vec::<String>::new());
     assert_eq!(h.get(&id).await?.state, api::SandboxState::Running as i32);
+    h.stop().await
+}
+
+/// Runs `echo ok` until it prints `ok` (an executor that went away comes back with its container), for at
+/// most `within`; how long that took.
+async fn until_answering(
+    h: &mut Harness,
+    sandbox: &str,
+    within: Duration,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    loop {
+        if let Ok(obs) = h.sh(sandbox, "echo ok").await
+            && stdout(&obs) == "ok\n"
+        {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > within {
+            anyhow::bail!(
+                "the sandbox did not answer within {within:?}: {:?}",
+                h.get(sandbox).await?
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// User code that kills the executor, or signals tini (PID 1) to stop, loses its action (LOST, or
+/// cancelled by the drain) but not its sandbox: the runtime restarts the container, and the workspace is
+/// kept. SIGKILL to PID 1 from inside its namespace is not delivered at all.
+#[tokio::test]
+async fn killing_the_executor_or_tini_from_user_code_brings_the_sandbox_back() -> anyhow::Result<()>
+{
+    let mut h = Harness::start_with(|c| c.health_interval = Duration::from_secs(1)).await?;
+    let id = h.create_default().await?.sandbox_id;
+    h.sh(&id, "echo kept > /workspace/file").await?;
+    let ignored = h.sh(&id, "kill -9 1; echo alive").await?;
+    assert_eq!(stdout(&ignored), "alive\n", "{ignored:?}");
+    for (command, reason) in [
+        // The executor is the command's parent.
+        ("kill -9 $PPID", api::EndReason::Lost),
+        // tini forwards it to the executor, which drains and stops; tini follows, and so does the container.
+        ("kill -TERM 1; sleep 5", api::EndReason::Cancelled),
+        ("kill -INT 1; sleep 5", api::EndReason::Cancelled),
+    ] {
+        let killed = h.sh(&id, command).await?;
+        assert_eq!(
+            cmd_end(&killed)?.reason,
+            reason as i32,
+            "{command}: {killed:?}"
+        );
+        let took = until_answering(&mut h, &id, Duration::from_secs(60)).await?;
+        assert_eq!(
+            stdout(&h.sh(&id, "cat /workspace/file").await?),
+            "kept\n",
+            "{command}: back after {took:?}"
+        );
+        assert_eq!(h.get(&id).await?.state, api::SandboxState::Running as i32);
+    }
+    h.stop().await
+}
+
+/// With a read-only root, /tmp is a tmpfs whose pages count in the memory limit. Filling it ends the
+/// command with ENOSPC (not the OOM killer), and the executor and the kernel, with its state, carry on.
+#[tokio::test]
+async fn filling_tmp_gets_enospc_and_the_sandbox_keeps_answering() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let id = h
+        .create(api::SandboxSpec {
+            memory_limit_mb: 256,
+            root_filesystem: api::RootFilesystem::ReadOnly as i32,
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    assert_eq!(
+        ipython_result(&h.py(&id, "x = 41").await?)?.status,
+        api::IpythonStatus::Ok as i32
+    );
+    let fill = h.sh(&id, "head -c 400M /dev/zero > /tmp/fill").await?;
+    let end = cmd_end(&fill)?;
+    assert_eq!(end.reason, api::EndReason::Exited as i32, "{end:?}");
+    assert_ne!(end.exit_code, 0, "{end:?}");
+    let stderr = String::from_utf8_lossy(&output(&fill, api::OutputStream::Stderr)).into_owned();
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert_eq!(stdout(&h.sh(&id, "echo ok").await?), "ok\n");
+    let cell = h.py(&id, "x += 1\nprint(x)").await?;
+    assert_eq!(
+        cell_stdout(&cell),
+        "42\n",
+        "the kernel kept its state: {cell:?}"
+    );
+    // The file is still there, and removing it gives the room back.
+    assert_eq!(
+        stdout(&h.sh(&id, "rm /tmp/fill && echo removed").await?),
+        "removed\n"
+    );
+    assert_eq!(h.get(&id).await?.state, api::SandboxState::Running as i32);
+    h.stop().await
+}
+
+/// A cell that closes the kernel's shell socket ends within seconds, and the next cell gets a fresh kernel
+/// (before, the kernel was kept and the next cell failed; with iopub closed, a cell ran to its timeout).
+#[tokio::test]
+async fn closing_the_kernels_sockets_gives_the_next_cell_a_fresh_kernel() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let id = h.create_default().await?.sandbox_id;
+    for socket in ["shell_stream", "iopub_socket"] {
+        h.py(&id, "x = 1").await?;
+        let started = Instant::now();
+        let closing = h
+            .py(&id, &format!("get_ipython().kernel.{socket}.close()"))
+            .await?;
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "{socket}: {took:?}: {closing:?}"
+        );
+        ipython_result(&closing)?;
+        let next = h.py(&id, "print('x' in globals())").await?;
+        assert_eq!(cell_stdout(&next), "False\n", "{socket}: {next:?}");
+        assert_eq!(ipython_result(&next)?.status, api::IpythonStatus::Ok as i32);
+    }
+    let states = agent_states(&mut h, &id).await?;
+    let unreachable = states
+        .iter()
+        .filter(|a| a.message == "kernel restarted" && a.details["reason"] == "unreachable")
+        .count();
+    assert_eq!(unreachable, 2, "{states:?}");
     h.stop().await
 }

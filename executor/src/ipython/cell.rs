@@ -40,6 +40,10 @@ pub(crate) struct Signals<'a> {
 /// After the cell's `idle` status, how long its reply may still take: both are sent by the kernel's one
 /// thread, reply first, but on different sockets, so they may arrive in either order.
 const REPLY_AFTER_IDLE: Duration = Duration::from_secs(2);
+/// After the cell's reply, how long iopub may stay silent before the cell ends without its `idle` (user
+/// code closed the kernel's iopub socket). Counted from the last iopub message: output still flowing to
+/// a slow reader keeps the cell open.
+const IDLE_AFTER_REPLY: Duration = Duration::from_secs(2);
 
 async fn sleep_until_some(deadline: Option<Instant>) {
     match deadline {
@@ -62,11 +66,13 @@ pub(crate) async fn run(
     let msg_id = match kernel.wire.execute(code, false, None).await {
         Ok(msg_id) => msg_id,
         Err(e) => {
-            return Outcome::aborted(
+            let mut outcome = Outcome::aborted(
                 format!("cannot send the cell to the kernel: {e}"),
                 started.elapsed(),
-                Some(Replace::Unresponsive),
+                Some(Replace::Unreachable),
             );
+            outcome.unsent = true;
+            return outcome;
         }
     };
     let finished = CancellationToken::new();
@@ -175,16 +181,27 @@ async fn pump(
     let mut pumped = Pumped::default();
     // When `idle` came first: how long the reply (on another socket) may still take.
     let mut reply_by = None;
+    // The last iopub message and the reply's arrival: how long iopub has been silent since the reply.
+    let mut last_iopub = Instant::now();
+    let mut reply_at = Instant::now();
     while pumped.reply.is_none() || !pumped.idle {
         if pumped.idle && reply_by.is_none() {
             reply_by = Some(Instant::now() + REPLY_AFTER_IDLE);
         }
+        let idle_by = (pumped.reply.is_some() && !pumped.idle)
+            .then(|| last_iopub.max(reply_at) + IDLE_AFTER_REPLY);
         tokio::select! {
             // ipykernel went idle without answering: an interrupt that reached its message handler
-            // before or after the user's code ("KeyboardInterrupt caught in kernel"), or a handler that
-            // failed. The kernel is alive and idle.
+            // before or after the user's code ("KeyboardInterrupt caught in kernel"), a handler that
+            // failed, or a shell socket that user code closed. The kernel is alive and idle.
             () = sleep_until_some(reply_by) => {
                 pumped.unanswered = true;
+                break;
+            }
+            // Answered, and iopub went silent without the idle that always follows: user code closed
+            // the iopub socket. The reply is the result.
+            () = sleep_until_some(idle_by) => {
+                pumped.idle_missing = true;
                 break;
             }
             () = halt.cancelled() => {
@@ -199,13 +216,15 @@ async fn pump(
             message = wire.iopub.recv() => match message {
                 Some(message) if message.is_child_of(msg_id) => {
                     forward(message, code, &mut pumped, sink).await;
+                    last_iopub = Instant::now();
                 }
-                Some(_) => {}
+                Some(_) => last_iopub = Instant::now(),
                 None => break,
             },
             reply = wire.replies.recv() => match reply {
                 Some(reply) if reply.msg_type == "execute_reply" && reply.is_child_of(msg_id) => {
                     pumped.reply = Some(reply.content);
+                    reply_at = Instant::now();
                 }
                 Some(_) => {}
                 None => break,

@@ -190,6 +190,40 @@ impl Kernel {
         }
     }
 
+    /// Whether the kernel still answers on both of its sockets: a kernel_info_request gets its reply on
+    /// shell and its busy/idle status on iopub within `timeout`.
+    pub(crate) async fn answers(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        self.wire.discard_stale();
+        let msg_id = match tokio::time::timeout_at(deadline, self.wire.kernel_info()).await {
+            Ok(Ok(msg_id)) => msg_id,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the kernel's shell socket refuses requests");
+                return false;
+            }
+            Err(_) => return false,
+        };
+        let (mut replied, mut published) = (false, false);
+        while !(replied && published) {
+            tokio::select! {
+                reply = self.wire.replies.recv() => match reply {
+                    Some(reply) => replied |= reply.is_child_of(&msg_id),
+                    None => return false,
+                },
+                message = self.wire.iopub.recv() => match message {
+                    Some(message) => published |= message.is_child_of(&msg_id),
+                    None => return false,
+                },
+                _ = self.process.wait_exit() => return false,
+                () = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(replied, published, "the kernel did not answer on both sockets");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     /// Runs `code` silently (no execution count, no history, no pre/post_run_cell) and returns the
     /// execute_reply's content (user_expressions included).
     pub(crate) async fn run_silent(

@@ -170,12 +170,18 @@ impl DockerBackend {
                 hard: Some(spec.limits.nofile),
             }]),
             readonly_rootfs: Some(spec.read_only_rootfs),
-            // With a read-only root, /tmp is a tmpfs (its pages count in the memory limit) and HOME points
-            // there (IPython, matplotlib and pip write under HOME).
+            // With a read-only root, /tmp is a tmpfs and HOME points there (IPython, matplotlib and pip
+            // write under HOME). Its pages count in the memory limit and cannot be reclaimed, so it gets half
+            // of it: a command that fills /tmp gets ENOSPC while the executor and the kernel keep the other
+            // half. (As large as the limit, a full /tmp left no memory at all: the OOM killer took the
+            // executor and the container restarted, losing the kernel and /tmp.)
             tmpfs: spec.read_only_rootfs.then(|| {
                 HashMap::from([(
                     "/tmp".to_owned(),
-                    format!("rw,nosuid,nodev,mode=1777,size={}m", spec.limits.memory_mb),
+                    format!(
+                        "rw,nosuid,nodev,mode=1777,size={}m",
+                        (spec.limits.memory_mb / 2).max(1)
+                    ),
                 )])
             }),
             runtime: self.runtime.docker_name(),

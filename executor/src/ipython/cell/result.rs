@@ -20,6 +20,8 @@ pub(crate) enum Replace {
     Unresponsive,
     /// ResetKernel: it was killed; the reset starts the fresh one.
     Reset,
+    /// Its process runs, but its sockets stopped answering (user code closed them): it was killed.
+    Unreachable,
 }
 
 /// How a cell ended, and what the IPython side must do about the kernel.
@@ -28,6 +30,12 @@ pub(crate) struct Outcome {
     /// The cell ended with an exception and the kernel is alive: a candidate for rollback.
     pub(crate) raised: bool,
     pub(crate) replace: Option<Replace>,
+    /// The cell ended without its reply or without its `idle`: the kernel lives, but one of its sockets
+    /// may no longer answer. The IPython side asks it before the next cell is sent there.
+    pub(crate) check_kernel: bool,
+    /// The cell never reached the kernel (its shell socket refused it): nothing ran, so it may be sent
+    /// to a fresh kernel.
+    pub(crate) unsent: bool,
 }
 
 impl Outcome {
@@ -36,6 +44,8 @@ impl Outcome {
             result: IPythonResult::aborted(reason, duration),
             raised: false,
             replace,
+            check_kernel: false,
+            unsent: false,
         }
     }
 }
@@ -70,6 +80,9 @@ pub(super) struct Pumped {
     pub(super) error: Option<Value>,
     /// The kernel went idle and no reply came: it is alive, the cell has no result.
     pub(super) unanswered: bool,
+    /// The reply came and then iopub stayed silent, with no `idle`: the result is the reply's, and some
+    /// output may be missing.
+    pub(super) idle_missing: bool,
 }
 
 /// The `execution_count` of a kernel message's content.
@@ -96,7 +109,8 @@ pub(super) fn outcome(
     let lost = |reason: String| {
         Outcome::aborted(reason, duration, Some(Replace::Unresponsive)).with_count(&pumped)
     };
-    match control {
+    let check_kernel = pumped.unanswered || pumped.idle_missing;
+    let mut outcome = match control {
         Control::Done => match &pumped.reply {
             Some(reply) => from_reply(reply, &pumped, duration, None),
             None if pumped.unanswered => Outcome::aborted(
@@ -147,7 +161,9 @@ pub(super) fn outcome(
         Control::ShutDown => {
             Outcome::aborted(SHUTDOWN_REASON.to_owned(), duration, None).with_count(&pumped)
         }
-    }
+    };
+    outcome.check_kernel = check_kernel && outcome.replace.is_none();
+    outcome
 }
 
 impl Outcome {
@@ -215,6 +231,8 @@ fn from_reply(
         },
         raised,
         replace: None,
+        check_kernel: false,
+        unsent: false,
     }
 }
 
@@ -324,14 +342,30 @@ mod tests {
         let handler_failed = end(Control::Done, true);
         assert_eq!(handler_failed.result.status, IPythonStatus::Aborted);
         assert_eq!(handler_failed.replace, None);
+        // Either way its sockets are asked before the next cell (user code may have closed one).
+        assert!(swallowed.check_kernel && handler_failed.check_kernel);
         // No idle and no reply: the wire is gone, the kernel is replaced.
         assert_eq!(
             end(Control::Interrupted(Stop::Cancelled), false).replace,
             Some(Replace::Unresponsive)
         );
-        assert_eq!(
-            end(Control::Done, false).replace,
-            Some(Replace::Unresponsive)
-        );
+        let silent = end(Control::Done, false);
+        assert_eq!(silent.replace, Some(Replace::Unresponsive));
+        assert!(!silent.check_kernel, "replaced anyway");
+    }
+
+    #[test]
+    fn a_reply_without_idle_is_the_result_and_the_kernel_is_asked() {
+        let pumped = Pumped {
+            reply: Some(json!({"status": "ok", "execution_count": 4})),
+            idle_missing: true,
+            ..pumped()
+        };
+        let d = Duration::from_secs(1);
+        let end = outcome(Control::Done, pumped, d, d, d, None);
+        assert_eq!(end.result.status, IPythonStatus::Ok);
+        assert_eq!(end.result.execution_count, 4);
+        assert_eq!(end.replace, None);
+        assert!(end.check_kernel);
     }
 }

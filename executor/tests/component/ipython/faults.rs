@@ -258,3 +258,49 @@ async fn a_failed_cell_loses_only_the_names_it_created() {
     assert_eq!(syntax.result().error_name, "SyntaxError");
     assert_eq!(run_cell(&mut client, "a, c").await.ok().value(), "(2, 1)");
 }
+
+/// User code may close the kernel's sockets: the shell socket (no reply comes, only idle) or iopub (the
+/// reply comes, no idle). The cell ends within seconds, not at its timeout, the kernel that no longer
+/// answers on both sockets is replaced right away, and the next cell runs on the fresh kernel.
+#[tokio::test]
+async fn a_kernel_whose_sockets_were_closed_is_replaced_before_the_next_cell() {
+    let executor = start_ipython().await;
+    let mut client = executor.client().await;
+    for (socket, code) in [
+        ("shell", "get_ipython().kernel.shell_stream.close()"),
+        ("iopub", "get_ipython().kernel.iopub_socket.close()"),
+    ] {
+        run_cell(&mut client, "before = 1").await.ok();
+        let started = std::time::Instant::now();
+        let closing = run_cell(&mut client, code).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{socket}: the cell took {:?}",
+            started.elapsed()
+        );
+        let details = restarted(&closing, "unreachable");
+        assert_eq!(details["while"], "running a cell", "{socket}");
+        let next = run_cell(&mut client, "'before' in globals()").await.ok();
+        assert_eq!(next.value(), "False", "{socket}: a fresh kernel");
+        assert!(next.agent_states().is_empty(), "{socket}: {next:?}");
+    }
+}
+
+/// A shell socket closed after its cell ended (a timer in the kernel): the next cell cannot be sent there,
+/// so it goes to a fresh kernel instead of failing.
+#[tokio::test]
+async fn a_cell_the_kernel_cannot_take_goes_to_a_fresh_kernel() {
+    let executor = start_ipython().await;
+    let mut client = executor.client().await;
+    run_cell(
+        &mut client,
+        "before = 1\nk = get_ipython().kernel\nk.io_loop.call_later(0.5, k.shell_stream.close)",
+    )
+    .await
+    .ok();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let next = run_cell(&mut client, "'before' in globals()").await.ok();
+    assert_eq!(next.value(), "False", "a fresh kernel: {next:?}");
+    let details = restarted(&next, "unreachable");
+    assert_eq!(details["while"], "sending a cell");
+}
