@@ -569,50 +569,52 @@ async fn main() -> anyhow::Result<()> {
     h.stop().await
 }
 
-/// `true` in a running sandbox through Execute: the shell round trip.
-async fn shell_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyhow::Result<Figure> {
+/// `action` in a running sandbox through Execute, to its end, checked by `check`: a round trip.
+async fn round_trip(
+    h: &Harness,
+    id: &str,
+    n: usize,
+    name: &str,
+    action: api::Action,
+    check: fn(&[api::Observation]) -> anyhow::Result<()>,
+) -> anyhow::Result<Figure> {
     measure(name, n, 10, Duration::from_secs(180), || {
         let mut actions = h.actions.clone();
         let id = id.to_owned();
+        let action = action.clone();
         async move {
             let t = Instant::now();
             let s = actions
                 .execute(api::ExecuteRequest {
                     sandbox_id: id,
-                    action: Some(shell_action(cmd("true"))),
+                    action: Some(action),
                     action_id: String::new(),
                 })
                 .await?
                 .into_inner();
             let obs = collect(s, Duration::from_secs(60)).await?;
             let elapsed = t.elapsed();
-            anyhow::ensure!(cmd_end(&obs)?.exit_code == 0);
+            check(&obs)?;
             Ok(elapsed)
         }
     })
     .await
 }
 
-/// A `1+1` cell through Execute: the IPython round trip.
+/// `true` in a running sandbox: the shell round trip.
+async fn shell_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyhow::Result<Figure> {
+    round_trip(h, id, n, name, shell_action(cmd("true")), |obs| {
+        anyhow::ensure!(cmd_end(obs)?.exit_code == 0);
+        Ok(())
+    })
+    .await
+}
+
+/// A `1+1` cell: the IPython round trip.
 async fn ipython_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyhow::Result<Figure> {
-    measure(name, n, 10, Duration::from_secs(180), || {
-        let mut actions = h.actions.clone();
-        let id = id.to_owned();
-        async move {
-            let t = Instant::now();
-            let s = actions
-                .execute(api::ExecuteRequest {
-                    sandbox_id: id,
-                    action: Some(cell("1+1")),
-                    action_id: String::new(),
-                })
-                .await?
-                .into_inner();
-            let obs = collect(s, Duration::from_secs(60)).await?;
-            let elapsed = t.elapsed();
-            anyhow::ensure!(cell_value(&obs).as_deref() == Some("2"), "{obs:?}");
-            Ok(elapsed)
-        }
+    round_trip(h, id, n, name, cell("1+1"), |obs| {
+        anyhow::ensure!(cell_value(obs).as_deref() == Some("2"), "{obs:?}");
+        Ok(())
     })
     .await
 }

@@ -16,15 +16,6 @@ async fn next(resp: &mut tonic::Streaming<api::ConnectResponse>) -> anyhow::Resu
 }
 
 /// Reads `n` observations from StreamObservations after `after_seq`.
-async fn read_n(
-    h: &mut Harness,
-    sandbox: &str,
-    after_seq: u64,
-    n: usize,
-) -> anyhow::Result<Vec<api::Observation>> {
-    h.read_log(sandbox, after_seq, n).await
-}
-
 #[tokio::test]
 async fn replay_after_seq_returns_exactly_the_missed_observations_then_live_ones()
 -> anyhow::Result<()> {
@@ -37,14 +28,14 @@ async fn replay_after_seq_returns_exactly_the_missed_observations_then_live_ones
     let last = *all.last().unwrap();
 
     // Everything from the start: the sandbox-ready event, then both actions, contiguous.
-    let everything = read_n(&mut h, &id, 0, last as usize).await?;
+    let everything = h.read_log(&id, 0, last as usize).await?;
     let seqs: Vec<u64> = everything.iter().map(|o| o.seq).collect();
     assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "contiguous from 1");
     assert!(matches!(everything[0].kind, Some(Kind::AgentState(_))));
 
     // After the first action's end: exactly the second action's observations.
     let k = first.last().unwrap().seq;
-    let missed = read_n(&mut h, &id, k, second.len()).await?;
+    let missed = h.read_log(&id, k, second.len()).await?;
     assert_eq!(missed, second, "replay after {k}");
 
     // Then live: a follower that caught up receives the next action's observations as they happen.

@@ -16,6 +16,9 @@ use crate::observations::ObservationLog;
 use crate::store::Store;
 use crate::store::actions::StoredAction;
 
+/// How long an ending sandbox waits for its action pumps to write their terminal observations.
+const PUMP_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Finished action ids remembered for duplicate detection, per sandbox.
 const REMEMBERED_FINISHED: usize = 10_000;
 
@@ -182,6 +185,24 @@ impl SandboxHandle {
         self.persist();
         if to.is_final() {
             self.log.close();
+        }
+    }
+
+    /// Tells every task of the sandbox (its action pumps, its health watch) to stop: each pump writes its
+    /// LOST terminal. No new task starts after this.
+    pub(crate) fn stop_tasks(&self) {
+        self.cancel.cancel();
+        self.tasks.close();
+    }
+
+    /// Waits (bounded) until the tasks told to stop by [`SandboxHandle::stop_tasks`] have, so their
+    /// terminal observations are in the log before it closes.
+    pub(crate) async fn tasks_stopped(&self) {
+        if tokio::time::timeout(PUMP_DRAIN, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(sandbox_id = %self.id, "action pumps did not finish in time");
         }
     }
 

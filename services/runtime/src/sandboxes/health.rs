@@ -20,8 +20,6 @@ use crate::config::RuntimeConfig;
 const FAILURES_BEFORE_UNHEALTHY: u32 = 2;
 /// Upper bound of one health check.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long the end of a vanished sandbox waits for its action pumps to write their terminals.
-const PUMP_DRAIN: Duration = Duration::from_secs(10);
 
 /// Starts watching `h`, in a task the sandbox owns (it ends when the sandbox is deleted).
 pub(super) fn spawn(
@@ -105,18 +103,12 @@ async fn end_gone(h: &Arc<SandboxHandle>, backend: Arc<dyn SandboxBackend>, reas
         return;
     }
     tracing::warn!(%reason, "sandbox gone");
-    h.cancel.cancel();
-    h.tasks.close();
+    h.stop_tasks();
     // This watch is one of the tasks: the rest waits for them from outside.
     let h = Arc::clone(h);
     tokio::spawn(async move {
         let _lifecycle = lifecycle;
-        if tokio::time::timeout(PUMP_DRAIN, h.tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("action pumps did not finish in time");
-        }
+        h.tasks_stopped().await;
         if let Err(e) = backend.delete(h.id).await {
             tracing::warn!(error = %e.chain(), "could not remove the leftovers of a vanished sandbox");
         }

@@ -3,7 +3,6 @@
 //! never leaves a half-made container, nor an action without its terminal observation.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use mentis_core::{
     BackendSpec, Error, Result, Sandbox, SandboxBackend, SandboxId, SandboxRequest, SandboxState,
@@ -22,9 +21,6 @@ use super::spaces::Spaces;
 use crate::config::RuntimeConfig;
 use crate::observations::ObservationLog;
 use crate::store::Store;
-
-/// How long a delete waits for the action pumps to write their terminal observations.
-const PUMP_DRAIN: Duration = Duration::from_secs(10);
 
 /// Brings sandboxes up and takes them down.
 pub struct Provisioner {
@@ -303,14 +299,8 @@ impl Provisioner {
                             h.enter(SandboxState::Terminating, reason)?;
                         }
                     }
-                    h.cancel.cancel();
-                    h.tasks.close();
-                    if tokio::time::timeout(PUMP_DRAIN, h.tasks.wait())
-                        .await
-                        .is_err()
-                    {
-                        tracing::warn!("action pumps did not finish in time");
-                    }
+                    h.stop_tasks();
+                    h.tasks_stopped().await;
                     this.backend.delete(id).await?;
                     h.enter(SandboxState::Terminated, reason)?;
                     this.registry.forget_old_ended();

@@ -92,7 +92,7 @@ impl Restore<'_> {
             .await;
         // Ended records past their retention go now, and journals no record speaks of.
         self.registry.forget_old_ended();
-        self.remove_stray_journals(&known);
+        self.remove_stray_journals();
         for (id, state) in found {
             if !known.contains(&id) {
                 tracing::info!(sandbox_id = %id, ?state, "removing a sandbox with no record");
@@ -104,9 +104,9 @@ impl Restore<'_> {
         Ok(())
     }
 
-    /// Removes the journal folders of sandboxes the store does not know (a crash between forgetting a
+    /// Removes the journal folders of sandboxes the registry does not hold (a crash between forgetting a
     /// sandbox and removing its journal).
-    fn remove_stray_journals(&self, known: &HashSet<SandboxId>) {
+    fn remove_stray_journals(&self) {
         let Ok(entries) = std::fs::read_dir(self.config.data_dir.join("logs")) else {
             return;
         };
@@ -115,7 +115,7 @@ impl Restore<'_> {
             let known = name
                 .to_str()
                 .and_then(|n| SandboxId::parse(n).ok())
-                .is_some_and(|id| known.contains(&id) && self.registry.find(id).is_some());
+                .is_some_and(|id| self.registry.find(id).is_some());
             if !known && let Err(e) = std::fs::remove_dir_all(entry.path()) {
                 tracing::warn!(path = %entry.path().display(), error = %e, "could not remove a stray journal");
             }

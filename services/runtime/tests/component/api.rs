@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use mentis_proto::api::{self, SandboxState};
 
 use crate::support::*;
@@ -139,17 +138,9 @@ async fn a_reader_that_stops_reading_is_cut_off_after_the_stall_time() {
     assert_eq!(cmd_end(&obs).exit_code, 0);
     tokio::time::sleep(Duration::from_secs(30)).await;
     let _busy = Busy::hold();
-    let mut cut = None;
-    while let Some(item) = tokio::time::timeout(PATIENCE, stalled.next())
+    let status = end_status(&mut stalled)
         .await
-        .unwrap()
-    {
-        if let Err(status) = item {
-            cut = Some(status);
-            break;
-        }
-    }
-    let status = cut.expect("the stalled reader was cut off");
+        .expect("the stalled reader was cut off");
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
     assert_eq!(stdout(&rt.sh(&id, "echo fine").await.unwrap()), "fine\n");
 }

@@ -57,17 +57,9 @@ async fn a_drain_says_not_serving_ends_streams_with_unavailable_and_leaves_sandb
         ServingStatus::NotServing as i32
     );
     // Open streams end with UNAVAILABLE and how to resume, not with OK.
-    let mut end = None;
-    while let Some(item) = tokio::time::timeout(PATIENCE, follower.next())
+    let status = end_status(&mut follower)
         .await
-        .unwrap()
-    {
-        if let Err(status) = item {
-            end = Some(status);
-            break;
-        }
-    }
-    let status = end.expect("the follower's stream ends with a status");
+        .expect("the follower's stream ends with a status, not OK");
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(status.message().contains("resume"), "{status:?}");
     let obs = tokio::time::timeout(PATIENCE, running.end()).await.unwrap();

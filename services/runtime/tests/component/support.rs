@@ -379,6 +379,19 @@ impl Running {
     }
 }
 
+/// The status a stream ends with, reading past its messages; `None` when it ends without one (OK).
+pub async fn end_status<T>(stream: &mut tonic::Streaming<T>) -> Option<tonic::Status> {
+    while let Some(item) = tokio::time::timeout(PATIENCE, stream.next())
+        .await
+        .expect("the stream moves within PATIENCE")
+    {
+        if let Err(status) = item {
+            return Some(status);
+        }
+    }
+    None
+}
+
 /// A shell action.
 pub fn shell(command: &str) -> api::Action {
     api::Action {
