@@ -437,6 +437,23 @@ mod tests {
     }
 
     #[test]
+    fn the_journal_is_on_unless_turned_off() {
+        assert!(cfg(&[]).expect("defaults").log_journal);
+        assert!(
+            cfg(&[("MENTIS_LOG_JOURNAL", "on")])
+                .expect("on")
+                .log_journal
+        );
+        assert!(
+            !cfg(&[("MENTIS_LOG_JOURNAL", "off")])
+                .expect("off")
+                .log_journal
+        );
+        let e = cfg(&[("MENTIS_LOG_JOURNAL", "maybe")]).expect_err("refused");
+        assert_eq!(e.var, "MENTIS_LOG_JOURNAL");
+    }
+
+    #[test]
     fn data_mounts_parse_and_are_checked() {
         let c = cfg(&[(
             "MENTIS_DATA_MOUNTS",
