@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::events::{Event, EventSink};
+use crate::events::{Hold, Outbox, Outboxes};
 use crate::ipython::{CellSpec, IPython};
 use crate::reclaim::Processes;
 use crate::registry::Registry;
@@ -38,6 +38,8 @@ pub(crate) struct Actions {
     ipython: IPython,
     /// What the executor started, for reclaiming the pids limit.
     processes: Arc<Processes>,
+    /// Every action's events until they are handed over.
+    outboxes: Outboxes,
 }
 
 impl Actions {
@@ -60,22 +62,38 @@ impl Actions {
             workspace: Arc::from(config.workspace.as_path()),
             ipython,
             processes,
+            outboxes: Outboxes::default(),
         }
     }
 
-    /// Starts an action; its events arrive on the returned channel, the terminal one last.
+    /// Starts an action; its events go to the returned outbox, the terminal one last, and stay there as
+    /// `hold` says.
     pub(crate) fn start(
         &self,
         action_id: String,
         spec: ActionSpec,
-    ) -> Result<mpsc::Receiver<Event>, Error> {
+        hold: Hold,
+    ) -> Result<Arc<Outbox>, Error> {
         if self.shutdown.is_cancelled() {
             return Err(Error::ShuttingDown);
         }
         match spec {
-            ActionSpec::Shell(spec) => self.start_shell(action_id, spec),
-            ActionSpec::IPython(spec) => self.ipython.submit(action_id, spec, &self.registry),
+            ActionSpec::Shell(spec) => self.start_shell(action_id, spec, hold),
+            ActionSpec::IPython(spec) => {
+                self.ipython
+                    .submit(action_id, spec, &self.registry, &self.outboxes, hold)
+            }
         }
+    }
+
+    /// The outbox of an action started earlier (running, or ended with events not yet acknowledged).
+    pub(crate) fn outbox(&self, action_id: &str) -> Result<Arc<Outbox>, Error> {
+        self.outboxes.get(action_id)
+    }
+
+    /// Forgets an action's outbox once everything in it was handed over.
+    pub(crate) fn release_if_done(&self, action_id: &str, outbox: &Arc<Outbox>) {
+        self.outboxes.release_if_done(action_id, outbox);
     }
 
     /// Replaces the kernel with a fresh one (ResetKernel).
@@ -101,7 +119,8 @@ impl Actions {
         &self,
         action_id: String,
         spec: ShellSpec,
-    ) -> Result<mpsc::Receiver<Event>, Error> {
+        hold: Hold,
+    ) -> Result<Arc<Outbox>, Error> {
         let cancel = self.shutdown.child_token();
         let (stdin_tx, stdin_rx) = if spec.action.keep_stdin_open {
             let (tx, rx) = mpsc::channel(STDIN_QUEUE);
@@ -112,7 +131,7 @@ impl Actions {
         let registration = self
             .registry
             .register(&action_id, cancel.clone(), stdin_tx)?;
-        let (sink, events) = EventSink::channel();
+        let (sink, outbox) = self.outboxes.open(&action_id, hold)?;
         let ctx = ShellContext {
             workspace: Arc::clone(&self.workspace),
             cancel,
@@ -124,7 +143,7 @@ impl Actions {
         let span = tracing::info_span!("shell_action", action_id = %action_id);
         self.tracker
             .spawn(shell::run(spec, ctx, sink, registration).instrument(span));
-        Ok(events)
+        Ok(outbox)
     }
 
     /// Kills a running shell action (its stream then ends with CANCELLED), interrupts a running cell or

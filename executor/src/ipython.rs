@@ -19,14 +19,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mentis_model::{IPythonAction, IPythonResult, ObservationKind};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::events::{Event, EventSink};
+use crate::events::{EventSink, Hold, Outbox, Outboxes};
 use crate::reclaim::Processes;
 use crate::registry::{Registration, Registry};
 use cell::{Outcome, Replace, SHUTDOWN_REASON, Signals};
@@ -129,7 +128,9 @@ impl IPython {
         action_id: String,
         spec: CellSpec,
         registry: &Arc<Registry>,
-    ) -> Result<mpsc::Receiver<Event>, Error> {
+        outboxes: &Outboxes,
+        hold: Hold,
+    ) -> Result<Arc<Outbox>, Error> {
         let shared = &self.0;
         let cancel = shared.shutdown.child_token();
         let registration = registry.register_cell(&action_id, cancel.clone())?;
@@ -138,14 +139,14 @@ impl IPython {
             .line
             .enqueue(Place::Back, true)
             .map_err(|full| Error::QueueFull { limit: full.limit })?;
-        let (sink, events) = EventSink::channel();
+        let (sink, outbox) = outboxes.open(&action_id, hold)?;
         let span = tracing::info_span!("ipython_cell", action_id = %action_id);
         shared.tracker.spawn(
             Arc::clone(shared)
                 .cell(ticket, spec, cancel, sink, registration)
                 .instrument(span),
         );
-        Ok(events)
+        Ok(outbox)
     }
 }
 

@@ -12,17 +12,16 @@ use mentis_proto::executor::executor_service_server::{
 };
 use mentis_proto::executor::workspace_service_server::WorkspaceServiceServer;
 use mentis_proto::executor::{
-    CancelRequest, CancelResponse, InspectVariablesRequest, InspectVariablesResponse,
-    ResetKernelRequest, ResetKernelResponse, RunRequest, RunResponse, WriteStdinRequest,
-    WriteStdinResponse,
+    AttachRequest, AttachResponse, CancelRequest, CancelResponse, InspectVariablesRequest,
+    InspectVariablesResponse, ResetKernelRequest, ResetKernelResponse, RunRequest, RunResponse,
+    WriteStdinRequest, WriteStdinResponse, attach_request,
 };
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 use tonic_health::ServingStatus;
 
 use crate::actions::Actions;
@@ -30,6 +29,7 @@ use crate::auth::BearerAuth;
 use crate::config::Config;
 use crate::convert;
 use crate::error::Error;
+use crate::events::Hold;
 use crate::files::Workspace;
 use crate::files::service::WorkspaceApi;
 
@@ -121,16 +121,92 @@ struct ExecutorApi {
 }
 
 type RunStream = Pin<Box<dyn Stream<Item = Result<RunResponse, Status>> + Send + 'static>>;
+type AttachStream = Pin<Box<dyn Stream<Item = Result<AttachResponse, Status>> + Send + 'static>>;
+
+/// How long a held action's output waits for a control plane that went away before its oldest events are
+/// dropped (ARCHITECTURE.md, "Durability and restart").
+const HOLD_WAIT: Duration = Duration::from_secs(600);
+
+impl ExecutorApi {
+    /// The events of `outbox` after the reader's cursor, as they come; the outbox is forgotten once done.
+    fn events(
+        &self,
+        action_id: String,
+        reader: crate::events::Reader,
+    ) -> impl Stream<Item = RunResponse> + Send + 'static {
+        let actions = Arc::clone(&self.actions);
+        futures::stream::unfold(Some((reader, actions, action_id)), |state| async move {
+            let (mut reader, actions, id) = state?;
+            match reader.next().await {
+                Some(event) => Some((convert::run_response(event), Some((reader, actions, id)))),
+                None => {
+                    actions.release_if_done(&id, reader.outbox());
+                    None
+                }
+            }
+        })
+    }
+}
 
 #[tonic::async_trait]
 impl ExecutorService for ExecutorApi {
     type RunStream = RunStream;
+    type AttachStream = AttachStream;
 
     async fn run(&self, request: Request<RunRequest>) -> Result<Response<RunStream>, Status> {
         let (action_id, spec) = convert::run_request(request.into_inner())?;
-        let events = self.actions.start(action_id, spec)?;
+        let outbox = self.actions.start(action_id.clone(), spec, Hold::Read)?;
         // The events are domain types up to here: each becomes its proto as it leaves.
-        let responses = ReceiverStream::new(events).map(|event| Ok(convert::run_response(event)));
+        let responses = self.events(action_id, outbox.attach(0)).map(Ok);
+        Ok(Response::new(Box::pin(responses)))
+    }
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<AttachRequest>>,
+    ) -> Result<Response<AttachStream>, Status> {
+        let mut requests = request.into_inner();
+        let first = requests
+            .message()
+            .await?
+            .and_then(|r| r.kind)
+            .ok_or_else(|| {
+                Status::invalid_argument("the first AttachRequest must be start or resume")
+            })?;
+        let (action_id, outbox, after) = match first {
+            attach_request::Kind::Start(run) => {
+                let (action_id, spec) = convert::run_request(run)?;
+                let hold = Hold::Acked { wait: HOLD_WAIT };
+                let outbox = self.actions.start(action_id.clone(), spec, hold)?;
+                (action_id, outbox, 0)
+            }
+            attach_request::Kind::Resume(resume) => {
+                let action_id = convert::action_id_arg(resume.action_id)?;
+                let outbox = self.actions.outbox(&action_id)?;
+                (action_id, outbox, resume.after_index)
+            }
+            attach_request::Kind::Ack(_) => {
+                return Err(Status::invalid_argument(
+                    "the first AttachRequest must be start or resume, not ack",
+                ));
+            }
+        };
+        // The reader's acknowledgements, as they come; a broken request stream only stops them.
+        let reader = outbox.attach(after);
+        let acks = Arc::clone(&outbox);
+        let actions = Arc::clone(&self.actions);
+        let id = action_id.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(request)) = requests.message().await {
+                if let Some(attach_request::Kind::Ack(index)) = request.kind {
+                    acks.ack(index);
+                    actions.release_if_done(&id, &acks);
+                }
+            }
+        });
+        let responses = self
+            .events(action_id, reader)
+            .map(|event| Ok(AttachResponse { event: Some(event) }));
         Ok(Response::new(Box::pin(responses)))
     }
 
