@@ -7,10 +7,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use mentis_core::{Action, ActionId, Endpoint, Error, VariableSummary};
 use mentis_proto::executor::{
-    CancelRequest, InspectVariablesRequest, ResetKernelRequest, RunRequest, RunResponse,
-    WriteStdinRequest, executor_service_client::ExecutorServiceClient,
+    AttachRequest, AttachResponse, CancelRequest, InspectVariablesRequest, ResetKernelRequest,
+    Resume, RunRequest, RunResponse, WriteStdinRequest, attach_request,
+    executor_service_client::ExecutorServiceClient,
     workspace_service_client::WorkspaceServiceClient,
 };
+use tokio::sync::mpsc;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -29,6 +31,22 @@ impl tonic::service::Interceptor for BearerToken {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         req.metadata_mut().insert("authorization", self.0.clone());
         Ok(req)
+    }
+}
+
+/// An action's events from the executor, which holds each one until it is acknowledged.
+pub struct Attached {
+    pub events: tonic::Streaming<AttachResponse>,
+    acks: mpsc::UnboundedSender<AttachRequest>,
+}
+
+impl Attached {
+    /// Tells the executor that every event up to `index` is safe with us (journaled): it may drop them.
+    pub fn ack(&self, index: u64) {
+        // A closed stream takes no acks; the next attach says where we are.
+        let _ = self.acks.send(AttachRequest {
+            kind: Some(attach_request::Kind::Ack(index)),
+        });
     }
 }
 
@@ -156,6 +174,50 @@ impl ExecutorClient {
         self.timed(rpc.run(req))
             .await
             .map(tonic::Response::into_inner)
+    }
+
+    /// Starts an action whose events the executor holds until acknowledged.
+    pub async fn attach_new(
+        &self,
+        action_id: &ActionId,
+        action: &Action,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Attached, Error> {
+        self.attach(attach_request::Kind::Start(RunRequest {
+            action_id: action_id.to_string(),
+            action: Some(action_to_proto(action)),
+            env: env.clone().into_iter().collect(),
+        }))
+        .await
+    }
+
+    /// Attaches again to an action the executor holds, after the event `after_index` (NotFound when it
+    /// holds none such: the action never ran there, or the executor restarted).
+    pub async fn attach_again(
+        &self,
+        action_id: &ActionId,
+        after_index: u64,
+    ) -> Result<Attached, Error> {
+        self.attach(attach_request::Kind::Resume(Resume {
+            action_id: action_id.to_string(),
+            after_index,
+        }))
+        .await
+    }
+
+    async fn attach(&self, first: attach_request::Kind) -> Result<Attached, Error> {
+        let (acks, requests) = mpsc::unbounded_channel();
+        let _ = acks.send(AttachRequest { kind: Some(first) });
+        let mut rpc = self.rpc.clone();
+        let events = self
+            .timed(
+                rpc.attach(futures::stream::unfold(requests, |mut rx| async move {
+                    rx.recv().await.map(|request| (request, rx))
+                })),
+            )
+            .await?
+            .into_inner();
+        Ok(Attached { events, acks })
     }
 
     /// Asks the executor to cancel an action.

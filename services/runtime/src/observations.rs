@@ -6,7 +6,7 @@
 
 mod journal;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +30,15 @@ impl Default for LogLimits {
             max_bytes: 64 * 1024 * 1024,
         }
     }
+}
+
+/// Where an observation came from: the event of an action, numbered by the executor (1, 2, 3...). A log
+/// knows the newest index it holds of every running action, so after a restart the runtime attaches to the
+/// executor again right after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub action: ActionId,
+    pub index: u64,
 }
 
 /// What a reader gets next.
@@ -84,6 +93,21 @@ struct Inner {
     closed: bool,
     /// Where a durable log writes; `None` for a log kept in memory only.
     journal: Option<Journal>,
+    progress: Progress,
+}
+
+/// The newest event index held of each action that has not ended.
+#[derive(Debug, Default)]
+struct Progress(HashMap<ActionId, u64>);
+
+impl Progress {
+    fn note(&mut self, origin: &Origin, o: &Observation) {
+        if o.kind.is_terminal() && o.action_id.as_ref() == Some(&origin.action) {
+            self.0.remove(&origin.action);
+        } else {
+            self.0.insert(origin.action.clone(), origin.index);
+        }
+    }
 }
 
 /// One sandbox's log.
@@ -145,10 +169,10 @@ impl ObservationLog {
                 // the newest run is kept (readers asking for older seqs get a gap).
                 let run = observations
                     .windows(2)
-                    .rposition(|w| w[1].seq != w[0].seq + 1)
+                    .rposition(|w| w[1].0.seq != w[0].0.seq + 1)
                     .map_or(0, |i| i + 1);
                 observations.drain(..run);
-                let last = observations.last().map_or(0, |o| o.seq);
+                let last = observations.last().map_or(0, |(o, _)| o.seq);
                 if last < fallback_last_seq {
                     // The store saw later seqs than the journal holds (a write to it failed): start afresh
                     // after what the store saw, so no seq is handed out twice.
@@ -162,9 +186,21 @@ impl ObservationLog {
                     log.newest.send_replace(fallback_last_seq);
                     return log;
                 }
-                let entries = observations.into_iter().map(Arc::new).collect();
+                let mut progress = Progress::default();
+                let entries = observations
+                    .into_iter()
+                    .map(|(o, origin)| {
+                        if let Some(origin) = origin {
+                            progress.note(&origin, &o);
+                        }
+                        Arc::new(o)
+                    })
+                    .collect();
                 let log = Self::with(sandbox_id, limits, last, entries, Some(journal));
-                log.lock().trim(&limits);
+                let mut inner = log.lock();
+                inner.progress = progress;
+                inner.trim(&limits);
+                drop(inner);
                 log
             }
             Ok(None) => Self::starting_after(sandbox_id, limits, fallback_last_seq),
@@ -194,6 +230,7 @@ impl ObservationLog {
                 next_seq: last_seq + 1,
                 closed: false,
                 journal,
+                progress: Progress::default(),
             }),
             newest: watch::channel(last_seq).0,
         })
@@ -233,6 +270,17 @@ impl ObservationLog {
 
     /// Appends an observation and returns its seq; `None` once the log is closed.
     pub fn append(&self, action_id: Option<ActionId>, kind: ObservationKind) -> Option<u64> {
+        self.append_from(action_id, kind, None)
+    }
+
+    /// Appends an observation that came from an executor's event (`origin`) and returns its seq; `None`
+    /// once the log is closed.
+    pub fn append_from(
+        &self,
+        action_id: Option<ActionId>,
+        kind: ObservationKind,
+        origin: Option<&Origin>,
+    ) -> Option<u64> {
         let size = kind.approx_bytes();
         let seq = {
             let mut inner = self.lock();
@@ -250,10 +298,13 @@ impl ObservationLog {
             });
             // Written before any reader can see it (the seq is published below).
             if let Some(j) = inner.journal.as_mut()
-                && let Err(e) = j.append(&o)
+                && let Err(e) = j.append(&o, origin)
             {
                 tracing::error!(sandbox_id = %self.sandbox_id, seq, error = %e,
                     "could not write an observation to the journal: it is kept in memory only");
+            }
+            if let Some(origin) = origin {
+                inner.progress.note(origin, &o);
             }
             inner.entries.push_back(o);
             inner.bytes += size;
@@ -262,6 +313,11 @@ impl ObservationLog {
         };
         self.newest.send_replace(seq);
         Some(seq)
+    }
+
+    /// The newest event index of `action` the log holds (0 when none, or when the action ended).
+    pub fn progress(&self, action: &ActionId) -> u64 {
+        self.lock().progress.0.get(action).copied().unwrap_or(0)
     }
 
     /// Whether the log (what it still holds in memory) has the terminal observation of `action` after

@@ -1,5 +1,7 @@
 //! The on-disk half of a sandbox's observation log: append-only segment files in the sandbox's own folder,
-//! each record `[length u32 LE][FNV-1a checksum u32 LE][mentis.v1.Observation]`. An observation is written
+//! each record `[length u32 LE][FNV-1a checksum u32 LE][mentis.v1.Observation + origin]`, where the origin
+//! (the executor's action and event index, for events of an action) is two more protobuf fields, 2046 and
+//! 2047, reserved in `Observation` for this: a reader of the observation skips them. An observation is written
 //! (to the kernel's page cache) before the log hands it to any reader, so a crash of the runtime process loses
 //! nothing a client saw; `sync` (every second, and on close) makes it survive a power loss too. A torn record
 //! at the end (a crash in the middle of a write) is cut off when the journal is opened again. Whole segments
@@ -14,7 +16,17 @@ use std::path::{Path, PathBuf};
 use mentis_core::Observation;
 use prost::Message;
 
+use super::Origin;
 use crate::convert::{observation_from_proto, observation_to_proto};
+
+/// The origin fields of a record, read on their own (every other field is skipped).
+#[derive(Clone, PartialEq, prost::Message)]
+struct OriginFields {
+    #[prost(string, tag = "2046")]
+    action: String,
+    #[prost(uint64, tag = "2047")]
+    index: u64,
+}
 
 /// A segment is closed and a new one started beyond this size.
 const SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
@@ -70,8 +82,10 @@ impl Journal {
         })
     }
 
-    /// The journal in `dir` and every observation it holds, oldest first; `None` when there is none.
-    pub fn open(dir: &Path) -> io::Result<Option<(Self, Vec<Observation>)>> {
+    /// The journal in `dir` and every observation it holds (with its origin), oldest first; `None` when there
+    /// is none.
+    #[allow(clippy::type_complexity)]
+    pub fn open(dir: &Path) -> io::Result<Option<(Self, Vec<(Observation, Option<Origin>)>)>> {
         if !dir.is_dir() {
             return Ok(None);
         }
@@ -121,9 +135,17 @@ impl Journal {
         )))
     }
 
-    /// Writes one observation at the end.
-    pub fn append(&mut self, o: &Observation) -> io::Result<()> {
-        let body = observation_to_proto(o).encode_to_vec();
+    /// Writes one observation (and where it came from) at the end.
+    pub fn append(&mut self, o: &Observation, origin: Option<&Origin>) -> io::Result<()> {
+        let mut body = observation_to_proto(o).encode_to_vec();
+        if let Some(origin) = origin {
+            OriginFields {
+                action: origin.action.to_string(),
+                index: origin.index,
+            }
+            .encode(&mut body)
+            .map_err(io::Error::other)?;
+        }
         let len = u32::try_from(body.len())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "observation too large"))?;
         if self.current.is_none() || self.current_bytes >= SEGMENT_BYTES {
@@ -204,7 +226,8 @@ impl Journal {
 }
 
 /// The whole records of one segment file and the length they span.
-fn read_segment(path: &Path) -> io::Result<(Vec<Observation>, u64)> {
+#[allow(clippy::type_complexity)]
+fn read_segment(path: &Path) -> io::Result<(Vec<(Observation, Option<Origin>)>, u64)> {
     let mut reader = BufReader::new(File::open(path)?);
     let mut records = Vec::new();
     let mut good = 0u64;
@@ -235,7 +258,16 @@ fn read_segment(path: &Path) -> io::Result<(Vec<Observation>, u64)> {
         let Ok(o) = observation_from_proto(proto) else {
             break;
         };
-        records.push(o);
+        let origin = OriginFields::decode(body.as_slice())
+            .ok()
+            .filter(|f| f.index > 0)
+            .and_then(|f| {
+                Some(Origin {
+                    action: mentis_core::ActionId::parse(&f.action).ok()?,
+                    index: f.index,
+                })
+            });
+        records.push((o, origin));
         good += 8 + u64::from(len);
     }
     Ok((records, good))
@@ -267,7 +299,7 @@ mod tests {
         let id = SandboxId::new();
         let mut j = Journal::create(&path)?;
         for seq in 1..=3 {
-            j.append(&obs(id, seq, 10))?;
+            j.append(&obs(id, seq, 10), None)?;
         }
         j.sync()?;
         drop(j);
@@ -277,12 +309,18 @@ mod tests {
         f.write_all(&[50, 0, 0, 0, 1, 2])?;
         drop(f);
         let (mut j, read) = Journal::open(&path)?.expect("a journal");
-        assert_eq!(read, (1..=3).map(|s| obs(id, s, 10)).collect::<Vec<_>>());
+        assert_eq!(
+            read,
+            (1..=3).map(|s| (obs(id, s, 10), None)).collect::<Vec<_>>()
+        );
         // Appending after the cut continues cleanly.
-        j.append(&obs(id, 4, 10))?;
+        j.append(&obs(id, 4, 10), None)?;
         drop(j);
         let (_, read) = Journal::open(&path)?.expect("a journal");
-        assert_eq!(read.iter().map(|o| o.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        assert_eq!(
+            read.iter().map(|(o, _)| o.seq).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
         Ok(())
     }
 
@@ -294,7 +332,7 @@ mod tests {
         let mut j = Journal::create(&path)?;
         // 1 MiB records: a segment holds 8 of them.
         for seq in 1..=20 {
-            j.append(&obs(id, seq, 1024 * 1024))?;
+            j.append(&obs(id, seq, 1024 * 1024), None)?;
         }
         assert_eq!(j.segments.len(), 3);
         j.trim_before(16);
@@ -305,10 +343,32 @@ mod tests {
         );
         drop(j);
         let (mut j, read) = Journal::open(&path)?.expect("a journal");
-        assert_eq!(read.first().map(|o| o.seq), Some(9));
+        assert_eq!(read.first().map(|(o, _)| o.seq), Some(9));
         assert_eq!(read.len(), 12);
         j.trim_before(100);
         assert_eq!(j.segments.len(), 1, "the newest segment always stays");
+        Ok(())
+    }
+
+    #[test]
+    fn the_origin_is_kept_beside_the_observation_and_skipped_by_its_readers() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandbox");
+        let id = SandboxId::new();
+        let action = mentis_core::ActionId::generate();
+        let origin = Origin {
+            action: action.clone(),
+            index: 42,
+        };
+        let mut j = Journal::create(&path)?;
+        j.append(&obs(id, 1, 10), Some(&origin))?;
+        j.append(&obs(id, 2, 10), None)?;
+        drop(j);
+        let (_, read) = Journal::open(&path)?.expect("a journal");
+        assert_eq!(
+            read,
+            [(obs(id, 1, 10), Some(origin)), (obs(id, 2, 10), None)]
+        );
         Ok(())
     }
 

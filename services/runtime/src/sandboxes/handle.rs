@@ -380,39 +380,37 @@ impl SandboxHandle {
     /// Fills the table from the store after a restart. Every action there has ended or is ended now: the
     /// ones the store still had running whose terminal observation is not in the log (they ran across the
     /// restart, and their end was not observed) get a LOST one, so each has exactly one end.
-    pub(crate) fn restore_actions(&self, stored: Vec<StoredAction>) {
+    pub(crate) fn restore_actions(&self, stored: Vec<StoredAction>) -> Vec<(ActionId, ActionKind)> {
         let mut unended = Vec::new();
-        {
-            let mut inner = lock(&self.inner);
-            let t = &mut inner.actions;
-            for a in stored {
-                if !a.finished && !self.log.has_terminal(&a.id, a.after_seq) {
-                    unended.push((a.id.clone(), a.kind));
-                }
-                t.entries.insert(
-                    a.id.clone(),
-                    ActionEntry {
-                        running: false,
-                        fingerprint: a.fingerprint,
-                        after_seq: a.after_seq,
-                    },
-                );
-                t.finished.push_back(a.id);
+        let mut inner = lock(&self.inner);
+        let t = &mut inner.actions;
+        for a in stored {
+            let running = !a.finished && !self.log.has_terminal(&a.id, a.after_seq);
+            if running {
+                unended.push((a.id.clone(), a.kind));
+                t.running += 1;
+            } else {
+                t.finished.push_back(a.id.clone());
             }
-        }
-        for (id, kind) in unended {
-            self.log.append(
-                Some(id.clone()),
-                ObservationKind::lost(
-                    kind,
-                    "the runtime restarted while the action ran; its end was not observed",
-                    std::time::Duration::ZERO,
-                ),
+            t.entries.insert(
+                a.id,
+                ActionEntry {
+                    running,
+                    fingerprint: a.fingerprint,
+                    after_seq: a.after_seq,
+                },
             );
-            if let Err(e) = self.store.finish_action(self.id, &id, &[]) {
-                tracing::warn!(sandbox_id = %self.id, error = %e.chain(), "could not end an action in the store");
-            }
         }
+        unended
+    }
+
+    /// Ends an action the runtime cannot follow any more with a synthesized LOST terminal observation.
+    pub(crate) fn end_lost(&self, id: &ActionId, kind: ActionKind, reason: &str) {
+        self.log.append(
+            Some(id.clone()),
+            ObservationKind::lost(kind, reason, std::time::Duration::ZERO),
+        );
+        self.finish_action(id);
     }
 
     /// Actions running now.

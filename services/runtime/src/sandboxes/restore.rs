@@ -11,9 +11,14 @@ use mentis_core::{BackendState, Error, Result, SandboxId, SandboxState};
 
 use mentis_core::SandboxBackend;
 
+use mentis_core::ActionId;
+use mentis_core::observation::ActionKind;
+use tracing::Instrument;
+
 use super::handle::SandboxHandle;
 use super::health;
 use super::pool::Pools;
+use super::pump;
 use super::reach::reach_executor;
 use super::registry::Registry;
 use super::spaces::Spaces;
@@ -122,6 +127,30 @@ impl Restore<'_> {
         }
     }
 
+    /// Actions that were running when the runtime stopped: each is followed again (its executor holds what
+    /// it emitted meanwhile) by a pump that waits for the sandbox to be reached; in an ended sandbox they
+    /// end LOST.
+    fn follow_unended(
+        &self,
+        h: &Arc<SandboxHandle>,
+        unended: Vec<(ActionId, ActionKind)>,
+        ended: bool,
+    ) {
+        for (action, kind) in unended {
+            if ended {
+                h.end_lost(
+                    &action,
+                    kind,
+                    "the runtime restarted while the action ran and the sandbox ended meanwhile",
+                );
+                continue;
+            }
+            let span = tracing::info_span!("action", sandbox_id = %h.id, action_id = %action, resumed = true);
+            h.tasks
+                .spawn(pump::resume(Arc::clone(h), action, kind).instrument(span));
+        }
+    }
+
     async fn restore(&self, s: StoredSandbox, found: Option<BackendState>, clean: bool) {
         let id = s.record.id;
         let dir = self.config.log_dir(id);
@@ -148,12 +177,14 @@ impl Restore<'_> {
         ));
         let was = s.record.state;
         self.registry.insert(Arc::clone(&h));
-        match self.store.actions(id) {
+        let unended = match self.store.actions(id) {
             Ok(actions) => h.restore_actions(actions),
             Err(e) => {
-                tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not read a sandbox's actions")
+                tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not read a sandbox's actions");
+                Vec::new()
             }
-        }
+        };
+        self.follow_unended(&h, unended, was.is_final());
         if was.is_final() {
             // Kept for Get (and its log for replay) until the retention time passes.
             h.log.close();
