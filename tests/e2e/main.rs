@@ -13,6 +13,7 @@ mod isolation;
 mod lifecycle;
 mod persistence;
 mod pool;
+mod reattach;
 mod recovery;
 mod shell;
 mod spaces;
