@@ -225,7 +225,8 @@ pub(crate) struct Reader {
 }
 
 impl Reader {
-    /// The next event after the cursor; `None` after the terminal one, or when a newer reader attached.
+    /// The next event after the cursor; `None` after the terminal one (once every held event is
+    /// acknowledged), or when a newer reader attached.
     pub(crate) async fn next(&mut self) -> Option<Event> {
         let outbox = &self.outbox;
         loop {
@@ -250,7 +251,9 @@ impl Reader {
                     }
                     return Some(e);
                 }
-                if s.ended.is_some() && self.cursor + 1 >= s.next_index {
+                // The end: everything read, and (held events) acknowledged, so the reader's last
+                // acknowledgement is in before its stream ends and the outbox is forgotten.
+                if s.ended.is_some() && self.cursor + 1 >= s.next_index && s.events.is_empty() {
                     return None;
                 }
             }

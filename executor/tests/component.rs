@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod component {
+    pub mod attach;
     pub mod auth;
     pub mod binary;
     pub mod files;

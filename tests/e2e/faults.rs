@@ -81,10 +81,36 @@ async fn killing_the_container_ends_the_action_lost() -> anyhow::Result<()> {
     lost_under(&["kill"], Duration::from_secs(10)).await
 }
 
+/// A container frozen behind the runtime's back (`docker pause`): the executor is not gone, so its action
+/// is not given up. The stream to it fails on keepalives and the sandbox turns UNHEALTHY; once the
+/// container is thawed the runtime attaches again and the action ends with its own end and all its output.
 #[tokio::test]
-async fn pausing_the_container_ends_the_action_lost() -> anyhow::Result<()> {
-    // The frozen executor answers no pings: the connection fails after about two keepalive periods.
-    lost_under(&["pause"], Duration::from_secs(2)).await
+async fn a_container_paused_behind_our_back_holds_its_action_until_thawed() -> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| {
+        c.executor_keepalive = Duration::from_secs(2);
+        c.health_interval = Duration::from_secs(1);
+    })
+    .await?;
+    let sb = h.create_default().await?;
+    let id = sb.sandbox_id.clone();
+    let container = container_of(&id);
+    let (stream, mut seen) =
+        start_until_ready(&mut h, &id, "echo ready; sleep 3; echo after").await?;
+    docker(&["pause", &container])?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while h.get(&id).await?.state != api::SandboxState::Unhealthy as i32 {
+        assert!(tokio::time::Instant::now() < deadline, "never UNHEALTHY");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Well past the keepalives and the command's own sleep.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    docker(&["unpause", &container])?;
+    seen.extend(collect(stream, Duration::from_secs(60)).await?);
+    let end = cmd_end(&seen)?;
+    assert_eq!(end.reason, api::EndReason::Exited as i32, "{end:?}");
+    assert_eq!(stdout(&seen), "ready\nafter\n");
+    assert_eq!(h.get(&id).await?.state, api::SandboxState::Running as i32);
+    h.stop().await
 }
 
 #[tokio::test]

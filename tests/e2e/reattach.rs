@@ -25,7 +25,10 @@ async fn until_first_output(
             .await?
             .ok_or_else(|| anyhow::anyhow!("the stream ended before any output"))??;
         if let Some(api::execute_response::Kind::Observation(o)) = item.kind {
-            let output = matches!(o.kind, Some(Kind::CmdOutput(_)) | Some(Kind::IpythonOutput(_)));
+            let output = matches!(
+                o.kind,
+                Some(Kind::CmdOutput(_)) | Some(Kind::IpythonOutput(_))
+            );
             seen.push(o);
             if output {
                 return Ok(seen);
@@ -68,7 +71,10 @@ fn check_sequence(all: &[api::Observation]) {
         "seqs strictly increase, no duplicates: {seqs:?}"
     );
     assert_eq!(all.iter().filter(|o| is_end(o)).count(), 1, "{all:#?}");
-    assert!(all.last().is_some_and(is_end), "the end is the last: {all:#?}");
+    assert!(
+        all.last().is_some_and(is_end),
+        "the end is the last: {all:#?}"
+    );
 }
 
 #[tokio::test]

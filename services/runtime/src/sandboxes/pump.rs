@@ -23,6 +23,8 @@ const DEADLINE_GRACE: Duration = Duration::from_secs(30);
 /// Acknowledge after this many events (the executor holds 64 before the action waits), or at the tick.
 const ACK_EVERY: u64 = 16;
 const ACK_TICK: Duration = Duration::from_millis(100);
+/// How long the executor has to close an ended action's stream once its end is acknowledged.
+const FINAL_ACK: Duration = Duration::from_secs(5);
 /// After a broken stream, how long a RUNNING sandbox's executor has to take the action back.
 const REATTACH_PATIENCE: Duration = Duration::from_secs(10);
 /// Cells wait in the kernel's line for an unknown time before their timeout starts: no deadline of ours.
@@ -147,6 +149,9 @@ impl Pump {
                                 if terminal {
                                     a.ack(last);
                                     h.finish_action(&self.id);
+                                    // The executor ends the stream once it has the last ack, and then forgets
+                                    // the action; dropping the stream before that could lose the ack.
+                                    let _ = tokio::time::timeout(FINAL_ACK, a.events.message()).await;
                                     return;
                                 }
                             }
