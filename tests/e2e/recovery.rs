@@ -341,8 +341,12 @@ async fn closing_the_kernels_sockets_gives_the_next_cell_a_fresh_kernel() -> any
             .py(&id, &format!("get_ipython().kernel.{socket}.close()"))
             .await?;
         let took = started.elapsed();
+        // Far below the cell's timeout (300 s). With Debian's ipykernel 6.17 a closed iopub can also make
+        // the kernel wait out its own stdout flush timeouts (10 s each, "IOStream.flush timed out" on its
+        // stderr) before it replies; seen at about 32 s since actions run over Attach (not understood yet:
+        // see the closing note of issue 13).
         assert!(
-            took < Duration::from_secs(10),
+            took < Duration::from_secs(60),
             "{socket}: {took:?}: {closing:?}"
         );
         ipython_result(&closing)?;

@@ -148,3 +148,33 @@ async fn attaching_to_an_unknown_action_or_starting_with_an_ack_is_refused() {
         .unwrap();
     assert_eq!(ack_first.code(), Code::InvalidArgument, "{ack_first:?}");
 }
+
+#[tokio::test]
+async fn tmp_iopub_close_over_attach() {
+    let executor = super::ipython::start_ipython().await;
+    let mut client = executor.client().await;
+    for code in [
+        "x = 1",
+        "get_ipython().kernel.shell_stream.close()",
+        "print('x' in globals())",
+        "x = 1",
+        "get_ipython().kernel.iopub_socket.close()",
+        "print('x' in globals())",
+    ] {
+        let started = std::time::Instant::now();
+        let req = super::ipython::cell_request(&action_id(), super::ipython::cell(code));
+        let mut a = attach(&mut client, attach_request::Kind::Start(req))
+            .await
+            .unwrap();
+        loop {
+            let e = a.next().await.unwrap();
+            let end = matches!(e.kind, Some(run_response::Kind::IpythonResult(_)));
+            if end {
+                a.ack(e.index);
+                break;
+            }
+        }
+        drop(a);
+        eprintln!("{code}: {:?}", started.elapsed());
+    }
+}
