@@ -5,6 +5,7 @@
 //! so a large file is never held whole in memory.
 
 mod info;
+mod pages;
 mod path;
 mod pipe;
 mod read;
@@ -31,8 +32,6 @@ use path::{errno_error, walk};
 pub(crate) const CHUNK: usize = 256 * 1024;
 /// Chunks buffered between a blocking reader or writer and its gRPC stream.
 pub(crate) const CHANNEL_CHUNKS: usize = 4;
-/// ListFiles stops (and says `truncated`) after this many entries.
-pub(crate) const MAX_LIST_ENTRIES: usize = 100_000;
 /// EditFile reads the whole file: bound it.
 pub(crate) const MAX_EDIT_BYTES: u64 = 64 * 1024 * 1024;
 
@@ -81,14 +80,15 @@ impl Workspace {
         }
     }
 
-    /// Lists a directory, or everything below it; sorted by path, bounded by [`MAX_LIST_ENTRIES`].
-    pub(crate) fn list(&self, p: &WsPath, recursive: bool) -> Result<(Vec<FileInfo>, bool), Error> {
+    /// One page of a directory's entries, or of everything below it (`pages`).
+    pub(crate) fn list(
+        &self,
+        p: &WsPath,
+        page: pages::PageRequest<'_>,
+    ) -> Result<pages::Page, Error> {
         let root = self.open_root()?;
         let dir = walk(&root, p.parts(), None, &p.display())?;
-        let mut out = Vec::new();
-        let truncated = tree::list(dir.fd, p, recursive, MAX_LIST_ENTRIES, &mut out)?;
-        out.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok((out, truncated))
+        pages::list(dir.fd, p, page)
     }
 
     /// Deletes a file, a link (not its target) or a directory (with its content only when `recursive`).

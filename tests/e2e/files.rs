@@ -8,8 +8,9 @@ use mentis_proto::api::{self, file_service_client::FileServiceClient};
 use tonic::Code;
 
 mod cut;
+mod pages;
 
-fn files(h: &Harness) -> FileServiceClient<ApiChannel> {
+pub(super) fn files(h: &Harness) -> FileServiceClient<ApiChannel> {
     FileServiceClient::new(h.channel.clone())
 }
 
@@ -160,6 +161,7 @@ async fn a_tar_upload_is_listed_and_downloads_again() {
             sandbox_id: sandbox.clone(),
             path: "up".into(),
             recursive: true,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -288,6 +290,7 @@ async fn every_traversal_attempt_is_refused_and_changes_nothing() {
                 sandbox_id: sandbox.clone(),
                 path: path.to_owned(),
                 recursive: false,
+                ..Default::default()
             })
             .await
             .unwrap_err();

@@ -170,7 +170,12 @@ async fn with_nobody_attached_past_the_wait_the_oldest_events_go() {
     while last < EVENT_BUFFER as u64 + 11 {
         last = late.next().await.unwrap().index;
     }
-    let end = late.outbox().state().events.back().map(|e| e.kind.is_terminal());
+    let end = late
+        .outbox()
+        .state()
+        .events
+        .back()
+        .map(|e| e.kind.is_terminal());
     assert_eq!(end, Some(true), "the terminal event is kept");
 }
 

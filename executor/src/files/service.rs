@@ -170,11 +170,30 @@ impl WorkspaceService for WorkspaceApi {
         &self,
         request: Request<ListFilesRequest>,
     ) -> Result<Response<ListFilesResponse>, Status> {
-        let ListFilesRequest { path, recursive } = request.into_inner();
+        let ListFilesRequest {
+            path,
+            recursive,
+            page_size,
+            page_token,
+        } = request.into_inner();
         let p = self.ws.parse(&path)?;
         let ws = Arc::clone(&self.ws);
-        let (files, truncated) = blocking(move || ws.list(&p, recursive)).await?;
-        Ok(Response::new(ListFilesResponse { files, truncated }))
+        let page = blocking(move || {
+            ws.list(
+                &p,
+                super::pages::PageRequest {
+                    recursive,
+                    size: page_size,
+                    token: &page_token,
+                },
+            )
+        })
+        .await?;
+        Ok(Response::new(ListFilesResponse {
+            files: page.files,
+            truncated: page.next.is_some(),
+            next_page_token: page.next.unwrap_or_default(),
+        }))
     }
 
     async fn stat_file(

@@ -1,15 +1,13 @@
-//! Walking directory trees by descriptor: listing and recursive removal, never following links.
+//! Walking directory trees by descriptor: reading names and recursive removal, never following links.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 
-use mentis_proto::api::{FileInfo, FileType};
 use nix::dir::Dir;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
-use super::info;
-use super::path::{WsPath, open_dir_at, path_error};
+use super::path::{open_dir_at, path_error};
 use crate::error::Error;
 
 /// The names in a directory (without `.` and `..`), read from a duplicate of `dir`.
@@ -28,43 +26,6 @@ pub(crate) fn names(dir: &OwnedFd, shown: &str) -> Result<Vec<OsString>, Error> 
         }
     }
     Ok(out)
-}
-
-/// Appends the entries below `dir` (at `path`) to `out`, descending when `recursive`. Returns true when it
-/// stopped at `limit` entries.
-pub(crate) fn list(
-    dir: OwnedFd,
-    path: &WsPath,
-    recursive: bool,
-    limit: usize,
-    out: &mut Vec<FileInfo>,
-) -> Result<bool, Error> {
-    // Depth-first with an explicit stack: a deep tree cannot overflow ours.
-    let mut stack = vec![(dir, path.clone())];
-    while let Some((fd, at)) = stack.pop() {
-        for name in names(&fd, &at.display())? {
-            if out.len() >= limit {
-                return Ok(true);
-            }
-            let child = at.join(&name);
-            let entry = match info::stat_at(&fd, &name, &child) {
-                Ok(entry) => entry,
-                // Removed while we list: not an error, just not there.
-                Err(Error::PathNotFound(_)) => continue,
-                Err(e) => return Err(e),
-            };
-            let is_dir = entry.r#type == FileType::Directory as i32;
-            out.push(entry);
-            if recursive && is_dir {
-                match open_dir_at(&fd, &name) {
-                    Ok(sub) => stack.push((sub, child)),
-                    // Swapped for something else since the stat: skip it rather than follow it.
-                    Err(_) => continue,
-                }
-            }
-        }
-    }
-    Ok(false)
 }
 
 /// Removes the directory `name` of `parent` with everything in it, without following links.

@@ -19,10 +19,11 @@ use tonic::transport::Channel;
 use super::support::*;
 
 mod cut;
+mod pages;
 
-type Files = WorkspaceServiceClient<InterceptedService<Channel, AddToken>>;
+pub(super) type Files = WorkspaceServiceClient<InterceptedService<Channel, AddToken>>;
 
-async fn files(executor: &TestExecutor) -> Files {
+pub(super) async fn files(executor: &TestExecutor) -> Files {
     WorkspaceServiceClient::with_interceptor(executor.channel().await, AddToken::bearer(TOKEN))
 }
 
@@ -215,6 +216,7 @@ async fn traversal_attempts_are_invalid_arguments_and_change_nothing() {
             .list_files(ListFilesRequest {
                 path: path.to_owned(),
                 recursive: true,
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -375,6 +377,7 @@ async fn upload_merges_links_stay_inside_and_download_round_trips() {
         .list_files(ListFilesRequest {
             path: "dest".into(),
             recursive: true,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -407,6 +410,7 @@ async fn upload_merges_links_stay_inside_and_download_round_trips() {
         .list_files(ListFilesRequest {
             path: "dest".into(),
             recursive: false,
+            ..Default::default()
         })
         .await
         .unwrap()

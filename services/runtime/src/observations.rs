@@ -15,6 +15,7 @@ use mentis_core::{ActionId, Observation, ObservationKind, SandboxId};
 use tokio::sync::watch;
 
 use journal::Journal;
+pub use journal::Origin;
 
 /// Bounds of one sandbox's log.
 #[derive(Debug, Clone, Copy)]
@@ -30,15 +31,6 @@ impl Default for LogLimits {
             max_bytes: 64 * 1024 * 1024,
         }
     }
-}
-
-/// Where an observation came from: the event of an action, numbered by the executor (1, 2, 3...). A log
-/// knows the newest index it holds of every running action, so after a restart the runtime attaches to the
-/// executor again right after it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
-    pub action: ActionId,
-    pub index: u64,
 }
 
 /// What a reader gets next.

@@ -148,12 +148,15 @@ impl FileService for FileApi {
             .list_files(exec::ListFilesRequest {
                 path: r.path,
                 recursive: r.recursive,
+                page_size: r.page_size,
+                page_token: r.page_token,
             })
             .await
             .map_err(to_status)?;
         Ok(Response::new(api::ListFilesResponse {
             files: listed.files,
             truncated: listed.truncated,
+            next_page_token: listed.next_page_token,
         }))
     }
 

@@ -16,8 +16,16 @@ use std::path::{Path, PathBuf};
 use mentis_core::Observation;
 use prost::Message;
 
-use super::Origin;
 use crate::convert::{observation_from_proto, observation_to_proto};
+
+/// Where an observation came from: the event of an action, numbered by the executor (1, 2, 3...). A log
+/// knows the newest index it holds of every running action, so after a restart the runtime attaches to the
+/// executor again right after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub action: mentis_core::ActionId,
+    pub index: u64,
+}
 
 /// The origin fields of a record, read on their own (every other field is skipped).
 #[derive(Clone, PartialEq, prost::Message)]
