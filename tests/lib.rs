@@ -605,6 +605,17 @@ impl RuntimeProcess {
         )
     }
 
+    /// The process's resident memory (VmRSS), in KiB.
+    pub fn rss_kib(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .context("read the runtime's /proc status")?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .context("no VmRSS in the runtime's /proc status")
+    }
+
     /// Sends `signal` (a name for kill(1): TERM, INT, ...).
     pub fn signal(&self, signal: &str) -> Result<()> {
         let status = Command::new("kill")

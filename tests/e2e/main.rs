@@ -11,6 +11,7 @@ mod hardening;
 mod ipython;
 mod isolation;
 mod lifecycle;
+mod memory;
 mod persistence;
 mod pool;
 mod reattach;

@@ -48,7 +48,8 @@ pub struct RuntimeConfig {
     /// `MENTIS_READ_ONLY_ROOTFS` (true|false): root filesystem of sandboxes whose spec and space leave it
     /// unspecified.
     pub read_only_rootfs: bool,
-    /// `MENTIS_LOG_MAX_ENTRIES`, `MENTIS_LOG_MAX_BYTES`: bounds of each sandbox's observation log.
+    /// `MENTIS_LOG_MAX_ENTRIES`, `MENTIS_LOG_MAX_BYTES`: bounds of each sandbox's observation log;
+    /// `MENTIS_LOG_MEMORY_BYTES` (256 MiB): what all journaled logs together keep in memory.
     pub log_limits: LogLimits,
     /// `MENTIS_LOG_JOURNAL` (on|off, default on): each sandbox's log is also written to a journal under
     /// `MENTIS_DATA_DIR/logs`, so it survives a restart. `off` keeps logs in memory only (a restart then
@@ -322,6 +323,11 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_LOG_MAX_BYTES") {
             c.log_limits.max_bytes = positive("MENTIS_LOG_MAX_BYTES", &v)?;
+        }
+        if let Some(v) = get("MENTIS_LOG_MEMORY_BYTES") {
+            let limit = positive("MENTIS_LOG_MEMORY_BYTES", &v)?;
+            c.log_limits.memory =
+                std::sync::Arc::new(crate::observations::MemoryBudget::new(limit));
         }
         match get("MENTIS_LOG_JOURNAL").as_deref() {
             None | Some("on") => {}

@@ -5,9 +5,10 @@
 //! restarted runtime reopens it: replay after a restart returns what was there before.
 
 mod journal;
+mod memory;
 
-use std::collections::{HashMap, VecDeque};
-use std::path::Path;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures::Stream;
@@ -16,12 +17,14 @@ use tokio::sync::watch;
 
 use journal::Journal;
 pub use journal::Origin;
+pub use memory::MemoryBudget;
 
-/// Bounds of one sandbox's log.
-#[derive(Debug, Clone, Copy)]
+/// Bounds of one sandbox's log, and the memory budget every durable log of the runtime shares.
+#[derive(Debug, Clone)]
 pub struct LogLimits {
     pub max_entries: usize,
     pub max_bytes: usize,
+    pub memory: Arc<MemoryBudget>,
 }
 
 impl Default for LogLimits {
@@ -29,6 +32,7 @@ impl Default for LogLimits {
         Self {
             max_entries: 100_000,
             max_bytes: 64 * 1024 * 1024,
+            memory: Arc::new(MemoryBudget::new(256 * 1024 * 1024)),
         }
     }
 }
@@ -45,29 +49,69 @@ pub enum LogItem {
 }
 
 impl Inner {
-    /// Trims the oldest entries to the bounds, but always keeps the newest one so followers can see it; the
-    /// journal drops the segments that held only trimmed entries.
+    /// Applies the bounds. A log in memory only trims its oldest entries to them, but always keeps the
+    /// newest one so followers can see it. A durable log trims whole journal segments to them and keeps in
+    /// memory only a tail within its share of the budget (see `memory`): the rest is read from the journal.
     fn trim(&mut self, limits: &LogLimits) {
-        let mut trimmed = false;
-        while self.entries.len() > 1
-            && (self.entries.len() > limits.max_entries || self.bytes > limits.max_bytes)
-        {
-            if let Some(old) = self.entries.pop_front() {
-                self.bytes -= old.kind.approx_bytes();
-                trimmed = true;
+        let Some(j) = self.journal.as_mut() else {
+            while self.entries.len() > 1
+                && (self.entries.len() > limits.max_entries || self.bytes > limits.max_bytes)
+            {
+                self.evict_front(limits);
+            }
+            return;
+        };
+        // The count bound holds to the entry; the byte bound to a segment (the journal's bytes).
+        let max_bytes = limits.max_bytes as u64;
+        j.trim_while(self.next_seq, |_, bytes| bytes > max_bytes);
+        let by_count = self.next_seq.saturating_sub(limits.max_entries as u64);
+        j.trim_before(by_count);
+        self.floor = self
+            .floor
+            .max(by_count)
+            .max(j.first_seq().unwrap_or(self.next_seq));
+        let first = self.floor;
+        let cap = if self.closed { 0 } else { limits.memory.cap() };
+        while let Some(front) = self.entries.front() {
+            let below = front.seq < first;
+            if !below && (self.entries.len() <= 1 || self.bytes <= cap) {
+                break;
+            }
+            self.evict_front(limits);
+        }
+    }
+
+    fn evict_front(&mut self, limits: &LogLimits) {
+        if let Some(old) = self.entries.pop_front() {
+            let size = old.kind.approx_bytes();
+            self.bytes -= size;
+            if self.journal.is_some() {
+                limits.memory.sub(size);
             }
         }
-        if trimmed
-            && let Some(first) = self.entries.front().map(|o| o.seq)
-            && let Some(j) = self.journal.as_mut()
-        {
-            j.trim_before(first);
+    }
+
+    /// The oldest seq the log holds (in memory or in its journal).
+    fn first_seq(&self) -> u64 {
+        let in_memory = self.next_seq - self.entries.len() as u64;
+        match &self.journal {
+            Some(j) => j
+                .first_seq()
+                .unwrap_or(in_memory)
+                .max(self.floor)
+                .min(in_memory),
+            None => in_memory,
         }
     }
 }
 
 enum Read {
     Items(Vec<Arc<Observation>>),
+    /// Evicted from memory, still in the journal: read these segment files, up to `before_seq`.
+    Disk {
+        segments: Vec<PathBuf>,
+        before_seq: u64,
+    },
     Gap {
         first_available_seq: u64,
     },
@@ -86,6 +130,11 @@ struct Inner {
     /// Where a durable log writes; `None` for a log kept in memory only.
     journal: Option<Journal>,
     progress: Progress,
+    /// Actions whose terminal observation the journal held when the log was reopened.
+    ended_before: HashSet<ActionId>,
+    /// A durable log's oldest seq by its bounds: older records may still sit in a journal segment, but are
+    /// not read.
+    floor: u64,
 }
 
 /// The newest event index held of each action that has not ended.
@@ -109,6 +158,15 @@ pub struct ObservationLog {
     inner: Mutex<Inner>,
     /// Carries the newest seq; followers wait on it.
     newest: watch::Sender<u64>,
+}
+
+impl Drop for ObservationLog {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        if inner.journal.is_some() {
+            self.limits.memory.sub(inner.bytes);
+        }
+    }
 }
 
 impl std::fmt::Debug for ObservationLog {
@@ -179,18 +237,25 @@ impl ObservationLog {
                     return log;
                 }
                 let mut progress = Progress::default();
+                let mut ended = HashSet::new();
                 let entries = observations
                     .into_iter()
                     .map(|(o, origin)| {
                         if let Some(origin) = origin {
                             progress.note(&origin, &o);
                         }
+                        if o.kind.is_terminal()
+                            && let Some(a) = &o.action_id
+                        {
+                            ended.insert(a.clone());
+                        }
                         Arc::new(o)
                     })
                     .collect();
-                let log = Self::with(sandbox_id, limits, last, entries, Some(journal));
+                let log = Self::with(sandbox_id, limits.clone(), last, entries, Some(journal));
                 let mut inner = log.lock();
                 inner.progress = progress;
+                inner.ended_before = ended;
                 inner.trim(&limits);
                 drop(inner);
                 log
@@ -213,6 +278,9 @@ impl ObservationLog {
     ) -> Arc<Self> {
         // Entries hold `next_seq - len .. next_seq`: they end at `last_seq`.
         let bytes = entries.iter().map(|o| o.kind.approx_bytes()).sum();
+        if journal.is_some() {
+            limits.memory.add(bytes);
+        }
         Arc::new(Self {
             sandbox_id,
             limits,
@@ -223,6 +291,8 @@ impl ObservationLog {
                 closed: false,
                 journal,
                 progress: Progress::default(),
+                ended_before: HashSet::new(),
+                floor: 0,
             }),
             newest: watch::channel(last_seq).0,
         })
@@ -246,7 +316,14 @@ impl ObservationLog {
 
     /// Removes the journal (the sandbox is forgotten); the log keeps answering from memory.
     pub fn discard(&self) {
-        let journal = self.lock().journal.take();
+        let journal = {
+            let mut inner = self.lock();
+            let journal = inner.journal.take();
+            if journal.is_some() {
+                self.limits.memory.sub(inner.bytes);
+            }
+            journal
+        };
         if let Some(j) = journal
             && let Err(e) = j.remove()
         {
@@ -298,6 +375,9 @@ impl ObservationLog {
             if let Some(origin) = origin {
                 inner.progress.note(origin, &o);
             }
+            if inner.journal.is_some() {
+                self.limits.memory.add(size);
+            }
             inner.entries.push_back(o);
             inner.bytes += size;
             inner.trim(&self.limits);
@@ -315,9 +395,11 @@ impl ObservationLog {
     /// Whether the log (what it still holds in memory) has the terminal observation of `action` after
     /// `after_seq`.
     pub fn has_terminal(&self, action: &ActionId, after_seq: u64) -> bool {
-        self.lock().entries.iter().any(|o| {
-            o.seq > after_seq && o.action_id.as_ref() == Some(action) && o.kind.is_terminal()
-        })
+        let inner = self.lock();
+        inner.ended_before.contains(action)
+            || inner.entries.iter().any(|o| {
+                o.seq > after_seq && o.action_id.as_ref() == Some(action) && o.kind.is_terminal()
+            })
     }
 
     /// Seq of the newest observation (0 when none).
@@ -329,6 +411,8 @@ impl ObservationLog {
     pub fn close(&self) {
         let mut inner = self.lock();
         inner.closed = true;
+        // A closed durable log keeps only its newest entry in memory: replay reads the journal.
+        inner.trim(&self.limits);
         if let Some(j) = inner.journal.as_mut()
             && let Err(e) = j.sync()
         {
@@ -341,13 +425,20 @@ impl ObservationLog {
 
     fn read_after(&self, after_seq: u64) -> Read {
         let inner = self.lock();
-        let first = inner.next_seq - inner.entries.len() as u64;
-        if after_seq + 1 < first {
-            return Read::Gap {
-                first_available_seq: first,
+        let in_memory = inner.next_seq - inner.entries.len() as u64;
+        if after_seq + 1 < in_memory {
+            let first = inner.first_seq();
+            return match &inner.journal {
+                Some(j) if after_seq + 1 >= first => Read::Disk {
+                    segments: j.reader(after_seq),
+                    before_seq: in_memory,
+                },
+                _ => Read::Gap {
+                    first_available_seq: in_memory.min(first.max(after_seq + 2)),
+                },
             };
         }
-        let start = usize::try_from(after_seq + 1 - first).unwrap_or(usize::MAX);
+        let start = usize::try_from(after_seq + 1 - in_memory).unwrap_or(usize::MAX);
         if start >= inner.entries.len() {
             return Read::Empty {
                 closed: inner.closed,
@@ -361,6 +452,45 @@ impl ObservationLog {
                 .cloned()
                 .collect(),
         )
+    }
+
+    /// Observations after `after_seq` from the journal's files (off the runtime's threads); a gap when
+    /// they are no longer there (trimmed meanwhile).
+    async fn read_disk(&self, segments: Vec<PathBuf>, after_seq: u64, before_seq: u64) -> Read {
+        let read = tokio::task::spawn_blocking(move || {
+            journal::read_after(&segments, after_seq, before_seq, READ_BATCH)
+        })
+        .await;
+        let items = match read {
+            Ok(Ok(items)) => items,
+            Ok(Err(e)) => {
+                tracing::warn!(sandbox_id = %self.sandbox_id, error = %e, "could not read the observation journal");
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::warn!(sandbox_id = %self.sandbox_id, error = %e, "the journal reader failed");
+                Vec::new()
+            }
+        };
+        match items.first().map(|o| o.seq) {
+            Some(seq) if seq == after_seq + 1 => {
+                Read::Items(items.into_iter().map(Arc::new).collect())
+            }
+            // Trimmed (or unreadable) meanwhile: a gap up to what is there, always forward.
+            Some(seq) => Read::Gap {
+                first_available_seq: seq,
+            },
+            None => {
+                let first = self.lock().first_seq();
+                Read::Gap {
+                    first_available_seq: if first > after_seq + 1 {
+                        first
+                    } else {
+                        before_seq
+                    },
+                }
+            }
+        }
     }
 
     /// Every observation with seq > `after_seq` (or a gap first, when some were trimmed), then live ones,
@@ -390,8 +520,17 @@ impl ObservationLog {
                 // Mark the current value seen *before* reading, so an append between the read and the wait
                 // still wakes us.
                 st.rx.borrow_and_update();
-                match st.log.read_after(st.cursor) {
+                let mut read = st.log.read_after(st.cursor);
+                if let Read::Disk {
+                    segments,
+                    before_seq,
+                } = read
+                {
+                    read = st.log.read_disk(segments, st.cursor, before_seq).await;
+                }
+                match read {
                     Read::Items(items) => st.batch.extend(items),
+                    Read::Disk { .. } => {}
                     Read::Gap {
                         first_available_seq,
                     } => {
@@ -482,6 +621,7 @@ mod tests {
         let limits = LogLimits {
             max_entries: 3,
             max_bytes: usize::MAX,
+            ..Default::default()
         };
         let log = ObservationLog::new(SandboxId::new(), limits);
         for _ in 0..10 {
@@ -508,6 +648,7 @@ mod tests {
         let limits = LogLimits {
             max_entries: 1000,
             max_bytes: 10_000,
+            ..Default::default()
         };
         let log = ObservationLog::new(SandboxId::new(), limits);
         for _ in 0..100 {
@@ -520,5 +661,103 @@ mod tests {
         // One entry bigger than the whole bound is still kept.
         log.append(None, out(50_000));
         assert_eq!(log.lock().entries.len(), 1);
+    }
+
+    fn replayed(items: &[LogItem]) -> Vec<(u64, usize)> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                LogItem::Observation(o) => Some((o.seq, o.kind.approx_bytes())),
+                LogItem::Gap { .. } => None,
+            })
+            .collect()
+    }
+
+    /// A durable log keeps only a tail in memory (within the budget); replay reads the rest from the
+    /// journal, across segments, in order and byte for byte, and a closed log keeps only its newest entry.
+    #[tokio::test]
+    async fn a_durable_log_replays_from_its_journal_what_memory_evicted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let budget = Arc::new(MemoryBudget::new(1024 * 1024));
+        let limits = LogLimits {
+            memory: Arc::clone(&budget),
+            ..Default::default()
+        };
+        let log = ObservationLog::durable(SandboxId::new(), limits, &dir.path().join("log"));
+        // 40 MiB in 64 KiB outputs: five segments, far beyond one log's share of memory.
+        for _ in 0..640 {
+            log.append(None, out(64 * 1024));
+        }
+        let held = log.lock().bytes;
+        assert!(held <= memory::PER_LOG, "{held}");
+        assert!(budget.used() <= memory::PER_LOG);
+        let all: Vec<_> = log.follow(0).take(640).collect().await;
+        assert_eq!(
+            replayed(&all),
+            (1..=640)
+                .map(|s| (s, out(64 * 1024).approx_bytes()))
+                .collect::<Vec<_>>(),
+            "every entry, in order, none missing"
+        );
+        // From the middle of a segment, too.
+        let mid: Vec<_> = log.follow(333).take(3).collect().await;
+        assert_eq!(seqs(&mid), [334, 335, 336]);
+        log.close();
+        assert_eq!(
+            log.lock().entries.len(),
+            1,
+            "closed: only the newest stays in memory"
+        );
+        let after_close: Vec<_> = log.follow(0).collect().await;
+        assert_eq!(after_close.len(), 640);
+        drop((all, mid, after_close));
+        drop(log);
+        assert_eq!(budget.used(), 0, "a dropped log gives its share back");
+    }
+
+    /// Past the budget, every durable log keeps only a small floor; what the logical bounds trimmed is a gap.
+    #[tokio::test]
+    async fn over_the_budget_logs_shrink_and_trimmed_entries_are_a_gap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let budget = Arc::new(MemoryBudget::new(2 * 1024 * 1024));
+        let limits = LogLimits {
+            max_entries: 1000,
+            max_bytes: 16 * 1024 * 1024,
+            memory: Arc::clone(&budget),
+        };
+        let logs: Vec<_> = (0..4)
+            .map(|i| {
+                ObservationLog::durable(
+                    SandboxId::new(),
+                    limits.clone(),
+                    &dir.path().join(i.to_string()),
+                )
+            })
+            .collect();
+        for _ in 0..100 {
+            for log in &logs {
+                log.append(None, out(16 * 1024));
+            }
+        }
+        assert!(
+            budget.used() <= budget.limit() + 4 * memory::FLOOR,
+            "{} > {}",
+            budget.used(),
+            budget.limit()
+        );
+        // 3000 entries against a bound of 1000: the oldest 2000 are a gap (though still in the segment).
+        let small = ObservationLog::durable(SandboxId::new(), limits, &dir.path().join("small"));
+        for _ in 0..3000 {
+            small.append(None, out(1024));
+        }
+        let items: Vec<_> = small.follow(0).take(3).collect().await;
+        assert_eq!(
+            items[0],
+            LogItem::Gap {
+                after_seq: 0,
+                first_available_seq: 2001
+            }
+        );
+        assert_eq!(seqs(&items[1..]), [2001, 2002]);
     }
 }

@@ -41,11 +41,12 @@ const SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
 /// Largest record accepted when reading back (the log's own entries are far smaller).
 const MAX_RECORD: u32 = 64 * 1024 * 1024;
 
-/// One segment file: the seq of its first record, and its path.
+/// One segment file: the seq of its first record, its path and its length.
 #[derive(Debug)]
 struct Segment {
     first_seq: u64,
     path: PathBuf,
+    bytes: u64,
 }
 
 /// The segments of one sandbox's log, open for appending.
@@ -116,7 +117,7 @@ impl Journal {
         let mut last_len = 0;
         let count = names.len();
         for (i, (first_seq, path)) in names.into_iter().enumerate() {
-            let (records, good_len) = read_segment(&path)?;
+            let (records, good_len) = read_segment(&path, 0, usize::MAX)?;
             if i + 1 == count {
                 // A torn record at the end of the newest segment: cut it off.
                 let file = OpenOptions::new().write(true).open(&path)?;
@@ -124,7 +125,11 @@ impl Journal {
                 last_len = good_len;
             }
             observations.extend(records);
-            segments.push_back(Segment { first_seq, path });
+            segments.push_back(Segment {
+                first_seq,
+                path,
+                bytes: good_len,
+            });
         }
         let current = match segments.back() {
             Some(s) => Some(OpenOptions::new().append(true).open(&s.path)?),
@@ -169,6 +174,7 @@ impl Journal {
             self.segments.push_back(Segment {
                 first_seq: o.seq,
                 path,
+                bytes: 0,
             });
         }
         let mut record = Vec::with_capacity(8 + body.len());
@@ -180,8 +186,47 @@ impl Journal {
             file.write_all(&record)?;
         }
         self.current_bytes += record.len() as u64;
+        if let Some(seg) = self.segments.back_mut() {
+            seg.bytes += record.len() as u64;
+        }
         self.unsynced = true;
         Ok(())
+    }
+
+    /// Seq of the oldest record the journal holds (`None` before the first append).
+    pub fn first_seq(&self) -> Option<u64> {
+        self.segments.front().map(|s| s.first_seq)
+    }
+
+    /// Bytes on disk.
+    pub fn bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.bytes).sum()
+    }
+
+    /// Drops the oldest segment while `over(records held, bytes held)` says the journal is beyond its
+    /// bounds (never the newest segment).
+    pub fn trim_while(&mut self, next_seq: u64, over: impl Fn(u64, u64) -> bool) {
+        while let (Some(first), Some(second)) = (self.segments.front(), self.segments.get(1)) {
+            if !over(next_seq - first.first_seq, self.bytes()) {
+                break;
+            }
+            let second = second.first_seq;
+            self.trim_before(second);
+        }
+    }
+
+    /// Where to read records after `after_seq`: the segments that may hold them, oldest first.
+    pub fn reader(&self, after_seq: u64) -> Vec<PathBuf> {
+        let start = self
+            .segments
+            .iter()
+            .rposition(|s| s.first_seq <= after_seq + 1)
+            .unwrap_or(0);
+        self.segments
+            .iter()
+            .skip(start)
+            .map(|s| s.path.clone())
+            .collect()
     }
 
     /// Drops every segment whose records all have a seq below `first_kept` (never the newest one).
@@ -233,9 +278,38 @@ impl Journal {
     }
 }
 
-/// The whole records of one segment file and the length they span.
+/// Up to `max` observations with seq > `after_seq` from `segments` (from [`Journal::reader`]), oldest first,
+/// stopping before `before_seq`. Reads files only: call it off the runtime's threads, without the log's lock.
+pub fn read_after(
+    segments: &[PathBuf],
+    after_seq: u64,
+    before_seq: u64,
+    max: usize,
+) -> io::Result<Vec<Observation>> {
+    let mut out = Vec::new();
+    for path in segments {
+        let (records, _) = read_segment(path, after_seq, max - out.len())?;
+        out.extend(
+            records
+                .into_iter()
+                .map(|(o, _)| o)
+                .take_while(|o| o.seq < before_seq),
+        );
+        if out.len() >= max || out.last().is_some_and(|o| o.seq + 1 >= before_seq) {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// The whole records of one segment file with seq > `after_seq` (at most `max`), and the length the whole
+/// records span.
 #[allow(clippy::type_complexity)]
-fn read_segment(path: &Path) -> io::Result<(Vec<(Observation, Option<Origin>)>, u64)> {
+fn read_segment(
+    path: &Path,
+    after_seq: u64,
+    max: usize,
+) -> io::Result<(Vec<(Observation, Option<Origin>)>, u64)> {
     let mut reader = BufReader::new(File::open(path)?);
     let mut records = Vec::new();
     let mut good = 0u64;
@@ -260,10 +334,19 @@ fn read_segment(path: &Path) -> io::Result<(Vec<(Observation, Option<Origin>)>, 
         if checksum(&body) != sum {
             break;
         }
+        good += 8 + u64::from(len);
+        if records.len() >= max {
+            break;
+        }
         let Ok(proto) = mentis_proto::api::Observation::decode(body.as_slice()) else {
+            good -= 8 + u64::from(len);
             break;
         };
+        if proto.seq <= after_seq {
+            continue;
+        }
         let Ok(o) = observation_from_proto(proto) else {
+            good -= 8 + u64::from(len);
             break;
         };
         let origin = OriginFields::decode(body.as_slice())
@@ -276,7 +359,6 @@ fn read_segment(path: &Path) -> io::Result<(Vec<(Observation, Option<Origin>)>, 
                 })
             });
         records.push((o, origin));
-        good += 8 + u64::from(len);
     }
     Ok((records, good))
 }

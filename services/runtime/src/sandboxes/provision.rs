@@ -129,9 +129,13 @@ impl Provisioner {
             record.clone(),
             spec.env.clone(),
             if self.config.log_journal {
-                ObservationLog::durable(id, self.config.log_limits, &self.config.log_dir(id))
+                ObservationLog::durable(
+                    id,
+                    self.config.log_limits.clone(),
+                    &self.config.log_dir(id),
+                )
             } else {
-                ObservationLog::new(id, self.config.log_limits)
+                ObservationLog::new(id, self.config.log_limits.clone())
             },
             token,
             Arc::clone(&self.store),

@@ -164,9 +164,9 @@ impl Restore<'_> {
             s.last_seq + SEQ_JUMP_AFTER_CRASH
         };
         let log = if self.config.log_journal {
-            ObservationLog::reopen(id, self.config.log_limits, &dir, fallback)
+            ObservationLog::reopen(id, self.config.log_limits.clone(), &dir, fallback)
         } else {
-            ObservationLog::starting_after(id, self.config.log_limits, fallback)
+            ObservationLog::starting_after(id, self.config.log_limits.clone(), fallback)
         };
         let h = Arc::new(SandboxHandle::new(
             s.record.clone(),
