@@ -7,13 +7,14 @@ CARGO ?= cargo
 export MENTIS_EXECUTOR_IMAGE ?= mentis/executor:latest
 TOOLS := $(CURDIR)/.tools/bin
 
-.PHONY: help setup tools executor image run demo bench test test-unit test-e2e lint fmt clean-sandboxes
+.PHONY: help setup tools executor image run demo bench soak test test-unit test-e2e lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
 	@echo "make test   - set everything up, then run every test tier (unit, component, end-to-end)"
 	@echo "make demo   - set everything up, start a runtime, run the README walk-through and show its output"
 	@echo "make bench  - measure round trips through the whole chain (median, p95; JSON in target/bench.json)"
+	@echo "make soak   - chaos soak: clients and random faults for SOAK_DURATION (30m), invariants checked (target/soak.json)"
 	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
 
@@ -41,6 +42,15 @@ demo: image tools
 # Round trips through the whole chain (median and p95), also written to target/bench.json.
 bench: image tools
 	$(CARGO) run --release -p mentis-e2e --bin mentis-bench
+
+# A chaos soak (tests/soak): SOAK_CLIENTS clients and random faults (container, executor and kernel kills,
+# dropped streams, runtime SIGKILL and SIGTERM with restarts) for SOAK_DURATION; exits non-zero on any broken
+# invariant. `make test` runs 3 minutes of it.
+SOAK_DURATION ?= 30m
+SOAK_CLIENTS ?= 20
+soak: image
+	$(CARGO) build --release -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
+	target/release/mentis-soak --duration $(SOAK_DURATION) --clients $(SOAK_CLIENTS) $(SOAK_ARGS)
 
 # Unit and component tests need no Docker; the end-to-end tests need the engine and the image.
 test-unit:

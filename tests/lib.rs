@@ -541,7 +541,17 @@ impl RuntimeProcess {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        Self::start_at(bin, instance, data_dir, ([127, 0, 0, 1], port).into(), env).await
+    }
+
+    /// As [`RuntimeProcess::start_with_env`], on `addr` (a restart on the address its clients know).
+    pub async fn start_at(
+        bin: &str,
+        instance: &str,
+        data_dir: &std::path::Path,
+        addr: std::net::SocketAddr,
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let child = Command::new(bin)
             .env("MENTIS_LISTEN", addr.to_string())
             .env("MENTIS_INSTANCE", instance)
@@ -603,6 +613,11 @@ impl RuntimeProcess {
                 .connect()
                 .await?,
         )
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The process's resident memory (VmRSS), in KiB.
