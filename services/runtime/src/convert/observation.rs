@@ -43,7 +43,9 @@ pub fn kind_from_executor(
                 Ok(api::OutputStream::Stderr) => OutputStream::Stderr,
                 _ => OutputStream::Stdout,
             },
-            data: o.data,
+            // A copy: the decoded bytes are a slice of the connection's receive buffer, and a few bytes
+            // of output kept in the log would keep the whole buffer alive.
+            data: bytes::Bytes::copy_from_slice(&o.data),
         },
         K::CmdEnd(e) => ObservationKind::CmdEnd(CmdEnd {
             exit_code: e.exit_code,
