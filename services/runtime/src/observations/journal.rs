@@ -1,7 +1,8 @@
 //! The on-disk half of a sandbox's observation log: append-only segment files in the sandbox's own folder,
-//! each record `[length u32 LE][FNV-1a checksum u32 LE][mentis.v1.Observation + origin]`, where the origin
-//! (the executor's action and event index, for events of an action) is two more protobuf fields, 2046 and
-//! 2047, reserved in `Observation` for this: a reader of the observation skips them. An observation is written
+//! each record `[length u32 LE][CRC-32 u32 LE][mentis.v1.Observation + origin]` (journals written before
+//! used FNV-1a there, still read), where the origin (the executor's action and event index, for events of
+//! an action) is two more protobuf fields, 2046 and 2047, reserved in `Observation` for this: a reader of
+//! the observation skips them. An observation is written
 //! (to the kernel's page cache) before the log hands it to any reader, so a crash of the runtime process loses
 //! nothing a client saw; `sync` (every second, and on close) makes it survive a power loss too. A torn record
 //! at the end (a crash in the middle of a write) is cut off when the journal is opened again. Whole segments
@@ -63,8 +64,13 @@ pub struct Journal {
     rolled: Vec<(u64, File)>,
 }
 
+/// CRC-32 of a record's body: tells a torn or garbled record from a whole one, at memory speed.
 fn checksum(bytes: &[u8]) -> u32 {
-    // FNV-1a: enough to tell a torn or garbled record from a whole one.
+    crc32fast::hash(bytes)
+}
+
+/// The checksum journals used before CRC-32 (FNV-1a), still accepted when reading them back.
+fn checksum_v1(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
     })
@@ -302,6 +308,22 @@ pub fn read_after(
     Ok(out)
 }
 
+/// The seq at the start of an encoded `Observation` (field 1, a varint), when it is there.
+fn leading_seq(bytes: &[u8]) -> Option<u64> {
+    let (&tag, rest) = bytes.split_first()?;
+    if tag != 0x08 {
+        return None;
+    }
+    let mut value = 0u64;
+    for (i, b) in rest.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
 /// The whole records of one segment file with seq > `after_seq` (at most `max`), and the length the whole
 /// records span.
 #[allow(clippy::type_complexity)]
@@ -325,13 +347,28 @@ fn read_segment(
         if len > MAX_RECORD {
             break;
         }
+        // A reader after a seq skips older records by their seq (field 1, encoded first), unread.
+        if after_seq > 0 {
+            let mut peek = [0u8; 11];
+            let n = (len as usize).min(peek.len());
+            match reader.read_exact(&mut peek[..n]) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+                Err(e) => return Err(e),
+            }
+            if leading_seq(&peek[..n]).is_some_and(|seq| seq <= after_seq) {
+                reader.seek_relative(i64::from(len) - n as i64)?;
+                continue;
+            }
+            reader.seek_relative(-(n as i64))?;
+        }
         let mut body = vec![0u8; len as usize];
         match reader.read_exact(&mut body) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
             Err(e) => return Err(e),
         }
-        if checksum(&body) != sum {
+        if checksum(&body) != sum && checksum_v1(&body) != sum {
             break;
         }
         good += 8 + u64::from(len);
@@ -459,6 +496,44 @@ mod tests {
             read,
             [(obs(id, 1, 10), Some(origin)), (obs(id, 2, 10), None)]
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_reader_after_a_seq_skips_older_records_by_their_leading_seq() -> io::Result<()> {
+        let id = SandboxId::new();
+        for seq in [1, 127, 128, 300, 1 << 40] {
+            let body = observation_to_proto(&obs(id, seq, 3)).encode_to_vec();
+            assert_eq!(leading_seq(&body[..body.len().min(11)]), Some(seq));
+        }
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandbox");
+        let mut j = Journal::create(&path)?;
+        for seq in 1..=300 {
+            j.append(&obs(id, seq, 100), None)?;
+        }
+        let read = read_after(&j.reader(250), 250, u64::MAX, 10)?;
+        assert_eq!(
+            read.iter().map(|o| o.seq).collect::<Vec<_>>(),
+            (251..=260).collect::<Vec<_>>()
+        );
+        assert_eq!(read[0], obs(id, 251, 100));
+        Ok(())
+    }
+
+    #[test]
+    fn records_checked_with_the_old_checksum_are_still_read() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandbox");
+        fs::create_dir_all(&path)?;
+        let id = SandboxId::new();
+        let body = observation_to_proto(&obs(id, 1, 10)).encode_to_vec();
+        let mut record = (body.len() as u32).to_le_bytes().to_vec();
+        record.extend_from_slice(&checksum_v1(&body).to_le_bytes());
+        record.extend_from_slice(&body);
+        fs::write(path.join(segment_name(1)), &record)?;
+        let (_, read) = Journal::open(&path)?.expect("a journal");
+        assert_eq!(read, [(obs(id, 1, 10), None)]);
         Ok(())
     }
 
