@@ -99,14 +99,10 @@ mod tests {
     #[test]
     fn every_thread_is_started_up_front() {
         let runtime = runtime().unwrap();
-        let up_front = WORKER_THREADS + WARM_BLOCKING_THREADS;
-        assert_eq!(runtime_threads(), up_front);
-        // Blocking work, one task at a time, runs on the warm threads: no thread is added.
-        for _ in 0..10 {
-            let task = runtime.spawn_blocking(|| std::fs::metadata("/"));
-            runtime.block_on(task).unwrap().unwrap();
-        }
-        assert_eq!(runtime_threads(), up_front);
+        // Exact: the warm-up's tasks all ran at once, so each holds a thread of its own. (Whether a later
+        // task reuses a warm thread is tokio's business and racy: a thread counts as idle again only after
+        // its task's waiter woke, so a task sent right after may start one more, which a loaded CI saw.)
+        assert_eq!(runtime_threads(), WORKER_THREADS + WARM_BLOCKING_THREADS);
         drop(runtime);
     }
 }
