@@ -1,5 +1,5 @@
 //! `make soak`: a chaos soak of the whole chain on 127.0.0.1 and its own containers. N clients run shell
-//! commands, cells and file round trips over Execute while faults land at random: container kill, executor
+//! commands, cells and file round trips over Execute and Connect while faults land at random: container kill, executor
 //! kill, kernel kill, dropped client streams, runtime SIGKILL and SIGTERM with a restart. It checks the
 //! invariants all along (every accepted action ends exactly once with what it printed; a seq always
 //! carries the same observation; a cut write changes nothing), then that nothing is left behind and that the

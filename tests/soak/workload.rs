@@ -17,6 +17,8 @@ use super::report::{Client, Tally};
 
 /// How long one action may take, faults and restarts included, before it counts as never ended.
 const ACTION_PATIENCE: Duration = Duration::from_secs(180);
+/// A stream silent this long (keepalives come every few seconds) counts as dead.
+const STREAM_SILENCE: Duration = Duration::from_secs(60);
 
 /// What the clients share: where the runtime is, and the stream-drop fault.
 pub struct Shared {
@@ -109,6 +111,13 @@ pub async fn run(shared: Arc<Shared>, index: usize, seed: u64, until: Instant) -
         }
     };
     c.sandbox = sandbox.clone();
+    // Odd clients submit over Connect and follow their sandbox's whole sequence; even ones use Execute.
+    let via = if index % 2 == 1 {
+        Via::Connect
+    } else {
+        Via::Execute
+    };
+    let mut watched = 0u64;
     let mut n = 0u64;
     while Instant::now() < until {
         n += 1;
@@ -119,14 +128,34 @@ pub async fn run(shared: Arc<Shared>, index: usize, seed: u64, until: Instant) -
                 let command =
                     format!("for i in $(seq 1 {lines}); do echo {id}-$i; sleep 0.02; done");
                 let action = shell_action(cmd(&command));
-                run_action(&shared, &sandbox, &id, action, lines, &mut c.tally).await;
+                run_action(
+                    &shared,
+                    &sandbox,
+                    &id,
+                    action,
+                    lines,
+                    via,
+                    &mut watched,
+                    &mut c.tally,
+                )
+                .await;
             }
             1 => {
                 let code = format!(
                     "import time\nfor i in range(1, {}):\n    print(f'{id}-{{i}}', flush=True)\n    time.sleep(0.02)",
                     lines + 1
                 );
-                run_action(&shared, &sandbox, &id, cell(&code), lines, &mut c.tally).await;
+                run_action(
+                    &shared,
+                    &sandbox,
+                    &id,
+                    cell(&code),
+                    lines,
+                    via,
+                    &mut watched,
+                    &mut c.tally,
+                )
+                .await;
             }
             _ => file_round_trip(&shared, &sandbox, &id, &mut rng, &mut c.tally).await,
         }
@@ -134,19 +163,30 @@ pub async fn run(shared: Arc<Shared>, index: usize, seed: u64, until: Instant) -
     c
 }
 
+/// How a client submits its actions: unary Execute, or the bidirectional Connect, which also follows the
+/// sandbox's whole sequence.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    Execute,
+    Connect,
+}
+
 /// Submits `action` as `id` and follows it to its end through every fault (a retry with the same id
-/// replays it), then checks it.
+/// replays it), then checks it. `watched` is the newest seq this client saw over Connect.
+#[allow(clippy::too_many_arguments)]
 async fn run_action(
     shared: &Shared,
     sandbox: &str,
     id: &str,
     action: api::Action,
     lines: u64,
+    via: Via,
+    watched: &mut u64,
     tally: &mut Tally,
 ) {
     let expected: String = (1..=lines).map(|i| format!("{id}-{i}\n")).collect();
-    let mut client = api::action_service_client::ActionServiceClient::new(shared.channel.clone());
     let started = Instant::now();
+    let deadline = started + ACTION_PATIENCE;
     // Every observation any attempt saw, by seq: a seq must always carry the same observation.
     let mut by_seq: BTreeMap<u64, api::Observation> = BTreeMap::new();
     let mut attempt = 0;
@@ -155,54 +195,14 @@ async fn run_action(
         if started.elapsed() > ACTION_PATIENCE {
             break None;
         }
-        let request = api::ExecuteRequest {
-            sandbox_id: sandbox.to_owned(),
-            action: Some(action.clone()),
-            action_id: id.to_owned(),
-        };
-        let mut stream = match client.execute(request).await {
-            Ok(s) => s.into_inner(),
-            Err(e) => {
-                tally.reconnect(format!("submit: {:?}", e.code()));
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                continue;
+        let Some((seen, ended)) = (match via {
+            Via::Execute => attempt_execute(shared, sandbox, id, &action, deadline, tally).await,
+            Via::Connect => {
+                attempt_connect(shared, sandbox, id, &action, watched, deadline, tally).await
             }
-        };
-        let mut seen: Vec<api::Observation> = Vec::new();
-        let ended = loop {
-            if shared.drop_stream.swap(false, Ordering::Relaxed) && !seen.is_empty() {
-                tally.reconnect("dropped by the soak".to_owned());
-                break false;
-            }
-            match tokio::time::timeout(Duration::from_secs(60), stream.next()).await {
-                Ok(Some(Ok(m))) => match m.kind {
-                    Some(api::execute_response::Kind::Observation(o)) => {
-                        let end = is_end(&o);
-                        seen.push(o);
-                        if end {
-                            break true;
-                        }
-                    }
-                    Some(api::execute_response::Kind::Gap(g)) => {
-                        tally.fail(format!("{id}: a gap in its own replay: {g:?}"));
-                    }
-                    _ => {}
-                },
-                Ok(Some(Err(e))) => {
-                    tally.reconnect(format!("stream: {:?}", e.code()));
-                    break false;
-                }
-                Ok(None) => {
-                    tally.fail(format!(
-                        "{id}: the stream ended OK without a terminal observation"
-                    ));
-                    break false;
-                }
-                Err(_) => {
-                    tally.reconnect("stream silent for 60 s".to_owned());
-                    break false;
-                }
-            }
+        }) else {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            continue;
         };
         let seqs: Vec<u64> = seen.iter().map(|o| o.seq).collect();
         if seqs.windows(2).any(|w| w[1] <= w[0]) {
@@ -220,11 +220,17 @@ async fn run_action(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let Some(obs) = outcome else {
+    let Some(last) = outcome else {
         tally.fail(format!(
             "{id}: never ended within {ACTION_PATIENCE:?} ({attempt} attempts)"
         ));
         return;
+    };
+    let obs: Vec<api::Observation> = match via {
+        // The retry that ended replayed the whole action.
+        Via::Execute => last,
+        // Each attempt went on from where the one before stopped: all of them, in seq order.
+        Via::Connect => by_seq.into_values().collect(),
     };
     let ends: Vec<_> = obs.iter().filter(|o| is_end(o)).collect();
     if ends.len() != 1 {
@@ -245,6 +251,179 @@ async fn run_action(
     }
     tally.bytes += out.len() as u64;
     tally.ended(reason(end));
+}
+
+/// One Execute of the action: what it saw, and whether that ended with the action's end (`None`: not
+/// submitted).
+async fn attempt_execute(
+    shared: &Shared,
+    sandbox: &str,
+    id: &str,
+    action: &api::Action,
+    deadline: Instant,
+    tally: &mut Tally,
+) -> Option<(Vec<api::Observation>, bool)> {
+    let mut client = api::action_service_client::ActionServiceClient::new(shared.channel.clone());
+    let request = api::ExecuteRequest {
+        sandbox_id: sandbox.to_owned(),
+        action: Some(action.clone()),
+        action_id: id.to_owned(),
+    };
+    let mut stream = match client.execute(request).await {
+        Ok(s) => s.into_inner(),
+        Err(e) => {
+            tally.reconnect(format!("submit: {:?}", e.code()));
+            return None;
+        }
+    };
+    // Execute answers only once the action is accepted.
+    let accepted = true;
+    let mut seen: Vec<api::Observation> = Vec::new();
+    let ended = loop {
+        if shared.drop_stream.swap(false, Ordering::Relaxed) && !seen.is_empty() {
+            tally.reconnect("dropped by the soak".to_owned());
+            break false;
+        }
+        // Keepalives keep a stream that never brings the end alive: the action's patience bounds it.
+        if Instant::now() > deadline {
+            tally.fail(format!(
+                "{id}: no end within {ACTION_PATIENCE:?} on a live stream ({} of its observations seen{})",
+                seen.len(),
+                if accepted { "" } else { ", never accepted" }
+            ));
+            break false;
+        }
+        match tokio::time::timeout(STREAM_SILENCE, stream.next()).await {
+            Ok(Some(Ok(m))) => match m.kind {
+                Some(api::execute_response::Kind::Observation(o)) => {
+                    let end = is_end(&o);
+                    seen.push(o);
+                    if end {
+                        break true;
+                    }
+                }
+                Some(api::execute_response::Kind::Gap(g)) => {
+                    tally.fail(format!("{id}: a gap in its own replay: {g:?}"));
+                }
+                _ => {}
+            },
+            Ok(Some(Err(e))) => {
+                tally.reconnect(format!("stream: {:?}", e.code()));
+                break false;
+            }
+            Ok(None) => {
+                tally.fail(format!(
+                    "{id}: the stream ended OK without a terminal observation"
+                ));
+                break false;
+            }
+            Err(_) => {
+                tally.reconnect("stream silent for 60 s".to_owned());
+                break false;
+            }
+        }
+    };
+    Some((seen, ended))
+}
+
+/// One Connect: attaches after `watched`, submits the action and reads the sandbox's sequence until the
+/// action's end. Every seq must follow the one before (or a gap the server names); the action's own
+/// observations are returned.
+async fn attempt_connect(
+    shared: &Shared,
+    sandbox: &str,
+    id: &str,
+    action: &api::Action,
+    watched: &mut u64,
+    deadline: Instant,
+    tally: &mut Tally,
+) -> Option<(Vec<api::Observation>, bool)> {
+    use api::connect_request::{Attach, Kind as Req, Submit};
+    use api::connect_response::Kind as Resp;
+    let mut client = api::action_service_client::ActionServiceClient::new(shared.channel.clone());
+    let requests = [
+        Req::Attach(Attach {
+            sandbox_id: sandbox.to_owned(),
+            after_seq: Some(*watched),
+        }),
+        Req::Submit(Submit {
+            action: Some(action.clone()),
+            action_id: id.to_owned(),
+        }),
+    ]
+    .map(|k| api::ConnectRequest { kind: Some(k) });
+    // The request stream stays open while the answers are read: its end would end the session.
+    let requests = futures::stream::iter(requests).chain(futures::stream::pending());
+    let mut stream = match client.connect(requests).await {
+        Ok(s) => s.into_inner(),
+        Err(e) => {
+            tally.reconnect(format!("connect: {:?}", e.code()));
+            return None;
+        }
+    };
+    let mut accepted = false;
+    let mut seen: Vec<api::Observation> = Vec::new();
+    let ended = loop {
+        if shared.drop_stream.swap(false, Ordering::Relaxed) && !seen.is_empty() {
+            tally.reconnect("dropped by the soak".to_owned());
+            break false;
+        }
+        // Keepalives keep a stream that never brings the end alive: the action's patience bounds it.
+        if Instant::now() > deadline {
+            tally.fail(format!(
+                "{id}: no end within {ACTION_PATIENCE:?} on a live stream ({} of its observations seen{})",
+                seen.len(),
+                if accepted { "" } else { ", never accepted" }
+            ));
+            break false;
+        }
+        match tokio::time::timeout(STREAM_SILENCE, stream.next()).await {
+            Ok(Some(Ok(m))) => match m.kind {
+                Some(Resp::Observation(o)) => {
+                    if o.seq != *watched + 1 {
+                        tally.fail(format!(
+                            "{id}: over Connect seq {} came after {} (a gap or a repeat)",
+                            o.seq, *watched
+                        ));
+                    }
+                    *watched = (*watched).max(o.seq);
+                    if o.action_id == id {
+                        let end = is_end(&o);
+                        seen.push(o);
+                        if end {
+                            break true;
+                        }
+                    }
+                }
+                Some(Resp::Accepted(_)) => accepted = true,
+                Some(Resp::Gap(g)) => {
+                    // Dropped from the bounded log before this client read it: named, so not lost.
+                    tally.note("a named gap on Connect".to_owned());
+                    *watched = (*watched).max(g.first_available_seq.saturating_sub(1));
+                }
+                Some(Resp::Rejected(r)) => {
+                    tally.reconnect(format!("rejected: {}", r.code));
+                    break false;
+                }
+                _ => {}
+            },
+            Ok(Some(Err(e))) => {
+                tally.reconnect(format!("stream: {:?}", e.code()));
+                break false;
+            }
+            Ok(None) => {
+                tally.fail(format!(
+                    "{id}: Connect ended OK before the action's terminal observation"
+                ));
+                break false;
+            }
+            Err(_) => {
+                tally.reconnect("stream silent for 60 s".to_owned());
+                break false;
+            }
+        }
+    };
+    Some((seen, ended))
 }
 
 /// Writes a file and reads it back: after a cut or refused write the old content stays, after a complete

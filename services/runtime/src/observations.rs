@@ -151,6 +151,52 @@ impl Progress {
     }
 }
 
+/// What a reopened journal leaves in memory, gathered record by record.
+#[derive(Default)]
+struct Reopened {
+    /// The newest entries, within the memory bounds.
+    entries: VecDeque<Arc<Observation>>,
+    bytes: usize,
+    last_seq: u64,
+    progress: Progress,
+    /// Unfinished actions (by the store) whose terminal observation the journal holds.
+    ended: HashSet<ActionId>,
+}
+
+impl Reopened {
+    fn take(
+        &mut self,
+        o: Observation,
+        origin: Option<Origin>,
+        unfinished: &HashSet<ActionId>,
+        cap: usize,
+        max_entries: usize,
+    ) {
+        if self.last_seq != 0 && o.seq != self.last_seq + 1 {
+            // Only a run of consecutive seqs lines up in memory: after a damaged record in the middle, the
+            // newest run is kept (readers asking for older seqs get a gap).
+            *self = Self::default();
+        }
+        self.last_seq = o.seq;
+        if let Some(origin) = &origin {
+            self.progress.note(origin, &o);
+        }
+        if o.kind.is_terminal()
+            && let Some(a) = &o.action_id
+            && unfinished.contains(a)
+        {
+            self.ended.insert(a.clone());
+        }
+        self.bytes += o.kind.approx_bytes();
+        self.entries.push_back(Arc::new(o));
+        while self.entries.len() > 1 && (self.bytes > cap || self.entries.len() > max_entries) {
+            if let Some(old) = self.entries.pop_front() {
+                self.bytes -= old.kind.approx_bytes();
+            }
+        }
+    }
+}
+
 /// One sandbox's log.
 pub struct ObservationLog {
     sandbox_id: SandboxId,
@@ -206,23 +252,26 @@ impl ObservationLog {
     }
 
     /// The durable log of a sandbox after a restart: its journal in `dir` with what it held (within the
-    /// bounds); without a journal, an empty log starting after `fallback_last_seq`.
+    /// bounds); without a journal, an empty log starting after `fallback_last_seq`. `unfinished`: the actions
+    /// the store has not seen end, whose terminal observations the log notes (see [`Self::has_terminal`]).
+    ///
+    /// The journal is read one segment at a time and only the newest entries within the memory bounds are
+    /// kept, so reopening many full journals costs no more memory than the logs hold afterwards.
     pub fn reopen(
         sandbox_id: SandboxId,
         limits: LogLimits,
         dir: &Path,
         fallback_last_seq: u64,
+        unfinished: &HashSet<ActionId>,
     ) -> Arc<Self> {
-        match Journal::open(dir) {
-            Ok(Some((journal, mut observations))) => {
-                // Only a run of consecutive seqs lines up in memory: after a damaged record in the middle,
-                // the newest run is kept (readers asking for older seqs get a gap).
-                let run = observations
-                    .windows(2)
-                    .rposition(|w| w[1].0.seq != w[0].0.seq + 1)
-                    .map_or(0, |i| i + 1);
-                observations.drain(..run);
-                let last = observations.last().map_or(0, |(o, _)| o.seq);
+        let mut read = Reopened::default();
+        let cap = limits.memory.cap();
+        let opened = Journal::open_with(dir, |o, origin| {
+            read.take(o, origin, unfinished, cap, limits.max_entries);
+        });
+        match opened {
+            Ok(Some(journal)) => {
+                let last = read.last_seq;
                 if last < fallback_last_seq {
                     // The store saw later seqs than the journal holds (a write to it failed): start afresh
                     // after what the store saw, so no seq is handed out twice.
@@ -236,26 +285,16 @@ impl ObservationLog {
                     log.newest.send_replace(fallback_last_seq);
                     return log;
                 }
-                let mut progress = Progress::default();
-                let mut ended = HashSet::new();
-                let entries = observations
-                    .into_iter()
-                    .map(|(o, origin)| {
-                        if let Some(origin) = origin {
-                            progress.note(&origin, &o);
-                        }
-                        if o.kind.is_terminal()
-                            && let Some(a) = &o.action_id
-                        {
-                            ended.insert(a.clone());
-                        }
-                        Arc::new(o)
-                    })
-                    .collect();
-                let log = Self::with(sandbox_id, limits.clone(), last, entries, Some(journal));
+                let log = Self::with(
+                    sandbox_id,
+                    limits.clone(),
+                    last,
+                    read.entries,
+                    Some(journal),
+                );
                 let mut inner = log.lock();
-                inner.progress = progress;
-                inner.ended_before = ended;
+                inner.progress = read.progress;
+                inner.ended_before = read.ended;
                 inner.trim(&limits);
                 drop(inner);
                 log
@@ -713,6 +752,65 @@ mod tests {
         drop((all, mid, after_close));
         drop(log);
         assert_eq!(budget.used(), 0, "a dropped log gives its share back");
+    }
+
+    /// A restarted runtime reads a journal far bigger than a log's share of memory without holding it: what
+    /// it keeps is within the share, replay still reads everything, and what it learns of actions is exact.
+    #[tokio::test]
+    async fn a_reopened_journal_keeps_only_its_share_in_memory() {
+        use mentis_core::observation::ActionKind;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log");
+        let budget = Arc::new(MemoryBudget::new(1024 * 1024));
+        let limits = LogLimits {
+            memory: Arc::clone(&budget),
+            ..Default::default()
+        };
+        let (ended, unended, other) = (
+            ActionId::generate(),
+            ActionId::generate(),
+            ActionId::generate(),
+        );
+        let log = ObservationLog::durable(SandboxId::new(), limits.clone(), &path);
+        let origin = |action: &ActionId, index| Origin {
+            action: action.clone(),
+            index,
+        };
+        for i in 1..=300 {
+            log.append_from(
+                Some(ended.clone()),
+                out(64 * 1024),
+                Some(&origin(&ended, i)),
+            );
+        }
+        let end = ObservationKind::lost(ActionKind::Shell, "test", std::time::Duration::ZERO);
+        log.append_from(Some(ended.clone()), end.clone(), Some(&origin(&ended, 301)));
+        log.append_from(Some(other.clone()), end, Some(&origin(&other, 1)));
+        for i in 1..=340 {
+            log.append_from(
+                Some(unended.clone()),
+                out(64 * 1024),
+                Some(&origin(&unended, i)),
+            );
+        }
+        drop(log); // as a crash leaves it: not closed
+        assert_eq!(budget.used(), 0);
+
+        let unfinished: HashSet<_> = [ended.clone(), unended.clone()].into();
+        let log = ObservationLog::reopen(SandboxId::new(), limits, &path, 0, &unfinished);
+        let held = log.lock().bytes;
+        assert!(held <= memory::PER_LOG, "{held}");
+        assert_eq!(log.last_seq(), 642);
+        assert_eq!(log.progress(&unended), 340);
+        assert_eq!(log.progress(&ended), 0, "ended: no progress kept");
+        assert!(log.has_terminal(&ended, 0));
+        assert!(!log.has_terminal(&unended, 0));
+        assert!(
+            !log.lock().ended_before.contains(&other),
+            "only what the store has unfinished is noted"
+        );
+        let all: Vec<_> = log.follow(0).take(642).collect().await;
+        assert_eq!(seqs(&all), (1..=642).collect::<Vec<_>>());
     }
 
     /// Past the budget, every durable log keeps only a small floor; what the logical bounds trimmed is a gap.

@@ -98,9 +98,23 @@ impl Journal {
     }
 
     /// The journal in `dir` and every observation it holds (with its origin), oldest first; `None` when there
-    /// is none.
+    /// is none. For tests: a runtime reads with [`Journal::open_with`], which holds one segment at a time.
+    #[cfg(test)]
     #[allow(clippy::type_complexity)]
     pub fn open(dir: &Path) -> io::Result<Option<(Self, Vec<(Observation, Option<Origin>)>)>> {
+        let mut observations = Vec::new();
+        Ok(
+            Self::open_with(dir, |o, origin| observations.push((o, origin)))?
+                .map(|j| (j, observations)),
+        )
+    }
+
+    /// The journal in `dir`, handing every observation it holds (with its origin) to `visit`, oldest first,
+    /// one segment in memory at a time; `None` when there is none.
+    pub fn open_with(
+        dir: &Path,
+        mut visit: impl FnMut(Observation, Option<Origin>),
+    ) -> io::Result<Option<Self>> {
         if !dir.is_dir() {
             return Ok(None);
         }
@@ -118,7 +132,6 @@ impl Journal {
             })
             .collect();
         names.sort();
-        let mut observations = Vec::new();
         let mut segments = VecDeque::new();
         let mut last_len = 0;
         let count = names.len();
@@ -130,7 +143,9 @@ impl Journal {
                 file.set_len(good_len)?;
                 last_len = good_len;
             }
-            observations.extend(records);
+            for (o, origin) in records {
+                visit(o, origin);
+            }
             segments.push_back(Segment {
                 first_seq,
                 path,
@@ -141,32 +156,37 @@ impl Journal {
             Some(s) => Some(OpenOptions::new().append(true).open(&s.path)?),
             None => None,
         };
-        Ok(Some((
-            Self {
-                dir: dir.to_owned(),
-                segments,
-                current,
-                current_bytes: last_len,
-                unsynced: false,
-                rolled: Vec::new(),
-            },
-            observations,
-        )))
+        Ok(Some(Self {
+            dir: dir.to_owned(),
+            segments,
+            current,
+            current_bytes: last_len,
+            unsynced: false,
+            rolled: Vec::new(),
+        }))
     }
 
     /// Writes one observation (and where it came from) at the end.
     pub fn append(&mut self, o: &Observation, origin: Option<&Origin>) -> io::Result<()> {
-        let mut body = observation_to_proto(o).encode_to_vec();
-        if let Some(origin) = origin {
-            OriginFields {
-                action: origin.action.to_string(),
-                index: origin.index,
-            }
-            .encode(&mut body)
-            .map_err(io::Error::other)?;
-        }
-        let len = u32::try_from(body.len())
+        // The record is built in one buffer: the header's room first, the body encoded right after it (an
+        // output chunk is copied once here, and once more by the write).
+        let proto = observation_to_proto(o);
+        let origin = origin.map(|origin| OriginFields {
+            action: origin.action.to_string(),
+            index: origin.index,
+        });
+        let body_len = proto.encoded_len() + origin.as_ref().map_or(0, Message::encoded_len);
+        let len = u32::try_from(body_len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "observation too large"))?;
+        let mut record = Vec::with_capacity(8 + body_len);
+        record.extend_from_slice(&len.to_le_bytes());
+        record.extend_from_slice(&[0; 4]);
+        proto.encode(&mut record).map_err(io::Error::other)?;
+        if let Some(origin) = origin {
+            origin.encode(&mut record).map_err(io::Error::other)?;
+        }
+        let sum = checksum(&record[8..]);
+        record[4..8].copy_from_slice(&sum.to_le_bytes());
         if self.current.is_none() || self.current_bytes >= SEGMENT_BYTES {
             let path = self.dir.join(segment_name(o.seq));
             let file = OpenOptions::new().create(true).append(true).open(&path)?;
@@ -183,10 +203,6 @@ impl Journal {
                 bytes: 0,
             });
         }
-        let mut record = Vec::with_capacity(8 + body.len());
-        record.extend_from_slice(&len.to_le_bytes());
-        record.extend_from_slice(&checksum(&body).to_le_bytes());
-        record.extend_from_slice(&body);
         if let Some(file) = self.current.as_mut() {
             // One write: a crash leaves either the whole record or a torn tail that `open` cuts off.
             file.write_all(&record)?;

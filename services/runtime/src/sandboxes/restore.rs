@@ -163,8 +163,26 @@ impl Restore<'_> {
         } else {
             s.last_seq + SEQ_JUMP_AFTER_CRASH
         };
+        let actions = match self.store.actions(id) {
+            Ok(actions) => actions,
+            Err(e) => {
+                tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not read a sandbox's actions");
+                Vec::new()
+            }
+        };
+        let unfinished: HashSet<_> = actions
+            .iter()
+            .filter(|a| !a.finished)
+            .map(|a| a.id.clone())
+            .collect();
         let log = if self.config.log_journal {
-            ObservationLog::reopen(id, self.config.log_limits.clone(), &dir, fallback)
+            ObservationLog::reopen(
+                id,
+                self.config.log_limits.clone(),
+                &dir,
+                fallback,
+                &unfinished,
+            )
         } else {
             ObservationLog::starting_after(id, self.config.log_limits.clone(), fallback)
         };
@@ -177,13 +195,7 @@ impl Restore<'_> {
         ));
         let was = s.record.state;
         self.registry.insert(Arc::clone(&h));
-        let unended = match self.store.actions(id) {
-            Ok(actions) => h.restore_actions(actions),
-            Err(e) => {
-                tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not read a sandbox's actions");
-                Vec::new()
-            }
-        };
+        let unended = h.restore_actions(actions);
         self.follow_unended(&h, unended, was.is_final());
         if was.is_final() {
             // Kept for Get (and its log for replay) until the retention time passes.
