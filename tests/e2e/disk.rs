@@ -58,20 +58,23 @@ async fn write_file(
     path: &str,
     data: Bytes,
 ) -> Result<api::WriteFileResponse, tonic::Status> {
-    let messages = vec![
-        api::WriteFileRequest {
-            kind: Some(api::write_file_request::Kind::Header(
-                api::WriteFileHeader {
-                    sandbox_id: sandbox.to_owned(),
-                    path: path.to_owned(),
-                    mode: 0,
-                },
-            )),
-        },
-        api::WriteFileRequest {
-            kind: Some(api::write_file_request::Kind::Data(data)),
-        },
-    ];
+    let mut messages = vec![api::WriteFileRequest {
+        kind: Some(api::write_file_request::Kind::Header(
+            api::WriteFileHeader {
+                sandbox_id: sandbox.to_owned(),
+                path: path.to_owned(),
+                mode: 0,
+            },
+        )),
+    }];
+    // Chunks of 256 KiB, far below the 4 MiB message limit.
+    let mut data = data;
+    while !data.is_empty() {
+        let chunk = data.split_to(data.len().min(256 << 10));
+        messages.push(api::WriteFileRequest {
+            kind: Some(api::write_file_request::Kind::Data(chunk)),
+        });
+    }
     Ok(FileServiceClient::new(h.channel.clone())
         .write_file(futures::stream::iter(messages))
         .await?
