@@ -125,7 +125,10 @@ async fn a_space_bounds_its_sandboxes_and_they_get_a_read_only_root_and_ulimits(
         (1024, api::RootFilesystem::ReadOnly as i32)
     );
     assert_eq!(
-        inspect(&container_of(&sb.sandbox_id), "{{.HostConfig.ReadonlyRootfs}}")?,
+        inspect(
+            &container_of(&sb.sandbox_id),
+            "{{.HostConfig.ReadonlyRootfs}}"
+        )?,
         "true"
     );
     h.stop().await

@@ -220,7 +220,7 @@ impl Disks {
     async fn run(&self, tool: &str, args: &[&str]) -> Result<String> {
         let out = tokio::time::timeout(
             self.timeout,
-            tokio::process::Command::new(tool)
+            tokio::process::Command::new(tool_path(tool))
                 .args(args)
                 .kill_on_drop(true)
                 .output(),
@@ -238,6 +238,17 @@ impl Disks {
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
+}
+
+/// A tool by name, found in PATH or else in the sbin folders (where e2fsprogs and losetup live, and which
+/// a service's PATH may lack).
+fn tool_path(tool: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(tool))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(tool))
 }
 
 /// `uid:gid` from the container user (`1000:1000`, or `1000` for uid and gid alike).
@@ -290,6 +301,15 @@ fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn tools_are_found_in_path_or_sbin() {
+        assert!(tool_path("sh").is_absolute());
+        assert_eq!(
+            tool_path("no-such-tool-here"),
+            PathBuf::from("no-such-tool-here")
+        );
+    }
 
     #[test]
     fn the_owner_is_the_container_user() {
