@@ -37,6 +37,14 @@ impl Disks {
                 dir.display()
             ))
         })?;
+        // The images hold the sandboxes' files: for root (and the engine) only.
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .map_err(|e| {
+                Error::internal(format!(
+                    "cannot restrict the disk image folder {}: {e}",
+                    dir.display()
+                ))
+            })?;
         let dir = std::fs::canonicalize(dir).map_err(|e| {
             Error::internal(format!(
                 "cannot resolve the disk image folder {}: {e}",
@@ -327,6 +335,12 @@ mod tests {
         )
         .unwrap();
         assert!(disks.image("mentis-ws-a").is_absolute());
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(dir.path().join("disks"))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o700);
         assert_eq!(
             disks.link("mentis-ws-a").file_name().unwrap(),
             "mentis-ws-a.dev"
