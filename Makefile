@@ -20,6 +20,7 @@ help:
 
 setup:
 	@deploy/ensure-docker.sh
+	@deploy/ensure-disks.sh
 
 tools:
 	@deploy/ensure-tools.sh
@@ -72,7 +73,7 @@ lint: tools
 fmt:
 	$(CARGO) fmt --all
 
-# Removes every container and volume any MentisSandbox runtime on this machine created.
+# Removes every container and volume any MentisSandbox runtime on this machine created, and the disk images of
+# bounded workspaces with their loop devices.
 clean-sandboxes:
-	-docker ps -aq --filter label=io.mentis.managed=true | xargs -r docker rm -f -v
-	-docker volume ls -q --filter label=io.mentis.managed=true | xargs -r docker volume rm -f
+	-@deploy/clean-sandboxes.sh

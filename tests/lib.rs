@@ -46,9 +46,13 @@ pub fn docker(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Removes every container and volume of one runtime instance when dropped.
+/// Removes every container and volume of one runtime instance when dropped, and the disk images of its
+/// workspaces with their loop devices.
 pub struct InstanceGuard {
     pub instance: String,
+    /// Data folders of this instance's runtimes: a loop device whose image lies under one is detached even
+    /// when no volume names it (a create that failed half-way).
+    pub data_dirs: Vec<std::path::PathBuf>,
 }
 
 impl InstanceGuard {
@@ -69,6 +73,65 @@ impl InstanceGuard {
             .map(|s| s.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default()
     }
+
+    /// Loop devices (with their image) whose image lies under one of the watched data folders.
+    pub fn loop_devices(&self) -> Vec<String> {
+        loop_devices()
+            .into_iter()
+            .filter(|(_, file)| {
+                self.data_dirs
+                    .iter()
+                    .any(|d| std::path::Path::new(file).starts_with(d))
+            })
+            .map(|(device, file)| format!("{device} ({file})"))
+            .collect()
+    }
+
+    /// Also clean up after a runtime whose data folder is `dir`.
+    pub fn watch(&mut self, dir: &std::path::Path) {
+        self.data_dirs
+            .push(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned()));
+    }
+
+    /// The disk images (`io.mentis.disk-image`) of these volumes.
+    fn disk_images(volumes: &[String]) -> Vec<String> {
+        if volumes.is_empty() {
+            return Vec::new();
+        }
+        let mut args = vec![
+            "volume",
+            "inspect",
+            "--format",
+            "{{index .Labels \"io.mentis.disk-image\"}}",
+        ];
+        args.extend(volumes.iter().map(String::as_str));
+        docker(&args)
+            .map(|s| {
+                s.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && *l != "<no value>")
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Attached loop devices with their backing files (` (deleted)` taken off).
+pub fn loop_devices() -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let file = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+            let file = file.trim_end_matches('\n');
+            let file = file.strip_suffix(" (deleted)").unwrap_or(file).to_owned();
+            Some((format!("/dev/{name}"), file))
+        })
+        .collect()
 }
 
 impl Drop for InstanceGuard {
@@ -80,10 +143,22 @@ impl Drop for InstanceGuard {
             let _ = docker(&args);
         }
         let volumes = self.volumes();
+        let images = Self::disk_images(&volumes);
         if !volumes.is_empty() {
             let mut args = vec!["volume", "rm", "-f"];
             args.extend(volumes.iter().map(String::as_str));
             let _ = docker(&args);
+        }
+        for (device, file) in loop_devices() {
+            let ours = images.contains(&file)
+                || self
+                    .data_dirs
+                    .iter()
+                    .any(|d| std::path::Path::new(&file).starts_with(d));
+            if ours {
+                let _ = Command::new("losetup").args(["-d", &device]).status();
+                let _ = std::fs::remove_file(&file);
+            }
         }
     }
 }
@@ -188,8 +263,9 @@ impl Harness {
         raw: Channel,
         key: Option<&str>,
         data_dir: tempfile::TempDir,
-        guard: InstanceGuard,
+        mut guard: InstanceGuard,
     ) -> Self {
+        guard.watch(data_dir.path());
         let channel = InterceptedService::new(raw.clone(), Bearer::new(key));
         Self {
             runtime: None,
@@ -207,6 +283,7 @@ impl Harness {
     pub fn new_instance() -> InstanceGuard {
         InstanceGuard {
             instance: format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+            data_dirs: Vec::new(),
         }
     }
 

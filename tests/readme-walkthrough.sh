@@ -15,7 +15,13 @@ cleanup() {
   if [ -n "$runtime_pid" ]; then kill "$runtime_pid" 2>/dev/null || true; wait "$runtime_pid" 2>/dev/null || true; fi
   docker ps -aq --filter "label=io.mentis.instance=$instance" | xargs -r docker rm -f -v >/dev/null
   docker volume ls -q --filter "label=io.mentis.instance=$instance" | xargs -r docker volume rm -f >/dev/null
+  loops_under "$work" | xargs -r -n1 losetup -d 2>/dev/null || true
   rm -rf "$work"
+}
+# Loop devices whose disk image lies under $1 (bounded workspaces of this run's runtime).
+loops_under() {
+  PATH="$PATH:/usr/sbin:/sbin" losetup --list --noheadings --output NAME,BACK-FILE 2>/dev/null |
+    awk -v dir="$1/" 'index($2, dir) == 1 {print $1}'
 }
 trap cleanup EXIT
 
@@ -68,8 +74,9 @@ for want in 'Code: PermissionDenied' '"revokeTime"'; do
   grep -qF -- "$want" "$work/keys.out" || keys_fail "output lacks $want"
 done
 [ "$(grep -c 'Code: Unauthenticated' "$work/keys.out")" = 2 ] || keys_fail "expected Unauthenticated twice (no key, revoked key)"
-for want in 'Code: InvalidArgument' '512' '256' 'ROOT_FILESYSTEM_READ_ONLY' 'CapEff:	0000000000000000' \
-  'read-only root' 'writable workspace and tmp'; do
+for want in 'Code: InvalidArgument' '512' '256' 'ROOT_FILESYSTEM_READ_ONLY' '"diskLimitMb":"64"' \
+  'CapEff:	0000000000000000' 'read-only root' 'writable workspace and tmp' 'No space left on device' \
+  'workspace full'; do
   grep -qF -- "$want" "$work/limits.out" ||
     { echo "readme-walkthrough: limits: output lacks $want" >&2; cat "$work/limits.out" >&2; exit 1; }
 done
@@ -89,6 +96,9 @@ if grep -qF mentis.executor "$work/out"; then echo "readme-walkthrough: reflecti
 [ "$(grep -c '"cmdEnd"' "$work/out")" = 1 ] || { echo "readme-walkthrough: expected exactly one cmdEnd" >&2; fail=1; }
 if [ -n "$(docker ps -aq --filter "label=io.mentis.instance=$instance")" ]; then
   echo "readme-walkthrough: DeleteSandbox left a container behind" >&2; fail=1
+fi
+if [ -n "$(loops_under "$work")" ]; then
+  echo "readme-walkthrough: DeleteSandbox left a loop device behind: $(loops_under "$work")" >&2; fail=1
 fi
 if [ "$fail" != 0 ]; then cat "$work/out" >&2; exit 1; fi
 if [ "$show" = --show ]; then cat "$work/out"; fi

@@ -1,6 +1,6 @@
 //! gVisor: with `MENTIS_CONTAINER_RUNTIME=runsc` sandboxes run under runsc (a user-space kernel between user
-//! code and the host) and work as usual: shell, IPython with state across cells, network isolation,
-//! deletion that leaves nothing behind. The tests install and register Debian's runsc themselves
+//! code and the host) and work as usual: shell, IPython with state across cells, network isolation, the
+//! disk limit, deletion that leaves nothing behind. The tests install and register Debian's runsc themselves
 //! (`deploy/ensure-runsc.sh`) and fail, never skip, when that is impossible.
 
 use std::sync::OnceLock;
@@ -105,6 +105,27 @@ async fn gvisor_sandboxes_run_shell_and_ipython() -> anyhow::Result<()> {
         )
         .await?;
     assert_eq!(cmd_end(&slow)?.reason, api::EndReason::TimedOut as i32);
+
+    // The disk limit holds under gVisor too: the workspace is the same ext4 filesystem of its own.
+    let bounded = h
+        .create(api::SandboxSpec {
+            disk_limit_mb: 32,
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    let fill = h
+        .sh(&bounded, "head -c 64M /dev/zero > /workspace/fill")
+        .await?;
+    assert_ne!(cmd_end(&fill)?.exit_code, 0);
+    let stderr = String::from_utf8_lossy(&output(&fill, api::OutputStream::Stderr)).into_owned();
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert_eq!(stdout(&h.sh(&bounded, "echo ok").await?), "ok\n");
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: bounded,
+        })
+        .await?;
 
     eprintln!(
         "gvisor: create {created_in:?}, first shell round trip {shell_round_trip:?}, first cell \

@@ -117,11 +117,19 @@ async fn a_space_bounds_its_sandboxes_and_they_get_a_read_only_root_and_ulimits(
         .await?;
     assert_eq!(stdout(&obs), "4096\nwritable\n");
 
-    // The default space keeps the runtime's defaults: 1024 open files, a writable root.
+    // The default space keeps the runtime's defaults: 1024 open files, a read-only root (a writable one
+    // would lie outside the disk limit).
     let sb = h.create_default().await?;
     assert_eq!(
         (sb.nofile_limit, sb.root_filesystem),
-        (1024, api::RootFilesystem::Writable as i32)
+        (1024, api::RootFilesystem::ReadOnly as i32)
+    );
+    assert_eq!(
+        inspect(
+            &container_of(&sb.sandbox_id),
+            "{{.HostConfig.ReadonlyRootfs}}"
+        )?,
+        "true"
     );
     h.stop().await
 }

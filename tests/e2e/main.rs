@@ -4,6 +4,7 @@
 
 mod auth;
 mod bad_input;
+mod disk;
 mod faults;
 mod files;
 mod gvisor;

@@ -1,6 +1,6 @@
-//! Warm pools: a claim binds env, labels, space and limits; the pool refills; racing claims get different
-//! sandboxes; a member killed behind the runtime's back is replaced; a restart tells members and claimed
-//! sandboxes apart.
+//! Warm pools: a claim binds env, labels, space and limits (another disk limit starts cold); the pool
+//! refills; racing claims get different sandboxes; a member killed behind the runtime's back is replaced; a
+//! restart tells members and claimed sandboxes apart.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -129,9 +129,22 @@ async fn a_claim_binds_env_labels_space_and_limits_and_the_pool_refills() -> any
         )
         .await?;
     assert_eq!(stdout(&memory), "268435456\n", "cgroup limit inside");
+    assert_eq!(sb.disk_limit_mb, 4096);
 
     // The pool makes another member to get back to its minimum.
     wait_idle(&mut h, 2).await?;
+    // A workspace's filesystem keeps the size it was made with: another disk limit starts cold.
+    let members = member_containers(&h)?;
+    let cold = h
+        .create(api::SandboxSpec {
+            disk_limit_mb: 128,
+            ..Default::default()
+        })
+        .await?;
+    assert!(!members.contains(&container_of(&cold.sandbox_id)));
+    assert_eq!(cold.disk_limit_mb, 128);
+    let p = pools(&mut h).await?;
+    assert_eq!((p.hits, p.idle), (1, 2), "{p:?}");
     h.stop().await
 }
 

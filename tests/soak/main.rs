@@ -116,8 +116,9 @@ async fn main() -> anyhow::Result<()> {
         .join("mentis-runtime-under-test")
         .to_string_lossy()
         .into_owned();
-    let guard = Harness::new_instance();
+    let mut guard = Harness::new_instance();
     let data_dir = tempfile::tempdir()?;
+    guard.watch(data_dir.path());
     let process =
         RuntimeProcess::start_with_env(&bin, &guard.instance, data_dir.path(), RUNTIME_ENV).await?;
     let key = process.admin_key()?;
@@ -237,6 +238,7 @@ async fn main() -> anyhow::Result<()> {
     rt.sigterm().await?;
     let mut leftovers = guard.containers();
     leftovers.extend(guard.volumes());
+    leftovers.extend(guard.loop_devices());
     let summary = Summary {
         duration_s: start.elapsed().as_secs(),
         seed: args.seed,

@@ -1,5 +1,6 @@
 //! Settings of the Docker backend, read once by the runtime's config.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::runtime::ContainerRuntime;
@@ -23,6 +24,12 @@ pub struct DockerConfig {
     pub executor_env: Vec<String>,
     /// OCI runtime of the sandbox containers: runc, runsc (gVisor) or auto.
     pub runtime: ContainerRuntime,
+    /// Folder of the workspaces' disk images (the runtime's `MENTIS_DATA_DIR/disks`). `None`: no sandbox
+    /// can have a disk limit. Images there are attached again at start, whatever `disk_limits` says.
+    pub disks_dir: Option<PathBuf>,
+    /// New sandboxes may have disk limits (`MENTIS_DISK_LIMITS=loop`): the start checks the tools and loop
+    /// devices they need.
+    pub disk_limits: bool,
 }
 
 impl Default for DockerConfig {
@@ -35,6 +42,8 @@ impl Default for DockerConfig {
             call_timeout: Duration::from_secs(60),
             executor_env: Vec::new(),
             runtime: ContainerRuntime::Runc,
+            disks_dir: None,
+            disk_limits: false,
         }
     }
 }

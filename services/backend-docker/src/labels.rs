@@ -9,6 +9,9 @@ pub const LABEL_MANAGED: &str = "io.mentis.managed";
 pub const LABEL_SANDBOX_ID: &str = "io.mentis.sandbox-id";
 pub const LABEL_SPACE_ID: &str = "io.mentis.space-id";
 pub const LABEL_INSTANCE: &str = "io.mentis.instance";
+/// On a bounded workspace volume: the absolute path of its disk image (so that tools removing volumes by
+/// hand can detach and remove the image too: `deploy/clean-sandboxes.sh`).
+pub const LABEL_DISK_IMAGE: &str = "io.mentis.disk-image";
 /// On containers created for a warm pool: which sandbox they became is in the store, not in labels.
 pub const LABEL_POOL: &str = "io.mentis.pool";
 

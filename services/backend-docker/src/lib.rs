@@ -2,22 +2,23 @@
 //! sandbox, all on the dedicated network `mentis-net`, every object labelled so that nothing leaks.
 
 mod config;
+mod disk;
 mod error;
 mod labels;
 mod network;
 mod runtime;
+mod volume;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, ContainerStateStatusEnum, EndpointSettings, HostConfig, NetworkingConfig,
-    ResourcesUlimits, VolumeCreateRequest,
+    ResourcesUlimits,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
-    RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
+    RemoveContainerOptionsBuilder,
 };
 use mentis_core::{
     BackendSandbox, BackendSpec, BackendState, Endpoint, Error, Limits, Result, SandboxBackend,
@@ -26,7 +27,9 @@ use mentis_core::{
 
 pub use config::DockerConfig;
 use error::{DockerCallExt, is_not_found};
-pub use labels::{LABEL_INSTANCE, LABEL_MANAGED, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_SPACE_ID};
+pub use labels::{
+    LABEL_DISK_IMAGE, LABEL_INSTANCE, LABEL_MANAGED, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_SPACE_ID,
+};
 pub use runtime::{ContainerRuntime, RUNSC};
 
 /// Memory in bytes and CPU in nano-CPUs, as the engine takes them.
@@ -47,6 +50,8 @@ pub struct DockerBackend {
     config: DockerConfig,
     /// The runtime `config.runtime` resolved to against the engine, once at connect.
     runtime: runtime::Chosen,
+    /// The workspaces' disk images (`config.disks_dir`).
+    disks: Option<disk::Disks>,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -69,10 +74,16 @@ impl DockerBackend {
             .map_err(|_| Error::unavailable("the Docker engine did not answer in time"))?
             .map_err(|e| Error::unavailable("cannot reach the Docker engine").with_source(e))?;
         let runtime = runtime::resolve(&docker, config.runtime, config.call_timeout).await?;
+        let disks = config
+            .disks_dir
+            .as_deref()
+            .map(|dir| disk::Disks::new(dir, &config.user, config.call_timeout))
+            .transpose()?;
         Ok(Self {
             docker,
             config,
             runtime,
+            disks,
         })
     }
 
@@ -114,10 +125,6 @@ impl DockerBackend {
         format!("mentis-{id}")
     }
 
-    fn volume_name(id: SandboxId) -> String {
-        format!("mentis-ws-{id}")
-    }
-
     async fn call<T>(
         &self,
         what: &str,
@@ -133,17 +140,7 @@ impl DockerBackend {
 
     async fn create_inner(&self, spec: &BackendSpec) -> Result<Endpoint> {
         let labels = labels::for_sandbox(&self.config.instance, spec.id, spec.space_id.as_ref());
-        let volume = Self::volume_name(spec.id);
-        self.call(
-            "create volume",
-            self.docker.create_volume(VolumeCreateRequest {
-                name: Some(volume.clone()),
-                labels: Some(labels.clone()),
-                ..Default::default()
-            }),
-        )
-        .await
-        .docker_ctx("create the workspace volume")?;
+        let volume = self.create_volume(spec, labels.clone()).await?;
 
         let (memory, nano_cpus) = docker_limits(spec.limits);
         let host_config = HostConfig {
@@ -280,7 +277,8 @@ impl DockerBackend {
 #[async_trait::async_trait]
 impl SandboxBackend for DockerBackend {
     async fn prepare(&self) -> Result<()> {
-        network::ensure(&self.docker, &self.config).await
+        network::ensure(&self.docker, &self.config).await?;
+        self.reconcile_disks().await
     }
 
     async fn create(&self, spec: &BackendSpec) -> Result<Endpoint> {
@@ -315,30 +313,7 @@ impl SandboxBackend for DockerBackend {
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(error::to_core("remove the container", e)),
         }
-        let volume = Self::volume_name(id);
-        // The engine may still hold the volume for a moment after a forced remove: retry briefly.
-        let mut attempt = 0;
-        loop {
-            match self
-                .call(
-                    "remove volume",
-                    self.docker.remove_volume(
-                        &volume,
-                        Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
-                    ),
-                )
-                .await
-            {
-                Ok(()) => return Ok(()),
-                Err(e) if is_not_found(&e) => return Ok(()),
-                Err(e) if attempt < 20 => {
-                    tracing::debug!(%volume, error = %e, "volume still busy, retrying");
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => return Err(error::to_core("remove the workspace volume", e)),
-            }
-        }
+        self.remove_volume(id).await
     }
 
     async fn ensure_running(&self, id: SandboxId) -> Result<Endpoint> {
@@ -370,6 +345,7 @@ impl SandboxBackend for DockerBackend {
             // workspace volume and the token in its env are unchanged).
             _ => {
                 tracing::info!(sandbox_id = %id, "starting the sandbox's stopped container again");
+                self.attach_disk(id).await?;
                 self.call("start container", self.docker.start_container(&name, None))
                     .await
                     .docker_ctx("start the container")?;
@@ -409,6 +385,7 @@ impl SandboxBackend for DockerBackend {
 
     async fn restart(&self, id: SandboxId) -> Result<Endpoint> {
         let name = Self::container_name(id);
+        self.attach_disk(id).await?;
         // No grace: the executor does not answer, and a stopped process would not act on SIGTERM anyway.
         let options = bollard::query_parameters::RestartContainerOptionsBuilder::default()
             .t(0)

@@ -16,6 +16,10 @@ pub struct Limits {
     pub pids: i64,
     /// Open files per process (soft and hard `nofile` ulimit).
     pub nofile: i64,
+    /// Disk in MiB: the size of the sandbox's workspace filesystem. In a sandbox, 0 means not bounded (the
+    /// runtime runs with disk limits off, or the sandbox was made before disk limits); in a policy's
+    /// maximum, 0 means this runtime bounds no disk, so a request may only leave it at 0.
+    pub disk_mb: i64,
 }
 
 /// Smallest memory limit we accept: below this not even the executor and a shell fit.
@@ -24,6 +28,8 @@ pub const MIN_MEMORY_MB: i64 = 32;
 pub const MIN_PIDS: i64 = 16;
 /// Smallest open-files limit we accept: the executor and a kernel need this many descriptors.
 pub const MIN_NOFILE: i64 = 64;
+/// Smallest disk limit we accept: an ext4 filesystem this small still leaves room for a few files.
+pub const MIN_DISK_MB: i64 = 16;
 /// Smallest CPU limit we accept.
 const MIN_CPU: f64 = 0.01;
 
@@ -42,12 +48,14 @@ impl Default for LimitsPolicy {
                 memory_mb: 1024,
                 pids: 512,
                 nofile: 1024,
+                disk_mb: 4 * 1024,
             },
             max: Limits {
                 cpu: 16.0,
                 memory_mb: 64 * 1024,
                 pids: 32_768,
                 nofile: 65_536,
+                disk_mb: 100 * 1024,
             },
         }
     }
@@ -64,6 +72,19 @@ fn int(field: &str, v: i64, min: i64, default: i64, max: i64) -> Result<i64, Err
 }
 
 impl LimitsPolicy {
+    /// This policy with no disk bound at all (a runtime whose disk limits are off): every sandbox gets
+    /// `disk_mb` 0, and asking for a disk limit is refused rather than silently not enforced.
+    pub fn without_disk(mut self) -> Self {
+        self.default.disk_mb = 0;
+        self.max.disk_mb = 0;
+        self
+    }
+
+    /// Whether this policy bounds disks.
+    pub fn bounds_disk(&self) -> bool {
+        self.max.disk_mb > 0
+    }
+
     /// Resolves requested limits (0 = default) and rejects negative, non-finite, too small or too big ones.
     pub fn resolve(&self, want: Limits) -> Result<Limits, Error> {
         let (d, m) = (self.default, self.max);
@@ -88,6 +109,24 @@ impl LimitsPolicy {
             )?,
             pids: int("pids_limit", want.pids, MIN_PIDS, d.pids, m.pids)?,
             nofile: int("nofile_limit", want.nofile, MIN_NOFILE, d.nofile, m.nofile)?,
+            disk_mb: if m.disk_mb == 0 {
+                if want.disk_mb != 0 {
+                    return Err(Error::invalid(format!(
+                        "disk_limit_mb {} cannot be honoured: this runtime bounds no disk \
+                         (MENTIS_DISK_LIMITS=off); leave it at 0",
+                        want.disk_mb
+                    )));
+                }
+                0
+            } else {
+                int(
+                    "disk_limit_mb",
+                    want.disk_mb,
+                    MIN_DISK_MB,
+                    d.disk_mb,
+                    m.disk_mb,
+                )?
+            },
         })
     }
 
@@ -101,6 +140,8 @@ impl LimitsPolicy {
                 memory_mb: i64::MAX,
                 pids: i64::MAX,
                 nofile: i64::MAX,
+                // A policy without disk bounds (max 0) stays so.
+                disk_mb: if self.bounds_disk() { i64::MAX } else { 0 },
             },
         };
         if self.max.cpu < MIN_CPU {
@@ -124,12 +165,14 @@ impl LimitsPolicy {
             memory_mb: i(self.max.memory_mb, max.memory_mb),
             pids: i(self.max.pids, max.pids),
             nofile: i(self.max.nofile, max.nofile),
+            disk_mb: i(self.max.disk_mb, max.disk_mb),
         };
         let default = Limits {
             cpu: f(self.default.cpu, default.cpu).min(max.cpu),
             memory_mb: i(self.default.memory_mb, default.memory_mb).min(max.memory_mb),
             pids: i(self.default.pids, default.pids).min(max.pids),
             nofile: i(self.default.nofile, default.nofile).min(max.nofile),
+            disk_mb: i(self.default.disk_mb, default.disk_mb).min(max.disk_mb),
         };
         Self { default, max }
     }
@@ -166,6 +209,14 @@ mod tests {
             memory_mb,
             pids,
             nofile,
+            disk_mb: 0,
+        }
+    }
+
+    fn disk(disk_mb: i64) -> Limits {
+        Limits {
+            disk_mb,
+            ..Limits::default()
         }
     }
 
@@ -175,9 +226,17 @@ mod tests {
         assert_eq!(p.resolve(Limits::default()).ok(), Some(p.default));
         assert_eq!(
             p.resolve(l(0.5, 256, 64, 128)).ok(),
-            Some(l(0.5, 256, 64, 128))
+            Some(Limits {
+                disk_mb: 4096,
+                ..l(0.5, 256, 64, 128)
+            })
         );
+        assert_eq!(p.resolve(disk(64)).unwrap().disk_mb, 64);
+        assert_eq!(p.resolve(disk(100 * 1024)).unwrap().disk_mb, 100 * 1024);
         for bad in [
+            disk(-1),
+            disk(MIN_DISK_MB - 1),
+            disk(100 * 1024 + 1),
             l(-1.0, 0, 0, 0),
             l(f64::NAN, 0, 0, 0),
             l(f64::INFINITY, 0, 0, 0),
@@ -201,9 +260,27 @@ mod tests {
     fn a_space_narrows_the_runtime_policy_and_never_widens_it() {
         let p = LimitsPolicy::default();
         let n = p.narrowed(&l(0.0, 0, 0, 256), &l(2.0, 512, 0, 0));
-        assert_eq!(n.max, l(2.0, 512, p.max.pids, p.max.nofile));
+        assert_eq!(
+            n.max,
+            Limits {
+                disk_mb: p.max.disk_mb,
+                ..l(2.0, 512, p.max.pids, p.max.nofile)
+            }
+        );
         // Memory's default (1024) is lowered to the space's maximum; nofile takes the space's default.
-        assert_eq!(n.default, l(1.0, 512, 512, 256));
+        assert_eq!(
+            n.default,
+            Limits {
+                disk_mb: 4096,
+                ..l(1.0, 512, 512, 256)
+            }
+        );
+        // A space's disk maximum lowers the default disk too.
+        let small = p.narrowed(&Limits::default(), &disk(1024));
+        assert_eq!((small.default.disk_mb, small.max.disk_mb), (1024, 1024));
+        assert!(
+            matches!(small.resolve(disk(2048)), Err(Error::InvalidArgument(m)) if m.contains("disk_limit_mb"))
+        );
         assert!(
             matches!(n.resolve(l(0.0, 1024, 0, 0)), Err(Error::InvalidArgument(m)) if m.contains("..=512"))
         );
@@ -221,6 +298,8 @@ mod tests {
             (l(0.0, 1024, 0, 0), l(0.0, 512, 0, 0)),
             (l(0.0, 0, 0, 8), Limits::default()),
             (l(-1.0, 0, 0, 0), Limits::default()),
+            (Limits::default(), disk(200 * 1024)),
+            (disk(2048), disk(1024)),
         ] {
             assert!(
                 matches!(
@@ -241,5 +320,24 @@ mod tests {
         let mut p = LimitsPolicy::default();
         p.max.nofile = 1;
         assert!(p.validate().is_err());
+        let mut p = LimitsPolicy::default();
+        p.default.disk_mb = 8;
+        assert!(p.validate().is_err());
+        LimitsPolicy::default().without_disk().validate().unwrap();
+    }
+
+    #[test]
+    fn without_disk_bounds_every_sandbox_gets_zero_and_asking_for_a_limit_is_refused() {
+        let p = LimitsPolicy::default().without_disk();
+        assert!(!p.bounds_disk() && LimitsPolicy::default().bounds_disk());
+        assert_eq!(p.resolve(Limits::default()).unwrap().disk_mb, 0);
+        assert!(
+            matches!(p.resolve(disk(64)), Err(Error::InvalidArgument(m)) if m.contains("MENTIS_DISK_LIMITS=off"))
+        );
+        // A space cannot ask for disk limits either, and narrowing keeps the disk unbounded.
+        assert!(p.check_space(&Limits::default(), &disk(64)).is_err());
+        let n = p.narrowed(&disk(64), &disk(128));
+        assert_eq!((n.default.disk_mb, n.max.disk_mb), (0, 0));
+        assert_eq!(n.resolve(Limits::default()).unwrap().disk_mb, 0);
     }
 }

@@ -54,7 +54,7 @@ impl std::fmt::Display for SandboxState {
     }
 }
 
-pub use crate::limits::{Limits, LimitsPolicy, MIN_MEMORY_MB, MIN_NOFILE, MIN_PIDS};
+pub use crate::limits::{Limits, LimitsPolicy, MIN_DISK_MB, MIN_MEMORY_MB, MIN_NOFILE, MIN_PIDS};
 
 /// Label keys under this prefix belong to the control plane.
 pub const RESERVED_LABEL_PREFIX: &str = "io.mentis.";
@@ -143,6 +143,8 @@ pub struct SandboxRequest {
     pub memory_limit_mb: i64,
     pub pids_limit: i64,
     pub nofile_limit: i64,
+    /// 0 = default.
+    pub disk_limit_mb: i64,
     /// `None` = the space's or the runtime's default.
     pub read_only_rootfs: Option<bool>,
     pub external_key: String,
@@ -190,6 +192,7 @@ impl SandboxRequest {
             memory_mb: self.memory_limit_mb,
             pids: self.pids_limit,
             nofile: self.nofile_limit,
+            disk_mb: self.disk_limit_mb,
         })?;
         let external_key = if self.external_key.is_empty() {
             None
@@ -333,6 +336,7 @@ mod tests {
                 memory_mb: 256,
                 pids: 64,
                 nofile: LimitsPolicy::default().default.nofile,
+                disk_mb: LimitsPolicy::default().default.disk_mb,
             }
         );
     }

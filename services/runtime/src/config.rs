@@ -18,6 +18,7 @@ pub use error::ConfigError;
 use error::err;
 
 pub use auth::AuthConfig;
+pub use limits::DiskLimits;
 
 use crate::api::outbound::StreamPolicy;
 use crate::observations::LogLimits;
@@ -43,10 +44,14 @@ pub struct RuntimeConfig {
     /// `MENTIS_INSTANCE`, `MENTIS_NETWORK`, `MENTIS_CONTAINER_RUNTIME`.
     pub docker: DockerConfig,
     /// `MENTIS_SANDBOX_DEFAULT`, `MENTIS_SANDBOX_MAX`: default and maximum limits of a sandbox, as
-    /// `cpu=1,memory_mb=1024,pids=512,nofile=1024` (any subset). Spaces may narrow them.
+    /// `cpu=1,memory_mb=1024,pids=512,nofile=1024,disk_mb=4096` (any subset). Spaces may narrow them.
+    /// With `disk_limits` off the runtime starts with this policy's disk limits taken out.
     pub limits: LimitsPolicy,
-    /// `MENTIS_READ_ONLY_ROOTFS` (true|false): root filesystem of sandboxes whose spec and space leave it
-    /// unspecified.
+    /// `MENTIS_DISK_LIMITS` (loop|off, default loop): whether each workspace is a filesystem of its own,
+    /// sized by the sandbox's disk limit (images under `MENTIS_DATA_DIR/disks`).
+    pub disk_limits: DiskLimits,
+    /// `MENTIS_READ_ONLY_ROOTFS` (true|false, default true): root filesystem of sandboxes whose spec and
+    /// space leave it unspecified. A writable root's layer is on the host's disk, outside any disk limit.
     pub read_only_rootfs: bool,
     /// `MENTIS_LOG_MAX_ENTRIES`, `MENTIS_LOG_MAX_BYTES`: bounds of each sandbox's observation log;
     /// `MENTIS_LOG_MEMORY_BYTES` (256 MiB): what all journaled logs together keep in memory.
@@ -164,6 +169,11 @@ pub struct SpaceMount {
 }
 
 impl RuntimeConfig {
+    /// The folder of the workspaces' filesystem images (`MENTIS_DATA_DIR/disks`).
+    pub fn disks_dir(&self) -> PathBuf {
+        self.data_dir.join("disks")
+    }
+
     /// The folder of a sandbox's observation journal (`MENTIS_DATA_DIR/logs/<sandbox id>`).
     pub fn log_dir(&self, id: mentis_core::SandboxId) -> PathBuf {
         self.data_dir.join("logs").join(id.to_string())
@@ -248,7 +258,8 @@ impl Default for RuntimeConfig {
             data_dir: PathBuf::from("mentis-data"),
             docker: DockerConfig::default(),
             limits: LimitsPolicy::default(),
-            read_only_rootfs: false,
+            disk_limits: DiskLimits::Loop,
+            read_only_rootfs: true,
             log_limits: LogLimits::default(),
             log_journal: true,
             max_sandboxes: 256,
@@ -282,9 +293,11 @@ impl RuntimeConfig {
 
     /// Reads the settings through `get` (the environment, or a map in tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let disk_limits = limits::disk_limits(&get)?;
         let mut c = Self {
             auth: auth::from_lookup(&get)?,
-            limits: limits::policy(&get, LimitsPolicy::default())?,
+            limits: limits::policy(&get, LimitsPolicy::default(), disk_limits)?,
+            disk_limits,
             read_only_rootfs: limits::read_only(&get)?,
             ..Self::default()
         };

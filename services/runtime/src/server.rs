@@ -22,7 +22,7 @@ use tonic_health::ServingStatus;
 use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SpaceApi};
 use crate::auth::layer::AuthLayer;
 use crate::auth::{self, Keyring};
-use crate::config::{AuthConfig, RuntimeConfig};
+use crate::config::{AuthConfig, DiskLimits, RuntimeConfig};
 use crate::sandboxes::Manager;
 use crate::store::Store;
 
@@ -57,7 +57,12 @@ pub struct Runtime {
 impl Runtime {
     /// Connects the Docker backend, reconciles, binds `config.listen` and serves in the background.
     pub async fn start(config: RuntimeConfig) -> Result<Self, ServeError> {
-        let backend = Arc::new(DockerBackend::connect(config.docker.clone()).await?);
+        let mut docker = config.docker.clone();
+        // Images of bounded workspaces live beside the store; those made earlier are attached again even
+        // with disk limits off.
+        docker.disks_dir = Some(config.disks_dir());
+        docker.disk_limits = config.disk_limits == DiskLimits::Loop;
+        let backend = Arc::new(DockerBackend::connect(docker).await?);
         Self::start_with(config, backend).await
     }
 
@@ -77,6 +82,11 @@ impl Runtime {
             addr: config.listen,
             source,
         })?;
+        let mut config = config;
+        if config.disk_limits == DiskLimits::Off {
+            // GetSandbox never claims a limit nothing enforces.
+            config.limits = config.limits.without_disk();
+        }
         let config = Arc::new(config);
         let shutdown = CancellationToken::new();
         let store = Arc::new(Store::open(&config.data_dir)?);

@@ -23,7 +23,7 @@ pub mod actions;
 mod keys;
 
 /// Schema version in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS spaces (
@@ -59,7 +59,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     last_seq INTEGER NOT NULL,
     egress INTEGER NOT NULL DEFAULT 0,
     nofile INTEGER NOT NULL DEFAULT 0,
-    read_only INTEGER NOT NULL DEFAULT 0
+    read_only INTEGER NOT NULL DEFAULT 0,
+    disk_mb INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS sandboxes_by_space ON sandboxes(space_id);
 CREATE TABLE IF NOT EXISTS pool (
@@ -217,11 +218,12 @@ impl Store {
         conn.execute_batch(SCHEMA).map_err(db_err("schema"))?;
         // CREATE TABLE IF NOT EXISTS leaves an older table as it was: add what later versions added
         // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys; 4 added
-        // actions).
+        // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit).
         for (table, column, decl) in [
             ("sandboxes", "egress", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "nofile", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "read_only", "INTEGER NOT NULL DEFAULT 0"),
+            ("sandboxes", "disk_mb", "INTEGER NOT NULL DEFAULT 0"),
             ("spaces", "sandbox_limits", "TEXT NOT NULL DEFAULT '{}'"),
         ] {
             add_column_if_missing(&conn, table, column, decl)?;
@@ -428,7 +430,7 @@ impl Store {
             .prepare(
                 "SELECT id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
                  external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-                 updated_ms, activity_ms, last_seq, egress, nofile, read_only FROM sandboxes
+                 updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb FROM sandboxes
                  ORDER BY created_ms, id",
             )
             .map_err(db_err("read sandboxes"))?;
@@ -454,6 +456,7 @@ impl Store {
                                 memory_mb: r.get(8)?,
                                 pids: r.get(9)?,
                                 nofile: r.get(21)?,
+                                disk_mb: r.get(23)?,
                             },
                             external_key: r.get(11)?,
                             expiry: Expiry {
@@ -528,7 +531,10 @@ fn add_column_if_missing(conn: &Connection, table: &str, column: &str, decl: &st
 
 /// A space's sandbox limits as JSON (zero fields are "not set").
 fn space_limits_json(l: &SpaceLimits) -> String {
-    let limits = |l: &Limits| serde_json::json!({"cpu": l.cpu, "memory_mb": l.memory_mb, "pids": l.pids, "nofile": l.nofile});
+    let limits = |l: &Limits| {
+        serde_json::json!({"cpu": l.cpu, "memory_mb": l.memory_mb, "pids": l.pids, "nofile": l.nofile,
+            "disk_mb": l.disk_mb})
+    };
     serde_json::json!({
         "default": limits(&l.sandbox_default),
         "max": limits(&l.sandbox_max),
@@ -544,6 +550,7 @@ fn space_limits_from_json(max_sandboxes: u32, text: &str) -> SpaceLimits {
         memory_mb: l["memory_mb"].as_i64().unwrap_or(0),
         pids: l["pids"].as_i64().unwrap_or(0),
         nofile: l["nofile"].as_i64().unwrap_or(0),
+        disk_mb: l["disk_mb"].as_i64().unwrap_or(0),
     };
     SpaceLimits {
         max_sandboxes,
@@ -564,9 +571,9 @@ fn insert_sandbox(
         "INSERT OR REPLACE INTO sandboxes
          (id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
           external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-          updated_ms, activity_ms, last_seq, egress, nofile, read_only)
+          updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-          ?19, ?20, ?21, ?22, ?23)",
+          ?19, ?20, ?21, ?22, ?23, ?24)",
         params![
             s.id.to_string(),
             s.space_id.as_str(),
@@ -591,6 +598,7 @@ fn insert_sandbox(
             s.egress,
             s.limits.nofile,
             s.read_only_rootfs,
+            s.limits.disk_mb,
         ],
     )
     .map_err(db_err("write a sandbox"))?;
@@ -616,6 +624,7 @@ mod tests {
                 memory_mb: 256,
                 pids: 64,
                 nofile: 128,
+                disk_mb: 64,
             },
             created_at: now,
             updated_at: now,
@@ -674,15 +683,16 @@ mod tests {
     fn a_schema_1_database_is_migrated() {
         let dir = tempfile::tempdir().unwrap();
         {
-            // Schema 1: without what versions 2 (egress) and 3 (nofile, read_only, sandbox_limits) added.
+            // Schema 1: without what versions 2 (egress), 3 (nofile, read_only, sandbox_limits) and 5
+            // (disk_mb) added.
             let conn = Connection::open(dir.path().join("mentis.db")).unwrap();
             let v1 = SCHEMA
                 .replace(
-                    ",\n    egress INTEGER NOT NULL DEFAULT 0,\n    nofile INTEGER NOT NULL DEFAULT 0,\n    read_only INTEGER NOT NULL DEFAULT 0",
+                    ",\n    egress INTEGER NOT NULL DEFAULT 0,\n    nofile INTEGER NOT NULL DEFAULT 0,\n    read_only INTEGER NOT NULL DEFAULT 0,\n    disk_mb INTEGER NOT NULL DEFAULT 0",
                     "",
                 )
                 .replace(",\n    sandbox_limits TEXT NOT NULL DEFAULT '{}'", "");
-            assert_eq!(SCHEMA.len() - v1.len(), 167, "both parts were removed");
+            assert_eq!(SCHEMA.len() - v1.len(), 207, "both parts were removed");
             conn.execute_batch(&v1).unwrap();
             conn.pragma_update(None, "user_version", 1).unwrap();
         }
@@ -692,12 +702,31 @@ mod tests {
         assert_eq!(store.sandboxes().unwrap()[0].record, s);
         let mut space = Space::default_space(time(ms(SystemTime::now())));
         space.limits.sandbox_max.memory_mb = 512;
+        space.limits.sandbox_max.disk_mb = 1024;
         space.limits.read_only_rootfs = Some(true);
         store.put_space(&space).unwrap();
         assert_eq!(store.spaces().unwrap(), vec![space]);
         drop(store);
         // Opening again does not migrate twice.
         assert!(Store::open(dir.path()).is_ok());
+    }
+
+    #[test]
+    fn a_schema_4_sandbox_has_no_disk_limit_after_the_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sandbox();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.put_sandbox(&s, &BTreeMap::new(), "tok", 1).unwrap();
+            let conn = store.conn();
+            conn.execute_batch("ALTER TABLE sandboxes DROP COLUMN disk_mb")
+                .unwrap();
+            conn.pragma_update(None, "user_version", 4).unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let mut want = s;
+        want.limits.disk_mb = 0;
+        assert_eq!(store.sandboxes().unwrap()[0].record, want);
     }
 
     #[test]

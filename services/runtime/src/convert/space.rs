@@ -32,6 +32,7 @@ fn limits_from_proto(l: Option<api::SpaceLimits>) -> SpaceLimits {
             memory_mb: s.memory_mb,
             pids: s.pids,
             nofile: s.nofile,
+            disk_mb: s.disk_mb,
         }
     };
     SpaceLimits {
@@ -48,6 +49,7 @@ fn sandbox_limits_to_proto(l: &Limits) -> api::SandboxLimits {
         memory_mb: l.memory_mb,
         pids: l.pids,
         nofile: l.nofile,
+        disk_mb: l.disk_mb,
     }
 }
 

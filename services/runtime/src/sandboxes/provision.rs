@@ -93,11 +93,13 @@ impl Provisioner {
             .unwrap_or_else(|| self.config.executor_image.clone());
         // A pool member fits any request for its image, unless the space has data mounts of its own (those
         // are bound at container creation). Members have no egress network either (networks are attached
-        // at creation here), their ulimits and root filesystem are the runtime's defaults (`docker update`
-        // changes neither), and they keep the default limits where the backend cannot change those either.
+        // at creation here), their ulimits, disk and root filesystem are the runtime's defaults (`docker
+        // update` changes none of them: a workspace's filesystem has its size for good), and they keep the
+        // default limits where the backend cannot change those either.
         let pool = self.pools.pool_for(&image).filter(|_| {
             !spec.egress
                 && spec.limits.nofile == self.config.limits.default.nofile
+                && spec.limits.disk_mb == self.config.limits.default.disk_mb
                 && spec.read_only_rootfs == self.config.read_only_rootfs
                 && self.config.mounts_for(spec.space_id.as_str())
                     == self.config.mounts_for_every_space()

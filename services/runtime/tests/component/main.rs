@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod api;
+mod disk;
 mod drain;
 mod fake;
 mod faults;
