@@ -63,6 +63,8 @@ test-e2e: image
 test: image tools
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=2
 	@tests/readme-walkthrough.sh
+	$(CARGO) build -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
+	target/debug/mentis-soak --duration 3m --clients $(SOAK_CLIENTS)
 
 lint: tools
 	$(CARGO) fmt --all -- --check
