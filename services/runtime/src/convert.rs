@@ -10,7 +10,8 @@ mod space;
 pub use action::{action_from_proto, action_to_proto};
 pub use kernel::{summary_from_proto, summary_to_proto};
 pub use observation::{
-    kind_from_executor, kind_to_proto, observation_from_proto, observation_to_proto, timestamp,
+    kind_from_executor, kind_to_proto, observation_from_proto, observation_to_proto,
+    observation_to_proto_head, timestamp,
 };
 pub use sandbox::{request_from_proto, sandbox_to_proto, state_from_proto};
 pub use space::{space_from_proto, space_to_proto, update_from_proto};

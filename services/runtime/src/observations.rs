@@ -9,6 +9,7 @@ mod memory;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::Stream;
@@ -204,6 +205,8 @@ pub struct ObservationLog {
     inner: Mutex<Inner>,
     /// Carries the newest seq; followers wait on it.
     newest: watch::Sender<u64>,
+    /// Whether the log has a journal (read without the lock, to encode a record before taking it).
+    journaled: AtomicBool,
 }
 
 impl Drop for ObservationLog {
@@ -317,7 +320,8 @@ impl ObservationLog {
     ) -> Arc<Self> {
         // Entries hold `next_seq - len .. next_seq`: they end at `last_seq`.
         let bytes = entries.iter().map(|o| o.kind.approx_bytes()).sum();
-        if journal.is_some() {
+        let journaled = journal.is_some();
+        if journaled {
             limits.memory.add(bytes);
         }
         Arc::new(Self {
@@ -334,6 +338,7 @@ impl ObservationLog {
                 floor: 0,
             }),
             newest: watch::channel(last_seq).0,
+            journaled: AtomicBool::new(journaled),
         })
     }
 
@@ -358,6 +363,7 @@ impl ObservationLog {
         let journal = {
             let mut inner = self.lock();
             let journal = inner.journal.take();
+            self.journaled.store(false, Ordering::Relaxed);
             if journal.is_some() {
                 self.limits.memory.sub(inner.bytes);
             }
@@ -390,6 +396,19 @@ impl ObservationLog {
         origin: Option<&Origin>,
     ) -> Option<u64> {
         let size = kind.approx_bytes();
+        // A durable log's record is encoded before the lock is taken; only its head is encoded under it.
+        let prepared = if self.journaled.load(Ordering::Relaxed) {
+            match journal::Prepared::new(&kind, origin) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::error!(sandbox_id = %self.sandbox_id, error = %e,
+                        "could not encode an observation for the journal");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let seq = {
             let mut inner = self.lock();
             if inner.closed {
@@ -406,7 +425,9 @@ impl ObservationLog {
             });
             // Written before any reader can see it (the seq is published below).
             if let Some(j) = inner.journal.as_mut()
-                && let Err(e) = j.append(&o, origin)
+                && let Err(e) = prepared
+                    .map_or_else(|| journal::Prepared::new(&o.kind, origin), Ok)
+                    .and_then(|p| j.append_prepared(&o, p))
             {
                 tracing::error!(sandbox_id = %self.sandbox_id, seq, error = %e,
                     "could not write an observation to the journal: it is kept in memory only");

@@ -180,6 +180,14 @@ pub fn kind_to_proto(kind: &ObservationKind) -> api::observation::Kind {
 /// The public proto of an observation.
 pub fn observation_to_proto(o: &Observation) -> api::Observation {
     api::Observation {
+        kind: Some(kind_to_proto(&o.kind)),
+        ..observation_to_proto_head(o)
+    }
+}
+
+/// The observation without its kind: what says where and when it is (the journal encodes the kind apart).
+pub fn observation_to_proto_head(o: &Observation) -> api::Observation {
+    api::Observation {
         seq: o.seq,
         sandbox_id: o.sandbox_id.to_string(),
         action_id: o
@@ -188,7 +196,7 @@ pub fn observation_to_proto(o: &Observation) -> api::Observation {
             .map(ToString::to_string)
             .unwrap_or_default(),
         time: Some(timestamp(o.time)),
-        kind: Some(kind_to_proto(&o.kind)),
+        kind: None,
     }
 }
 

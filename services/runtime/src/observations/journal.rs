@@ -17,7 +17,12 @@ use std::path::{Path, PathBuf};
 use mentis_core::Observation;
 use prost::Message;
 
-use crate::convert::{observation_from_proto, observation_to_proto};
+use mentis_core::ObservationKind;
+use mentis_proto::api;
+
+#[cfg(test)]
+use crate::convert::observation_to_proto;
+use crate::convert::{kind_to_proto, observation_from_proto, observation_to_proto_head};
 
 /// Where an observation came from: the event of an action, numbered by the executor (1, 2, 3...). A log
 /// knows the newest index it holds of every running action, so after a restart the runtime attaches to the
@@ -35,6 +40,47 @@ struct OriginFields {
     action: String,
     #[prost(uint64, tag = "2047")]
     index: u64,
+}
+
+/// Room left before an observation's encoded kind for its head (seq, sandbox and action ids, time) and the
+/// record's header: far more than they take (about 100 bytes at most).
+const HEAD_ROOM: usize = 256;
+
+/// An observation's kind and origin, encoded (and checksummed) before the log's lock is taken: an output
+/// chunk is copied here once, outside the lock, and once more by the write.
+pub struct Prepared {
+    /// `HEAD_ROOM` bytes of room, then the encoded kind and origin.
+    buf: Vec<u8>,
+    start: usize,
+    kind_crc: crc32fast::Hasher,
+}
+
+impl Prepared {
+    pub fn new(kind: &ObservationKind, origin: Option<&Origin>) -> io::Result<Self> {
+        let tail = api::Observation {
+            kind: Some(kind_to_proto(kind)),
+            ..Default::default()
+        };
+        let origin = origin.map(|origin| OriginFields {
+            action: origin.action.to_string(),
+            index: origin.index,
+        });
+        let mut buf = Vec::with_capacity(
+            HEAD_ROOM + tail.encoded_len() + origin.as_ref().map_or(0, Message::encoded_len),
+        );
+        buf.resize(HEAD_ROOM, 0);
+        tail.encode(&mut buf).map_err(io::Error::other)?;
+        if let Some(origin) = origin {
+            origin.encode(&mut buf).map_err(io::Error::other)?;
+        }
+        let mut kind_crc = crc32fast::Hasher::new();
+        kind_crc.update(&buf[HEAD_ROOM..]);
+        Ok(Self {
+            buf,
+            start: HEAD_ROOM,
+            kind_crc,
+        })
+    }
 }
 
 /// A segment is closed and a new one started beyond this size.
@@ -167,26 +213,35 @@ impl Journal {
     }
 
     /// Writes one observation (and where it came from) at the end.
+    #[cfg(test)]
     pub fn append(&mut self, o: &Observation, origin: Option<&Origin>) -> io::Result<()> {
-        // The record is built in one buffer: the header's room first, the body encoded right after it (an
-        // output chunk is copied once here, and once more by the write).
-        let proto = observation_to_proto(o);
-        let origin = origin.map(|origin| OriginFields {
-            action: origin.action.to_string(),
-            index: origin.index,
-        });
-        let body_len = proto.encoded_len() + origin.as_ref().map_or(0, Message::encoded_len);
+        self.append_prepared(o, Prepared::new(&o.kind, origin)?)
+    }
+
+    /// Writes one observation at the end, its kind (the bulk of it) encoded beforehand by
+    /// [`Prepared::new`]: only the seq, ids and time are encoded here, under the log's lock.
+    pub fn append_prepared(&mut self, o: &Observation, prepared: Prepared) -> io::Result<()> {
+        let Prepared {
+            mut buf,
+            start: kind_start,
+            kind_crc,
+        } = prepared;
+        let head = observation_to_proto_head(o).encode_to_vec();
+        let body_len = head.len() + (buf.len() - kind_start);
         let len = u32::try_from(body_len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "observation too large"))?;
-        let mut record = Vec::with_capacity(8 + body_len);
-        record.extend_from_slice(&len.to_le_bytes());
-        record.extend_from_slice(&[0; 4]);
-        proto.encode(&mut record).map_err(io::Error::other)?;
-        if let Some(origin) = origin {
-            origin.encode(&mut record).map_err(io::Error::other)?;
-        }
-        let sum = checksum(&record[8..]);
-        record[4..8].copy_from_slice(&sum.to_le_bytes());
+        // The head goes right before the kind (protobuf fields may come in any order), the record's header
+        // before that: the record is one slice of `buf`, written with one write.
+        let start = kind_start
+            .checked_sub(head.len() + 8)
+            .ok_or_else(|| io::Error::other("an observation's head outgrew its room"))?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head);
+        crc.combine(&kind_crc);
+        buf[start..start + 4].copy_from_slice(&len.to_le_bytes());
+        buf[start + 4..start + 8].copy_from_slice(&crc.finalize().to_le_bytes());
+        buf[start + 8..kind_start].copy_from_slice(&head);
+        let record = &buf[start..];
         if self.current.is_none() || self.current_bytes >= SEGMENT_BYTES {
             let path = self.dir.join(segment_name(o.seq));
             let file = OpenOptions::new().create(true).append(true).open(&path)?;
@@ -205,7 +260,7 @@ impl Journal {
         }
         if let Some(file) = self.current.as_mut() {
             // One write: a crash leaves either the whole record or a torn tail that `open` cuts off.
-            file.write_all(&record)?;
+            file.write_all(record)?;
         }
         self.current_bytes += record.len() as u64;
         if let Some(seg) = self.segments.back_mut() {
