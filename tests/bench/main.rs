@@ -6,7 +6,9 @@
 //!
 //! Knobs: `BENCH_N` (round trips per figure, default 200), `BENCH_DENSITY` (idle sandboxes to hold, default
 //! 200), `BENCH_PYTHON` (the Python with jupyter_client and ipykernel for the Jupyter baseline, default
-//! .tools/venv/bin/python).
+//! .tools/venv/bin/python). `BENCH_ONLY=throughput` measures only what the journal costs stdout throughput:
+//! `BENCH_N` runs (default 9) on a journaled runtime and on a memory-only one, taken in turn so that both
+//! see the machine in the same state.
 #![allow(clippy::unwrap_used)]
 
 use std::process::{Command, Stdio};
@@ -228,6 +230,13 @@ fn mem_available_kib() -> u64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("throughput") {
+        let runs = std::env::var("BENCH_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(9);
+        return throughput_only(runs).await;
+    }
     let env_num = |k: &str, default: usize| {
         std::env::var(k)
             .ok()
@@ -619,10 +628,79 @@ async fn ipython_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyh
     .await
 }
 
+/// `BENCH_ONLY=throughput`: stdout throughput on a journaled and a memory-only runtime, runs taken in turn.
+async fn throughput_only(runs: usize) -> anyhow::Result<()> {
+    let start = |journal: bool| {
+        Harness::start_with(move |c| {
+            c.log_journal = journal;
+            c.log_limits.max_bytes = 2 * THROUGHPUT_BYTES as usize;
+        })
+    };
+    let mut journaled = start(true).await.context("start a journaled runtime")?;
+    let mut memory_only = start(false).await.context("start a memory-only runtime")?;
+    let a = journaled.create_default().await?.sandbox_id;
+    let b = memory_only.create_default().await?.sandbox_id;
+    let mut ours = Figure {
+        name: "stdout_256_mib_journaled".into(),
+        samples: Vec::new(),
+    };
+    let mut base = Figure {
+        name: "memory-only log".into(),
+        samples: Vec::new(),
+    };
+    // One warm-up each (not kept), then the runs in turn.
+    stdout_throughput_runs(&journaled, &a, "warm-up", 1).await?;
+    stdout_throughput_runs(&memory_only, &b, "warm-up", 1).await?;
+    for _ in 0..runs {
+        ours.samples.extend(
+            stdout_throughput_runs(&journaled, &a, "journaled", 1)
+                .await?
+                .samples,
+        );
+        base.samples.extend(
+            stdout_throughput_runs(&memory_only, &b, "memory-only", 1)
+                .await?
+                .samples,
+        );
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let mb = THROUGHPUT_BYTES as f64 / 1e6;
+    let mbs = |f: &Figure, p: f64| mb / f.pct(p).as_secs_f64();
+    println!("figure                      runs  median MB/s  p95-time MB/s");
+    for f in [&ours, &base] {
+        println!(
+            "{:<27} {:>4} {:>12.0} {:>14.0}",
+            f.name,
+            f.samples.len(),
+            mbs(f, 0.5),
+            mbs(f, 0.95)
+        );
+    }
+    println!(
+        "ratio journaled / memory-only (median throughput): {:.3}",
+        mbs(&ours, 0.5) / mbs(&base, 0.5)
+    );
+    delete(&journaled, vec![a]).await?;
+    delete(&memory_only, vec![b]).await?;
+    journaled.stop().await?;
+    memory_only.stop().await
+}
+
 /// A command writing 256 MiB to stdout, read to its end through Execute.
 async fn stdout_throughput(h: &Harness, id: &str, name: &str) -> anyhow::Result<Figure> {
+    stdout_throughput_runs(h, id, name, 3).await
+}
+
+/// `runs` of [`stdout_throughput`]'s command (with one warm-up run when there are several).
+async fn stdout_throughput_runs(
+    h: &Harness,
+    id: &str,
+    name: &str,
+    runs: usize,
+) -> anyhow::Result<Figure> {
     let writer = format!("head -c {THROUGHPUT_BYTES} /dev/zero");
-    measure(name, 3, 1, Duration::from_secs(180), || {
+    let warmup = usize::from(runs > 1);
+    measure(name, runs, warmup, Duration::from_secs(180), || {
         let mut actions = h.actions.clone();
         let id = id.to_owned();
         let writer = writer.clone();

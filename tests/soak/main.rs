@@ -71,6 +71,9 @@ fn args() -> anyhow::Result<Args> {
     Ok(a)
 }
 
+/// How often the runtime's RSS is sampled.
+const RSS_EVERY: Duration = Duration::from_secs(2);
+
 /// The runtime process the soak restarts, on the same address and data folder.
 struct Runtime {
     bin: String,
@@ -150,25 +153,26 @@ async fn main() -> anyhow::Result<()> {
         .map(|i| tokio::spawn(workload::run(Arc::clone(&shared), i, seeds.next(), until)))
         .collect();
 
-    // Runtime restarts stop at 60 %; RSS is measured after warm-up (75 %) and at the end, in one process.
-    let restarts_until = start + args.duration.mul_f64(0.6);
-    let baseline_at = start + args.duration.mul_f64(0.75);
+    // Runtime restarts stop at half time. RSS is sampled every 2 s: its level after warm-up is the median
+    // of the samples from 60 to 75 % of the run, its level at the end the median from 85 % on (the
+    // allocator's give and take makes single samples swing by several per cent).
+    let restarts_until = start + args.duration.mul_f64(0.5);
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
     let mut rng = Rng(seeds.next());
     let mut tally = Tally::default();
-    let mut baseline = 0;
-    let mut rss_samples = Vec::new();
+    let mut rss_samples: Vec<(f64, u64)> = Vec::new();
+    let mut next_fault = start + args.fault_every;
     while Instant::now() < until {
-        let next = Instant::now() + args.fault_every;
-        tokio::time::sleep_until(next.min(until)).await;
-        let rss = rt.process.rss_kib()?;
-        rss_samples.push((start.elapsed().as_secs(), rss / 1024));
-        if baseline == 0 && Instant::now() >= baseline_at {
-            baseline = rss;
-        }
+        tokio::time::sleep_until((Instant::now() + RSS_EVERY).min(next_fault).min(until)).await;
+        let at = start.elapsed().as_secs_f64() / args.duration.as_secs_f64();
+        rss_samples.push((at, rt.process.rss_kib()?));
         if Instant::now() >= until {
             break;
         }
+        if Instant::now() < next_fault {
+            continue;
+        }
+        next_fault = Instant::now() + args.fault_every;
         let containers: Vec<String> = guard.containers().into_iter().collect();
         let pick = |rng: &mut Rng| {
             containers
@@ -222,8 +226,23 @@ async fn main() -> anyhow::Result<()> {
         sandboxes.push(c.sandbox);
         tally.merge(c.tally);
     }
-    let rss_end = rt.process.rss_kib()?;
-    println!("soak: runtime RSS (s, MiB) at each fault tick: {rss_samples:?}");
+    rss_samples.push((1.0, rt.process.rss_kib()?));
+    let level = |from: f64, to: f64| {
+        let mut v: Vec<u64> = rss_samples
+            .iter()
+            .filter(|(at, _)| (from..=to).contains(at))
+            .map(|(_, kib)| *kib)
+            .collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    };
+    let (baseline, rss_end) = (level(0.6, 0.75), level(0.85, 1.0));
+    let mib: Vec<(u64, u64)> = rss_samples
+        .iter()
+        .step_by(4)
+        .map(|(at, kib)| ((at * args.duration.as_secs_f64()) as u64, kib / 1024))
+        .collect();
+    println!("soak: runtime RSS (s, MiB), every 8 s: {mib:?}");
     let mut api = api::sandbox_service_client::SandboxServiceClient::new(shared.channel.clone());
     for id in sandboxes.iter().filter(|s| !s.is_empty()) {
         if let Err(e) = api

@@ -352,8 +352,16 @@ async fn attempt_connect(
         }),
     ]
     .map(|k| api::ConnectRequest { kind: Some(k) });
-    // The request stream stays open while the answers are read: its end would end the session.
-    let requests = futures::stream::iter(requests).chain(futures::stream::pending());
+    // The request stream stays open while the answers are read and ends with this attempt (`_open` is
+    // dropped on return): a request stream that never ends keeps the HTTP/2 stream, and so the server's
+    // session, alive after the response is dropped (a soak run once held 967 such sessions).
+    let (_open, closed) = tokio::sync::oneshot::channel::<()>();
+    let requests = futures::stream::iter(requests).chain(
+        futures::stream::once(async move {
+            let _ = closed.await;
+        })
+        .filter_map(|()| async { None }),
+    );
     let mut stream = match client.connect(requests).await {
         Ok(s) => s.into_inner(),
         Err(e) => {
