@@ -82,6 +82,17 @@ impl Inner {
         }
     }
 
+    /// A durable log lets go of the entries in memory older than `cutoff` (but its newest): readers find
+    /// them in the journal. A log that goes quiet thus holds next to nothing, however much it printed.
+    fn shed_older_than(&mut self, cutoff: std::time::SystemTime, limits: &LogLimits) {
+        if self.journal.is_none() {
+            return;
+        }
+        while self.entries.len() > 1 && self.entries.front().is_some_and(|o| o.time < cutoff) {
+            self.evict_front(limits);
+        }
+    }
+
     fn evict_front(&mut self, limits: &LogLimits) {
         if let Some(old) = self.entries.pop_front() {
             let size = old.kind.approx_bytes();
@@ -343,14 +354,20 @@ impl ObservationLog {
     }
 
     /// Makes what the journal holds survive a power loss (the sweeper calls it every second, off the
-    /// runtime's threads). Appends go on meanwhile: the sync works on a second handle.
+    /// runtime's threads), and lets the memory go of entries older than [`memory::CACHE_AGE`] (the
+    /// journal has them). Appends go on meanwhile: the sync works on a second handle.
     pub fn sync(&self) {
-        let unsynced = self
-            .lock()
-            .journal
-            .as_mut()
-            .map(|j| j.take_unsynced())
-            .transpose();
+        let unsynced = {
+            let mut inner = self.lock();
+            if let Some(cutoff) = crate::clock::now().checked_sub(memory::CACHE_AGE) {
+                inner.shed_older_than(cutoff, &self.limits);
+            }
+            inner
+                .journal
+                .as_mut()
+                .map(|j| j.take_unsynced())
+                .transpose()
+        };
         let synced =
             unsynced.and_then(|files| files.into_iter().flatten().try_for_each(|f| f.sync_data()));
         if let Err(e) = synced {
@@ -773,6 +790,42 @@ mod tests {
         drop((all, mid, after_close));
         drop(log);
         assert_eq!(budget.used(), 0, "a dropped log gives its share back");
+    }
+
+    /// Entries older than the cache age leave memory (the newest stays); replay still reads them all.
+    #[tokio::test]
+    async fn a_durable_log_lets_old_entries_go_from_memory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let budget = Arc::new(MemoryBudget::new(64 * 1024 * 1024));
+        let limits = LogLimits {
+            memory: Arc::clone(&budget),
+            ..Default::default()
+        };
+        let log =
+            ObservationLog::durable(SandboxId::new(), limits.clone(), &dir.path().join("log"));
+        for _ in 0..100 {
+            log.append(None, out(1000));
+        }
+        let before = budget.used();
+        let oldest = log.lock().entries.front().map(|o| o.time).expect("entries");
+        log.lock().shed_older_than(oldest, &limits);
+        assert_eq!(
+            log.lock().entries.len(),
+            100,
+            "nothing is older than the oldest"
+        );
+        let later = crate::clock::now() + std::time::Duration::from_secs(1);
+        log.lock().shed_older_than(later, &limits);
+        assert_eq!(log.lock().entries.len(), 1, "all but the newest go");
+        assert_eq!(budget.used(), before - 99 * out(1000).approx_bytes());
+        let all: Vec<_> = log.follow(0).take(100).collect().await;
+        assert_eq!(seqs(&all), (1..=100).collect::<Vec<_>>());
+        // A log in memory only has nowhere else to read from: it keeps its entries.
+        let plain = ObservationLog::new(SandboxId::new(), limits.clone());
+        plain.append(None, out(1));
+        plain.append(None, out(1));
+        plain.lock().shed_older_than(later, &limits);
+        assert_eq!(plain.lock().entries.len(), 2);
     }
 
     /// A restarted runtime reads a journal far bigger than a log's share of memory without holding it: what

@@ -106,7 +106,7 @@ impl Actions {
     /// Cancels a running action. A finished action is left as it is (cancel raced with its end).
     pub async fn cancel(&self, sandbox: SandboxId, action: &ActionId) -> Result<()> {
         let h = self.registry.handle(sandbox)?;
-        match h.action_status(action) {
+        match h.action_status(action)? {
             ActionStatus::Unknown => Err(Error::NotFound(format!(
                 "action {action} not found in sandbox {sandbox}"
             ))),
@@ -128,7 +128,7 @@ impl Actions {
         eof: bool,
     ) -> Result<()> {
         let h = self.registry.handle(sandbox)?;
-        match h.action_status(action) {
+        match h.action_status(action)? {
             ActionStatus::Unknown => Err(Error::NotFound(format!(
                 "action {action} not found in sandbox {sandbox}"
             ))),

@@ -19,8 +19,14 @@ use crate::store::actions::StoredAction;
 /// How long an ending sandbox waits for its action pumps to write their terminal observations.
 const PUMP_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Finished action ids remembered for duplicate detection, per sandbox.
+/// Finished actions remembered for duplicate detection, per sandbox, in the store: a retry of any of them
+/// replays it, and another action under one of their ids is ALREADY_EXISTS.
 const REMEMBERED_FINISHED: usize = 10_000;
+/// The newest of those also kept in memory; the older ones are looked up in the store, so a sandbox that
+/// runs actions for days holds no more memory than one that ran a few hundred.
+const CACHED_FINISHED: usize = 128;
+/// The store is trimmed back to `REMEMBERED_FINISHED` once it holds this many more.
+const TRIM_SLACK: usize = 500;
 
 #[derive(Debug)]
 struct ActionEntry {
@@ -31,11 +37,44 @@ struct ActionEntry {
     after_seq: u64,
 }
 
+/// The running actions and the newest finished ones (the store has the rest).
 #[derive(Debug, Default)]
 struct ActionTable {
     entries: HashMap<ActionId, ActionEntry>,
+    /// Finished actions in memory, oldest first.
     finished: VecDeque<ActionId>,
     running: usize,
+    /// Finished actions the store holds for this sandbox (as far as this table knows).
+    stored_finished: usize,
+}
+
+impl ActionTable {
+    /// Moves an action to the finished ones, dropping the oldest beyond `CACHED_FINISHED` from memory.
+    /// True when the store is due to be trimmed.
+    fn finished(&mut self, id: ActionId) -> bool {
+        self.finished.push_back(id);
+        while self.finished.len() > CACHED_FINISHED {
+            if let Some(old) = self.finished.pop_front() {
+                self.entries.remove(&old);
+            }
+        }
+        self.stored_finished += 1;
+        if self.stored_finished > REMEMBERED_FINISHED + TRIM_SLACK {
+            self.stored_finished = REMEMBERED_FINISHED;
+            return true;
+        }
+        false
+    }
+}
+
+/// How a submission relates to a known action.
+fn known(id: &ActionId, fingerprint: u64, known: u64, after_seq: u64) -> Result<Reserved, Error> {
+    if known == fingerprint {
+        return Ok(Reserved::Known { after_seq });
+    }
+    Err(Error::AlreadyExists(format!(
+        "action id {id} is already used in this sandbox by another action"
+    )))
 }
 
 /// Outcome of registering a submission.
@@ -325,19 +364,20 @@ impl SandboxHandle {
         fingerprint: u64,
         max_running: usize,
     ) -> Result<Reserved, Error> {
+        // A retry is answered from the log whatever the state (the sandbox may have ended since).
+        if let Some(e) = lock(&self.inner).actions.entries.get(id) {
+            return known(id, fingerprint, e.fingerprint, e.after_seq);
+        }
+        // Not in memory: a finished action only the store still remembers? (Entries leave memory only
+        // when they are finished and stored, or never accepted: nothing slips between the two looks.)
+        if let Some(a) = self.store.action(self.id, id)? {
+            return known(id, fingerprint, a.fingerprint, a.after_seq);
+        }
         let mut inner = lock(&self.inner);
         let state = inner.record.state;
         let t = &mut inner.actions;
-        // A retry is answered from the log whatever the state (the sandbox may have ended since).
         if let Some(e) = t.entries.get(id) {
-            if e.fingerprint == fingerprint {
-                return Ok(Reserved::Known {
-                    after_seq: e.after_seq,
-                });
-            }
-            return Err(Error::AlreadyExists(format!(
-                "action id {id} is already used in this sandbox by another action"
-            )));
+            return known(id, fingerprint, e.fingerprint, e.after_seq);
         }
         // Checked under the lock a pause takes to leave RUNNING: no action starts once a pause has begun.
         not_running(self.id, state, "an action")?;
@@ -363,32 +403,40 @@ impl SandboxHandle {
 
     /// Forgets an action that was never accepted.
     pub fn unreserve_action(&self, id: &ActionId) {
-        {
-            let mut inner = lock(&self.inner);
-            let t = &mut inner.actions;
-            if let Some(e) = t.entries.remove(id)
-                && e.running
-            {
-                t.running -= 1;
-            }
-        }
+        // The store first: a retry that finds the action in neither place is right to run it.
         if let Err(e) = self.store.forget_action(self.id, id) {
             tracing::warn!(sandbox_id = %self.id, error = %e.chain(), "could not forget an action in the store");
         }
+        let mut inner = lock(&self.inner);
+        let t = &mut inner.actions;
+        if let Some(e) = t.entries.remove(id)
+            && e.running
+        {
+            t.running -= 1;
+        }
     }
 
-    /// Fills the table from the store after a restart. Every action there has ended or is ended now: the
-    /// ones the store still had running whose terminal observation is not in the log (they ran across the
-    /// restart, and their end was not observed) get a LOST one, so each has exactly one end.
+    /// Fills the table from the store after a restart (`stored` in the order they were accepted). Every
+    /// action there has ended or is ended now: the ones the store still had running whose terminal
+    /// observation is not in the log (they ran across the restart, and their end was not observed) get a
+    /// LOST one, so each has exactly one end. Memory keeps the running ones and the newest finished ones.
     pub(crate) fn restore_actions(&self, stored: Vec<StoredAction>) -> Vec<(ActionId, ActionKind)> {
         let mut unended = Vec::new();
         let mut inner = lock(&self.inner);
         let t = &mut inner.actions;
+        let finished = stored
+            .iter()
+            .filter(|a| a.finished || self.log.has_terminal(&a.id, a.after_seq))
+            .count();
+        let mut skip = finished.saturating_sub(CACHED_FINISHED);
         for a in stored {
             let running = !a.finished && !self.log.has_terminal(&a.id, a.after_seq);
             if running {
                 unended.push((a.id.clone(), a.kind));
                 t.running += 1;
+            } else if skip > 0 {
+                skip -= 1;
+                continue;
             } else {
                 t.finished.push_back(a.id.clone());
             }
@@ -401,6 +449,7 @@ impl SandboxHandle {
                 },
             );
         }
+        t.stored_finished = finished;
         unended
     }
 
@@ -422,7 +471,7 @@ impl SandboxHandle {
     pub fn finish_action(&self, id: &ActionId) {
         // The end of an action is activity too: the idle timeout counts from here.
         self.touch();
-        let evicted = {
+        let trim = {
             let mut inner = lock(&self.inner);
             let t = &mut inner.actions;
             let was_running = match t.entries.get_mut(id) {
@@ -436,27 +485,25 @@ impl SandboxHandle {
                 return;
             }
             t.running -= 1;
-            t.finished.push_back(id.clone());
-            let mut evicted = Vec::new();
-            while t.finished.len() > REMEMBERED_FINISHED {
-                if let Some(old) = t.finished.pop_front() {
-                    t.entries.remove(&old);
-                    evicted.push(old);
-                }
-            }
-            evicted
+            t.finished(id.clone())
         };
-        if let Err(e) = self.store.finish_action(self.id, id, &evicted) {
+        let keep = trim.then_some(REMEMBERED_FINISHED);
+        if let Err(e) = self.store.finish_action(self.id, id, keep) {
             tracing::warn!(sandbox_id = %self.id, error = %e.chain(), "could not end an action in the store");
         }
     }
 
-    pub fn action_status(&self, id: &ActionId) -> ActionStatus {
+    pub fn action_status(&self, id: &ActionId) -> Result<ActionStatus, Error> {
         match lock(&self.inner).actions.entries.get(id) {
-            None => ActionStatus::Unknown,
-            Some(e) if e.running => ActionStatus::Running,
-            Some(_) => ActionStatus::Finished,
+            Some(e) if e.running => return Ok(ActionStatus::Running),
+            Some(_) => return Ok(ActionStatus::Finished),
+            None => {}
         }
+        // Older finished actions are only in the store.
+        Ok(match self.store.action(self.id, id)? {
+            Some(_) => ActionStatus::Finished,
+            None => ActionStatus::Unknown,
+        })
     }
 }
 
@@ -476,5 +523,96 @@ pub fn not_running(id: SandboxId, state: SandboxState, call: &str) -> Result<(),
             "the executor of sandbox {id} does not answer; the runtime is bringing it back"
         ))),
         other => Err(lifecycle::refuse(id, other, call, &[SandboxState::Running])),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observations::LogLimits;
+    use mentis_core::Limits;
+    use std::time::SystemTime;
+
+    fn handle(store: &Arc<Store>) -> SandboxHandle {
+        let now = SystemTime::now();
+        let record = Sandbox {
+            id: SandboxId::new(),
+            space_id: SpaceId::default_space(),
+            state: SandboxState::Running,
+            image: "img".into(),
+            labels: BTreeMap::new(),
+            limits: Limits::default(),
+            created_at: now,
+            updated_at: now,
+            state_reason: String::new(),
+            external_key: None,
+            expiry: Default::default(),
+            last_activity: now,
+            egress: false,
+            read_only_rootfs: true,
+        };
+        let log = ObservationLog::new(record.id, LogLimits::default());
+        SandboxHandle::new(record, BTreeMap::new(), log, "t".into(), Arc::clone(store))
+    }
+
+    fn run(h: &SandboxHandle, id: &ActionId, fingerprint: u64) -> Result<Reserved, Error> {
+        let r = h.reserve_action(id, ActionKind::Shell, fingerprint, 8)?;
+        if let Reserved::New { .. } = r {
+            h.log.append(
+                Some(id.clone()),
+                ObservationKind::lost(ActionKind::Shell, "test", std::time::Duration::ZERO),
+            );
+            h.finish_action(id);
+        }
+        Ok(r)
+    }
+
+    #[test]
+    fn memory_keeps_the_newest_finished_actions_and_the_store_the_rest() -> Result<(), Error> {
+        let store = Arc::new(Store::in_memory()?);
+        let h = handle(&store);
+        let n = REMEMBERED_FINISHED + TRIM_SLACK + 2;
+        let id = |i: usize| ActionId::parse(&format!("a-{i}"));
+        let first = run(&h, &id(0)?, 0)?;
+        assert_eq!(first, Reserved::New { after_seq: 0 });
+        for i in 1..n {
+            run(&h, &id(i)?, i as u64)?;
+            let entries = lock(&h.inner).actions.entries.len();
+            assert!(entries <= CACHED_FINISHED, "{entries} actions in memory");
+        }
+        // Known from memory and from the store alike: a retry replays, another action is refused.
+        for i in [n - 1, n - CACHED_FINISHED - 10, n - REMEMBERED_FINISHED] {
+            // One observation per action: action i comes after seq i.
+            let after_seq = i as u64;
+            assert_eq!(
+                run(&h, &id(i)?, i as u64)?,
+                Reserved::Known { after_seq },
+                "{i}"
+            );
+            assert!(matches!(run(&h, &id(i)?, 7), Err(Error::AlreadyExists(_))));
+            assert_eq!(h.action_status(&id(i)?)?, ActionStatus::Finished);
+        }
+        // The store forgot the oldest beyond what it remembers; a forgotten id is new again.
+        let stored = store.actions(h.id)?.len();
+        assert!(
+            (REMEMBERED_FINISHED..=REMEMBERED_FINISHED + TRIM_SLACK).contains(&stored),
+            "{stored} stored"
+        );
+        assert_eq!(h.action_status(&id(0)?)?, ActionStatus::Unknown);
+        assert!(matches!(run(&h, &id(0)?, 0)?, Reserved::New { .. }));
+
+        // After a restart, memory holds the newest only, and the rest is still known.
+        let again = handle(&store);
+        let again = SandboxHandle { id: h.id, ..again };
+        assert!(again.restore_actions(store.actions(h.id)?).is_empty());
+        assert_eq!(lock(&again.inner).actions.entries.len(), CACHED_FINISHED);
+        let i = n - REMEMBERED_FINISHED + 5;
+        assert_eq!(
+            again.reserve_action(&id(i)?, ActionKind::Shell, i as u64, 8)?,
+            Reserved::Known {
+                after_seq: i as u64
+            }
+        );
+        Ok(())
     }
 }

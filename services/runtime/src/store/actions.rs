@@ -28,6 +28,31 @@ fn from_sql(v: i64) -> u64 {
     u64::from_ne_bytes(v.to_ne_bytes())
 }
 
+/// The columns of an action, as read.
+type Row = (String, String, i64, i64, bool);
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+}
+
+fn stored((id, kind, fingerprint, after_seq, finished): Row) -> Option<StoredAction> {
+    let Ok(id) = ActionId::parse(&id) else {
+        tracing::warn!(%id, "store: skipping an action with an invalid id");
+        return None;
+    };
+    Some(StoredAction {
+        id,
+        kind: if kind == "ipython" {
+            ActionKind::IPython
+        } else {
+            ActionKind::Shell
+        },
+        fingerprint: from_sql(fingerprint),
+        after_seq: from_sql(after_seq),
+        finished,
+    })
+}
+
 impl Store {
     /// Records an accepted action (running).
     pub fn put_action(&self, sandbox: SandboxId, a: &StoredAction) -> Result<()> {
@@ -52,29 +77,51 @@ impl Store {
         Ok(())
     }
 
-    /// Marks an action ended, and forgets `evicted` (finished ones the sandbox no longer remembers).
+    /// Marks an action ended. With `keep`, also forgets the oldest finished actions of the sandbox beyond
+    /// the newest `keep` (a retry of a forgotten one would run again).
     pub fn finish_action(
         &self,
         sandbox: SandboxId,
         id: &ActionId,
-        evicted: &[ActionId],
+        keep: Option<usize>,
     ) -> Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db_err("end an action"))?;
+        let sandbox = sandbox.to_string();
         tx.execute(
             "UPDATE actions SET finished = 1 WHERE sandbox_id = ?1 AND action_id = ?2",
-            params![sandbox.to_string(), id.to_string()],
+            params![sandbox, id.to_string()],
         )
         .map_err(db_err("end an action"))?;
-        for old in evicted {
+        if let Some(keep) = keep {
             tx.execute(
-                "DELETE FROM actions WHERE sandbox_id = ?1 AND action_id = ?2",
-                params![sandbox.to_string(), old.to_string()],
+                "DELETE FROM actions WHERE rowid IN (
+                     SELECT rowid FROM actions WHERE sandbox_id = ?1 AND finished = 1
+                     ORDER BY after_seq DESC, rowid DESC LIMIT -1 OFFSET ?2)",
+                params![sandbox, i64::try_from(keep).unwrap_or(i64::MAX)],
             )
-            .map_err(db_err("forget an action"))?;
+            .map_err(db_err("forget old actions"))?;
         }
         tx.commit().map_err(db_err("end an action"))?;
         Ok(())
+    }
+
+    /// One stored action of a sandbox.
+    pub fn action(&self, sandbox: SandboxId, id: &ActionId) -> Result<Option<StoredAction>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT action_id, kind, fingerprint, after_seq, finished FROM actions
+                 WHERE sandbox_id = ?1 AND action_id = ?2",
+            )
+            .map_err(db_err("read an action"))?;
+        let mut rows = stmt
+            .query_map(params![sandbox.to_string(), id.to_string()], row)
+            .map_err(db_err("read an action"))?;
+        match rows.next() {
+            None => Ok(None),
+            Some(r) => Ok(stored(r.map_err(db_err("read an action"))?)),
+        }
     }
 
     /// Forgets an action that was never accepted after all.
@@ -98,35 +145,11 @@ impl Store {
             )
             .map_err(db_err("read actions"))?;
         let rows = stmt
-            .query_map(params![sandbox.to_string()], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, bool>(4)?,
-                ))
-            })
+            .query_map(params![sandbox.to_string()], row)
             .map_err(db_err("read actions"))?;
         let mut out = Vec::new();
-        for row in rows {
-            let (id, kind, fingerprint, after_seq, finished) =
-                row.map_err(db_err("read an action"))?;
-            let Ok(id) = ActionId::parse(&id) else {
-                tracing::warn!(%id, "store: skipping an action with an invalid id");
-                continue;
-            };
-            out.push(StoredAction {
-                id,
-                kind: if kind == "ipython" {
-                    ActionKind::IPython
-                } else {
-                    ActionKind::Shell
-                },
-                fingerprint: from_sql(fingerprint),
-                after_seq: from_sql(after_seq),
-                finished,
-            });
+        for r in rows {
+            out.extend(stored(r.map_err(db_err("read an action"))?));
         }
         Ok(out)
     }
@@ -156,7 +179,7 @@ mod tests {
         };
         store.put_action(sandbox, &a)?;
         store.put_action(sandbox, &b)?;
-        store.finish_action(sandbox, &a.id, &[])?;
+        store.finish_action(sandbox, &a.id, None)?;
         let read = store.actions(sandbox)?;
         assert_eq!(
             read[0],
@@ -166,11 +189,16 @@ mod tests {
             }
         );
         assert_eq!(read[1], b);
-        store.finish_action(sandbox, &b.id, std::slice::from_ref(&a.id))?;
+        assert_eq!(store.action(sandbox, &b.id)?, Some(b.clone()));
+        assert_eq!(store.action(SandboxId::new(), &b.id)?, None);
+        store.finish_action(sandbox, &b.id, Some(1))?;
         assert_eq!(
-            store.actions(sandbox)?.len(),
-            1,
-            "an evicted action is forgotten"
+            store.actions(sandbox)?,
+            vec![StoredAction {
+                finished: true,
+                ..b.clone()
+            }],
+            "beyond the newest finished action kept, the older ones are forgotten"
         );
         store.forget_action(sandbox, &b.id)?;
         assert!(store.actions(sandbox)?.is_empty());
