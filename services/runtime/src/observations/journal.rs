@@ -14,8 +14,10 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use mentis_core::Observation;
 use prost::Message;
+use prost::encoding::{self, WireType};
 
 use mentis_core::ObservationKind;
 use mentis_proto::api;
@@ -46,41 +48,94 @@ struct OriginFields {
 /// record's header: far more than they take (about 100 bytes at most).
 const HEAD_ROOM: usize = 256;
 
-/// An observation's kind and origin, encoded (and checksummed) before the log's lock is taken: an output
-/// chunk is copied here once, outside the lock, and once more by the write.
+/// An observation's kind and origin, encoded (and checksummed) before the log's lock is taken. The bulk of
+/// an output chunk is not copied at all: its bytes are written from the observation's own buffer, after the
+/// rest of the record (protobuf fields may come in any order, and a length-delimited field's bytes may be
+/// written as they are).
 pub struct Prepared {
-    /// `HEAD_ROOM` bytes of room, then the encoded kind and origin.
+    /// `HEAD_ROOM` bytes of room, then the encoded origin and kind (without `bulk`).
     buf: Vec<u8>,
     start: usize,
+    /// Bytes that end the record, written from where they are (an output chunk's data).
+    bulk: Bytes,
+    /// CRC-32 of `buf[start..]` and `bulk`.
     kind_crc: crc32fast::Hasher,
 }
 
 impl Prepared {
     pub fn new(kind: &ObservationKind, origin: Option<&Origin>) -> io::Result<Self> {
-        let tail = api::Observation {
-            kind: Some(kind_to_proto(kind)),
-            ..Default::default()
-        };
         let origin = origin.map(|origin| OriginFields {
             action: origin.action.to_string(),
             index: origin.index,
         });
-        let mut buf = Vec::with_capacity(
-            HEAD_ROOM + tail.encoded_len() + origin.as_ref().map_or(0, Message::encoded_len),
-        );
-        buf.resize(HEAD_ROOM, 0);
-        tail.encode(&mut buf).map_err(io::Error::other)?;
-        if let Some(origin) = origin {
-            origin.encode(&mut buf).map_err(io::Error::other)?;
+        let origin_len = origin.as_ref().map_or(0, Message::encoded_len);
+        let mut buf;
+        let mut bulk = Bytes::new();
+        match kind {
+            // `Observation.cmd_output` (11) holding `CmdOutput.stream` (1) and then `CmdOutput.data` (2),
+            // whose bytes are left out of `buf`.
+            ObservationKind::CmdOutput { stream, data } if !data.is_empty() => {
+                let empty = ObservationKind::CmdOutput {
+                    stream: *stream,
+                    data: Bytes::new(),
+                };
+                let api::observation::Kind::CmdOutput(stream_field) = kind_to_proto(&empty) else {
+                    return Err(io::Error::other(
+                        "an output chunk converted to another kind",
+                    ));
+                };
+                let data_head =
+                    encoding::key_len(2) + encoding::encoded_len_varint(data.len() as u64);
+                let inner_len = stream_field.encoded_len() + data_head + data.len();
+                buf = Vec::with_capacity(HEAD_ROOM + origin_len + 32);
+                buf.resize(HEAD_ROOM, 0);
+                if let Some(origin) = origin {
+                    origin.encode(&mut buf).map_err(io::Error::other)?;
+                }
+                encoding::encode_key(11, WireType::LengthDelimited, &mut buf);
+                encoding::encode_varint(inner_len as u64, &mut buf);
+                stream_field.encode(&mut buf).map_err(io::Error::other)?;
+                encoding::encode_key(2, WireType::LengthDelimited, &mut buf);
+                encoding::encode_varint(data.len() as u64, &mut buf);
+                bulk = data.clone();
+            }
+            _ => {
+                let tail = api::Observation {
+                    kind: Some(kind_to_proto(kind)),
+                    ..Default::default()
+                };
+                buf = Vec::with_capacity(HEAD_ROOM + origin_len + tail.encoded_len());
+                buf.resize(HEAD_ROOM, 0);
+                if let Some(origin) = origin {
+                    origin.encode(&mut buf).map_err(io::Error::other)?;
+                }
+                tail.encode(&mut buf).map_err(io::Error::other)?;
+            }
         }
         let mut kind_crc = crc32fast::Hasher::new();
         kind_crc.update(&buf[HEAD_ROOM..]);
+        kind_crc.update(&bulk);
         Ok(Self {
             buf,
             start: HEAD_ROOM,
+            bulk,
             kind_crc,
         })
     }
+}
+
+/// Writes every slice whole (`Write::write_all_vectored` is not stable yet).
+fn write_all_slices(file: &mut File, mut slices: &mut [io::IoSlice<'_>]) -> io::Result<()> {
+    io::IoSlice::advance_slices(&mut slices, 0);
+    while !slices.is_empty() {
+        match file.write_vectored(slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut slices, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A segment is closed and a new one started beyond this size.
@@ -224,14 +279,15 @@ impl Journal {
         let Prepared {
             mut buf,
             start: kind_start,
+            bulk,
             kind_crc,
         } = prepared;
         let head = observation_to_proto_head(o).encode_to_vec();
-        let body_len = head.len() + (buf.len() - kind_start);
+        let body_len = head.len() + (buf.len() - kind_start) + bulk.len();
         let len = u32::try_from(body_len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "observation too large"))?;
         // The head goes right before the kind (protobuf fields may come in any order), the record's header
-        // before that: the record is one slice of `buf`, written with one write.
+        // before that: the record is one slice of `buf` and the bulk, written with one write.
         let start = kind_start
             .checked_sub(head.len() + 8)
             .ok_or_else(|| io::Error::other("an observation's head outgrew its room"))?;
@@ -242,6 +298,7 @@ impl Journal {
         buf[start + 4..start + 8].copy_from_slice(&crc.finalize().to_le_bytes());
         buf[start + 8..kind_start].copy_from_slice(&head);
         let record = &buf[start..];
+        let record_len = (record.len() + bulk.len()) as u64;
         if self.current.is_none() || self.current_bytes >= SEGMENT_BYTES {
             let path = self.dir.join(segment_name(o.seq));
             let file = OpenOptions::new().create(true).append(true).open(&path)?;
@@ -260,11 +317,14 @@ impl Journal {
         }
         if let Some(file) = self.current.as_mut() {
             // One write: a crash leaves either the whole record or a torn tail that `open` cuts off.
-            file.write_all(record)?;
+            write_all_slices(
+                file,
+                &mut [io::IoSlice::new(record), io::IoSlice::new(&bulk)],
+            )?;
         }
-        self.current_bytes += record.len() as u64;
+        self.current_bytes += record_len;
         if let Some(seg) = self.segments.back_mut() {
-            seg.bytes += record.len() as u64;
+            seg.bytes += record_len;
         }
         self.unsynced = true;
         Ok(())
@@ -567,6 +627,74 @@ mod tests {
             read,
             [(obs(id, 1, 10), Some(origin)), (obs(id, 2, 10), None)]
         );
+        Ok(())
+    }
+
+    /// An output chunk's bytes are written from its own buffer, after the rest of the record: every shape
+    /// of record still reads back as it was, and its body is the public message a reader decodes.
+    #[test]
+    fn output_chunks_written_in_place_read_back_whole() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandbox");
+        let id = SandboxId::new();
+        let origin = Origin {
+            action: mentis_core::ActionId::generate(),
+            index: 7,
+        };
+        let with = |seq: u64, kind: ObservationKind| Observation {
+            kind,
+            ..obs(id, seq, 0)
+        };
+        let chunk = |stream, n: usize| ObservationKind::CmdOutput {
+            stream,
+            data: Bytes::from((0..n).map(|i| (i % 251) as u8).collect::<Vec<u8>>()),
+        };
+        let written = [
+            (
+                with(1, chunk(OutputStream::Stdout, 300)),
+                Some(origin.clone()),
+            ),
+            (with(2, chunk(OutputStream::Stderr, 5)), None),
+            (
+                with(3, chunk(OutputStream::Stdout, 0)),
+                Some(origin.clone()),
+            ),
+            (
+                with(4, chunk(OutputStream::Stderr, 3 << 20)),
+                Some(origin.clone()),
+            ),
+            (
+                with(
+                    5,
+                    ObservationKind::lost(
+                        mentis_core::observation::ActionKind::Shell,
+                        "test",
+                        std::time::Duration::from_millis(3),
+                    ),
+                ),
+                Some(origin),
+            ),
+        ];
+        let mut j = Journal::create(&path)?;
+        for (o, origin) in &written {
+            j.append(o, origin.as_ref())?;
+        }
+        drop(j);
+        let (_, read) = Journal::open(&path)?.expect("a journal");
+        assert_eq!(read, written);
+        // Each body decodes, as a public observation, to what the API sends.
+        let bytes = fs::read(fs::read_dir(&path)?.next().expect("a segment")?.path())?;
+        let mut at = 0;
+        for (o, _) in &written {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+            let body = &bytes[at + 8..at + 8 + len];
+            assert_eq!(
+                api::Observation::decode(body).map_err(io::Error::other)?,
+                observation_to_proto(o)
+            );
+            at += 8 + len;
+        }
+        assert_eq!(at, bytes.len());
         Ok(())
     }
 
