@@ -9,6 +9,7 @@ mod faults;
 mod files;
 mod gvisor;
 mod hardening;
+mod health;
 mod ipython;
 mod isolation;
 mod lifecycle;

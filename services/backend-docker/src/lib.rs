@@ -433,6 +433,13 @@ impl SandboxBackend for DockerBackend {
         .await
     }
 
+    async fn ping(&self) -> Result<()> {
+        self.call("ping", self.docker.ping())
+            .await
+            .map(|_| ())
+            .map_err(|e| Error::unavailable("cannot reach the Docker engine").with_source(e))
+    }
+
     async fn list(&self) -> Result<Vec<BackendSandbox>> {
         let filters = labels::instance_filter(&self.config.instance);
         let containers = self

@@ -115,4 +115,8 @@ pub trait SandboxBackend: Send + Sync + 'static {
 
     /// Every sandbox of this control-plane instance that the backend holds.
     async fn list(&self) -> Result<Vec<BackendSandbox>>;
+
+    /// Whether the engine answers now (Unavailable when it does not): the runtime's health says
+    /// NOT_SERVING while it does not.
+    async fn ping(&self) -> Result<()>;
 }

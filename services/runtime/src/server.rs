@@ -1,6 +1,8 @@
 //! Assembles the gRPC server: SandboxService, ActionService, grpc.health.v1 and server reflection (v1 and
 //! v1alpha, since grpcurl speaks only v1alpha), on top of a started manager; and drains it on shutdown.
 
+mod health;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tonic_health::ServingStatus;
+use tonic::server::NamedService;
 
 use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SpaceApi};
 use crate::auth::layer::AuthLayer;
@@ -103,14 +105,19 @@ impl Runtime {
                 Keyring::disabled(Arc::clone(&store))
             }
         });
-        let manager = Manager::new(Arc::clone(&config), backend, store, shutdown.child_token());
+        let manager = Manager::new(
+            Arc::clone(&config),
+            Arc::clone(&backend),
+            store,
+            shutdown.child_token(),
+        );
         manager.start().await?;
         let auth = if keyring.enabled() {
             "keys"
         } else {
             "DISABLED"
         };
-        let task = tokio::spawn(serve(manager, keyring, listener, shutdown.clone()));
+        let task = tokio::spawn(serve(manager, backend, keyring, listener, shutdown.clone()));
         tracing::info!(%addr, image = %config.executor_image, instance = %config.docker.instance, auth, "mentis-runtime serving");
         Ok(Self {
             addr,
@@ -150,26 +157,25 @@ impl Runtime {
 
 async fn serve(
     manager: Arc<Manager>,
+    backend: Arc<dyn SandboxBackend>,
     keyring: Arc<Keyring>,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    let (health_reporter, health) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<SandboxServiceServer<SandboxApi>>()
-        .await;
-    health_reporter
-        .set_serving::<SpaceServiceServer<SpaceApi>>()
-        .await;
-    health_reporter
-        .set_serving::<ActionServiceServer<ActionApi>>()
-        .await;
-    health_reporter
-        .set_serving::<FileServiceServer<FileApi>>()
-        .await;
-    health_reporter
-        .set_serving::<KeyServiceServer<KeyApi>>()
-        .await;
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let health = health::Health::new(
+        health_reporter,
+        &[
+            SandboxServiceServer::<SandboxApi>::NAME,
+            SpaceServiceServer::<SpaceApi>::NAME,
+            ActionServiceServer::<ActionApi>::NAME,
+            FileServiceServer::<FileApi>::NAME,
+            KeyServiceServer::<KeyApi>::NAME,
+        ],
+    );
+    health.serving(true).await;
+    let probing = CancellationToken::new();
+    tokio::spawn(Arc::clone(&health).watch(backend, probing.clone()));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(mentis_proto::PUBLIC_FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -192,26 +198,11 @@ async fn serve(
     // accepting (new calls are refused: UNAVAILABLE) while open streams end with UNAVAILABLE telling the
     // client to resume from its last seq. Sandboxes, executors and their actions keep running.
     let draining = {
-        let reporter = health_reporter.clone();
         let shutdown = shutdown.clone();
         async move {
             shutdown.cancelled().await;
-            reporter
-                .set_service_status("", ServingStatus::NotServing)
-                .await;
-            reporter
-                .set_not_serving::<SandboxServiceServer<SandboxApi>>()
-                .await;
-            reporter
-                .set_not_serving::<SpaceServiceServer<SpaceApi>>()
-                .await;
-            reporter
-                .set_not_serving::<ActionServiceServer<ActionApi>>()
-                .await;
-            reporter
-                .set_not_serving::<FileServiceServer<FileApi>>()
-                .await;
-            reporter.set_not_serving::<KeyServiceServer<KeyApi>>().await;
+            probing.cancel();
+            health.drain().await;
             tracing::info!("draining: health is NOT_SERVING, open streams are told to resume");
         }
     };
@@ -220,7 +211,7 @@ async fn serve(
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         // Every call but health and reflection needs a key (see `auth::layer`).
         .layer(AuthLayer::new(Arc::clone(&keyring)))
-        .add_service(health)
+        .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(SandboxServiceServer::new(sandbox_api))

@@ -37,6 +37,8 @@ pub struct Faults {
     pub delete_fails: bool,
     /// `pause` waits this long before it freezes (a real engine takes some milliseconds).
     pub pause_delay: Duration,
+    /// The engine does not answer: `ping` fails with Unavailable.
+    pub unreachable: bool,
 }
 
 /// One fake sandbox ("container").
@@ -179,6 +181,13 @@ impl FakeBackend {
 #[async_trait::async_trait]
 impl SandboxBackend for FakeBackend {
     async fn prepare(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        if self.faults().unreachable {
+            return Err(Error::Unavailable("the fake engine does not answer".into()));
+        }
         Ok(())
     }
 

@@ -8,6 +8,7 @@ mod disk;
 mod drain;
 mod fake;
 mod faults;
+mod health;
 mod support;
 
 mod lifecycle;
