@@ -21,3 +21,4 @@ mod recovery;
 mod shell;
 mod spaces;
 mod streams;
+mod tls;

@@ -13,12 +13,14 @@ use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
 mod auth;
 mod error;
 mod limits;
+mod transport;
 
 pub use error::ConfigError;
 use error::err;
 
 pub use auth::AuthConfig;
 pub use limits::DiskLimits;
+pub use transport::{DEFAULT_MAX_MESSAGE_BYTES, TlsFiles};
 
 use crate::api::outbound::StreamPolicy;
 use crate::observations::LogLimits;
@@ -94,6 +96,12 @@ pub struct RuntimeConfig {
     pub pools: Vec<PoolConfig>,
     /// `MENTIS_AUTH` (keys|disabled), `MENTIS_ADMIN_KEY` or `MENTIS_ADMIN_KEY_FILE`.
     pub auth: AuthConfig,
+    /// `MENTIS_TLS_CERT` and `MENTIS_TLS_KEY` (PEM files): the API over TLS instead of plaintext;
+    /// `MENTIS_TLS_CLIENT_CA` (PEM): clients must also present a certificate this CA signed (mutual TLS).
+    pub tls: Option<TlsFiles>,
+    /// `MENTIS_MAX_MESSAGE_BYTES` (4 MiB): the largest message a client may send (ActionService always
+    /// admits the largest action the model accepts).
+    pub max_message_bytes: usize,
 }
 
 /// A warm pool: containers of one image made ahead with a healthy executor.
@@ -281,6 +289,8 @@ impl Default for RuntimeConfig {
             egress_default: false,
             pools: Vec::new(),
             auth: AuthConfig::default(),
+            tls: None,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
 }
@@ -296,6 +306,7 @@ impl RuntimeConfig {
         let disk_limits = limits::disk_limits(&get)?;
         let mut c = Self {
             auth: auth::from_lookup(&get)?,
+            tls: transport::tls(&get)?,
             limits: limits::policy(&get, LimitsPolicy::default(), disk_limits)?,
             disk_limits,
             read_only_rootfs: limits::read_only(&get)?,
@@ -399,6 +410,9 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_POOL") {
             c.pools = parse_pools(&v, &c.executor_image)?;
+        }
+        if let Some(v) = get("MENTIS_MAX_MESSAGE_BYTES") {
+            c.max_message_bytes = positive("MENTIS_MAX_MESSAGE_BYTES", &v)?;
         }
         if let Some(v) = get("MENTIS_READY_TIMEOUT_SECS") {
             c.ready_timeout =

@@ -19,12 +19,14 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tonic::codec::CompressionEncoding;
 use tonic::server::NamedService;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SpaceApi};
 use crate::auth::layer::AuthLayer;
 use crate::auth::{self, Keyring};
-use crate::config::{AuthConfig, DiskLimits, RuntimeConfig};
+use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, TlsFiles};
 use crate::sandboxes::Manager;
 use crate::store::Store;
 
@@ -45,6 +47,34 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("TLS (MENTIS_TLS_CERT, MENTIS_TLS_KEY, MENTIS_TLS_CLIENT_CA): {0}")]
+    Tls(String),
+}
+
+/// The server's TLS from the files `files` names, read and checked now: a file that is missing or cannot be
+/// used stops the start, saying which and why.
+fn server_tls(files: &TlsFiles) -> Result<ServerTlsConfig, ServeError> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| ServeError::Tls(format!("cannot read {}: {e}", path.display())))
+    };
+    let mut tls =
+        ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert)?, read(&files.key)?));
+    if let Some(ca) = &files.client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    tonic::transport::Server::builder()
+        .tls_config(tls.clone())
+        .map_err(|e| {
+            let mut why = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                why = format!("{why}: {s}");
+                source = s.source();
+            }
+            ServeError::Tls(why)
+        })?;
+    Ok(tls)
 }
 
 /// A started runtime.
@@ -73,6 +103,7 @@ impl Runtime {
         config: RuntimeConfig,
         backend: Arc<dyn SandboxBackend>,
     ) -> Result<Self, ServeError> {
+        let tls = config.tls.as_ref().map(server_tls).transpose()?;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -117,8 +148,24 @@ impl Runtime {
         } else {
             "DISABLED"
         };
-        let task = tokio::spawn(serve(manager, backend, keyring, listener, shutdown.clone()));
-        tracing::info!(%addr, image = %config.executor_image, instance = %config.docker.instance, auth, "mentis-runtime serving");
+        let scheme = if tls.is_some() {
+            if config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()) {
+                "mutual TLS"
+            } else {
+                "TLS"
+            }
+        } else {
+            "plaintext"
+        };
+        let task = tokio::spawn(serve(
+            manager,
+            backend,
+            keyring,
+            listener,
+            tls,
+            shutdown.clone(),
+        ));
+        tracing::info!(%addr, image = %config.executor_image, instance = %config.docker.instance, auth, transport = scheme, "mentis-runtime serving");
         Ok(Self {
             addr,
             shutdown,
@@ -160,6 +207,7 @@ async fn serve(
     backend: Arc<dyn SandboxBackend>,
     keyring: Arc<Keyring>,
     listener: TcpListener,
+    tls: Option<ServerTlsConfig>,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -206,26 +254,44 @@ async fn serve(
             tracing::info!("draining: health is NOT_SERVING, open streams are told to resume");
         }
     };
-    let server = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)));
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    // Requests up to `MENTIS_MAX_MESSAGE_BYTES`, gzip-compressed or not. An action with the largest code and
+    // stdin the model accepts is above gRPC's default of 4 MiB: ActionService always admits it, and the
+    // executor's server admits the same size.
+    let max = manager.config().max_message_bytes;
+    let gzip = CompressionEncoding::Gzip;
+    let server = builder
         // Every call but health and reflection needs a key (see `auth::layer`).
         .layer(AuthLayer::new(Arc::clone(&keyring)))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(SandboxServiceServer::new(sandbox_api))
-        .add_service(SpaceServiceServer::new(SpaceApi::new(Arc::clone(&manager))))
-        // An action with the largest code and stdin the model accepts is above gRPC's default of 4 MiB;
-        // the executor's server admits the same size.
         .add_service(
-            ActionServiceServer::new(action_api).max_decoding_message_size(MAX_REQUEST_BYTES),
+            SandboxServiceServer::new(sandbox_api)
+                .max_decoding_message_size(max)
+                .accept_compressed(gzip),
         )
-        .add_service(FileApi::new(Arc::clone(&manager)).into_service())
-        .add_service(KeyServiceServer::new(KeyApi::new(
-            Arc::clone(&manager),
-            keyring,
-        )))
+        .add_service(
+            SpaceServiceServer::new(SpaceApi::new(Arc::clone(&manager)))
+                .max_decoding_message_size(max)
+                .accept_compressed(gzip),
+        )
+        .add_service(
+            ActionServiceServer::new(action_api)
+                .max_decoding_message_size(max.max(MAX_REQUEST_BYTES))
+                .accept_compressed(gzip),
+        )
+        .add_service(FileApi::new(Arc::clone(&manager)).into_service(max))
+        .add_service(
+            KeyServiceServer::new(KeyApi::new(Arc::clone(&manager), keyring))
+                .max_decoding_message_size(max)
+                .accept_compressed(gzip),
+        )
         // No Nagle (Server::tcp_nodelay does not apply to an incoming stream we bring): observations
         // are small messages, and Nagle with delayed ACKs adds ~40 ms to every round trip.
         .serve_with_incoming_shutdown(

@@ -39,9 +39,14 @@ impl FileApi {
     }
 
     /// The service to serve: FileService whose requests record how their client ended its stream, which
-    /// WriteFile and Upload need to tell a complete stream from a cancelled one.
-    pub fn into_service(self) -> Watch<FileServiceServer<Self>> {
-        Watch::new(FileServiceServer::new(self))
+    /// WriteFile and Upload need to tell a complete stream from a cancelled one; it takes messages up to
+    /// `max_message_bytes`, gzip-compressed or not.
+    pub fn into_service(self, max_message_bytes: usize) -> Watch<FileServiceServer<Self>> {
+        Watch::new(
+            FileServiceServer::new(self)
+                .max_decoding_message_size(max_message_bytes)
+                .accept_compressed(tonic::codec::CompressionEncoding::Gzip),
+        )
     }
 
     /// The executor of a RUNNING sandbox (NotFound, FailedPrecondition or Unavailable otherwise); a PAUSED

@@ -16,3 +16,4 @@ mod pool;
 mod race;
 mod restart;
 mod time;
+mod transport;

@@ -1,0 +1,220 @@
+//! The API over TLS and mutual TLS (`MENTIS_TLS_CERT`, `MENTIS_TLS_KEY`, `MENTIS_TLS_CLIENT_CA`), with
+//! certificates the test makes: the Rust client and grpcurl get in with the CA that signed the server's
+//! certificate, plaintext and clients trusting another CA do not; with a client CA, only clients that
+//! present a certificate it signed get in.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mentis_e2e::*;
+use mentis_proto::api;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// A CA, a server certificate for localhost and 127.0.0.1 and a client certificate it signed, and a
+/// second CA that signed nothing of ours; as PEM files in `dir`.
+struct Pki {
+    dir: tempfile::TempDir,
+    ca: String,
+    other_ca: String,
+    client_cert: String,
+    client_key: String,
+}
+
+fn new_ca(name: &str) -> anyhow::Result<(String, Issuer<'static, KeyPair>)> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), Issuer::new(params, key)))
+}
+
+fn leaf(
+    names: &[&str],
+    usage: ExtendedKeyUsagePurpose,
+    issuer: &Issuer<'static, KeyPair>,
+) -> anyhow::Result<(String, String)> {
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())?;
+    params.distinguished_name.push(DnType::CommonName, names[0]);
+    params.extended_key_usages.push(usage);
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+impl Pki {
+    fn make() -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let (ca, issuer) = new_ca("mentis test CA")?;
+        let (other_ca, _) = new_ca("another CA")?;
+        let (server_cert, server_key) = leaf(
+            &["localhost", "127.0.0.1"],
+            ExtendedKeyUsagePurpose::ServerAuth,
+            &issuer,
+        )?;
+        let (client_cert, client_key) =
+            leaf(&["agent-1"], ExtendedKeyUsagePurpose::ClientAuth, &issuer)?;
+        for (name, pem) in [
+            ("ca.pem", &ca),
+            ("server.pem", &server_cert),
+            ("server.key", &server_key),
+            ("client.pem", &client_cert),
+            ("client.key", &client_key),
+        ] {
+            std::fs::write(dir.path().join(name), pem)?;
+        }
+        Ok(Self {
+            dir,
+            ca,
+            other_ca,
+            client_cert,
+            client_key,
+        })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+async fn channel(port: u16, tls: ClientTlsConfig) -> anyhow::Result<Channel> {
+    Ok(Endpoint::from_shared(format!("https://localhost:{port}"))?
+        .tls_config(tls)?
+        .connect()
+        .await?)
+}
+
+fn trusting(ca: &str) -> ClientTlsConfig {
+    ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .domain_name("localhost")
+}
+
+/// Whether a health check through `channel` gets an answer.
+async fn answers(channel: Channel) -> bool {
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .is_ok()
+}
+
+/// grpcurl's health check of the runtime at `port`, with `flags`; its output when it succeeded.
+fn grpcurl(port: u16, flags: &[&str]) -> anyhow::Result<Result<String, String>> {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin/grpcurl");
+    anyhow::ensure!(
+        bin.exists(),
+        "{} is missing: `make tools` installs it",
+        bin.display()
+    );
+    let out = Command::new(bin)
+        .args(flags)
+        .args([&format!("localhost:{port}"), "grpc.health.v1.Health/Check"])
+        .output()?;
+    Ok(if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+}
+
+#[tokio::test]
+async fn the_api_speaks_tls_and_mutual_tls_with_the_certificates_it_is_given() -> anyhow::Result<()>
+{
+    let bin = env!("CARGO_BIN_EXE_mentis-runtime-under-test");
+    let pki = Pki::make()?;
+    let (cert, key, client_ca) = (
+        pki.path("server.pem"),
+        pki.path("server.key"),
+        pki.path("ca.pem"),
+    );
+    let (cert, key, client_ca) = (
+        cert.to_str().unwrap_or_default(),
+        key.to_str().unwrap_or_default(),
+        client_ca.to_str().unwrap_or_default(),
+    );
+
+    // TLS: a client trusting the CA gets in and works; plaintext and another CA do not.
+    let guard = Harness::new_instance();
+    let instance = guard.instance.clone();
+    let data_dir = tempfile::tempdir()?;
+    let tls = [("MENTIS_TLS_CERT", cert), ("MENTIS_TLS_KEY", key)];
+    let runtime = RuntimeProcess::start_with_env(bin, &instance, data_dir.path(), &tls).await?;
+    let port = runtime.addr.port();
+    let over_tls = channel(port, trusting(&pki.ca)).await?;
+    let mut h = Harness::over(over_tls, Some(&runtime.admin_key()?), data_dir, guard);
+    let id = h.create_default().await?.sandbox_id;
+    assert_eq!(stdout(&h.sh(&id, "echo over tls").await?), "over tls\n");
+    let plaintext = runtime.channel().await;
+    assert!(
+        match plaintext {
+            Ok(c) => !answers(c).await,
+            Err(_) => true,
+        },
+        "a plaintext client must not get an answer"
+    );
+    assert!(
+        channel(port, trusting(&pki.other_ca)).await.is_err(),
+        "a client trusting another CA must not connect"
+    );
+    let ca_flag = pki.path("ca.pem");
+    let ca_flag = ca_flag.to_str().unwrap_or_default();
+    let out = grpcurl(port, &["-cacert", ca_flag])?.map_err(anyhow::Error::msg)?;
+    assert!(out.contains("SERVING"), "{out}");
+    assert!(grpcurl(port, &["-plaintext"])?.is_err());
+    drop(runtime);
+    drop(h);
+
+    // Mutual TLS: only a client presenting a certificate the CA signed gets in.
+    let guard = Harness::new_instance();
+    let instance = guard.instance.clone();
+    let data_dir = tempfile::tempdir()?;
+    let mtls = [
+        ("MENTIS_TLS_CERT", cert),
+        ("MENTIS_TLS_KEY", key),
+        ("MENTIS_TLS_CLIENT_CA", client_ca),
+    ];
+    let runtime = RuntimeProcess::start_with_env(bin, &instance, data_dir.path(), &mtls).await?;
+    let port = runtime.addr.port();
+    let anonymous = channel(port, trusting(&pki.ca)).await;
+    assert!(
+        match anonymous {
+            Ok(c) => !answers(c).await,
+            Err(_) => true,
+        },
+        "a client without a certificate must not get an answer"
+    );
+    let identified = channel(
+        port,
+        trusting(&pki.ca).identity(Identity::from_pem(&pki.client_cert, &pki.client_key)),
+    )
+    .await?;
+    let mut h = Harness::over(identified, Some(&runtime.admin_key()?), data_dir, guard);
+    let listed = h
+        .sandboxes
+        .list_sandboxes(api::ListSandboxesRequest::default())
+        .await?
+        .into_inner();
+    assert!(listed.sandboxes.is_empty(), "{listed:?}");
+    let (client_cert, client_key) = (pki.path("client.pem"), pki.path("client.key"));
+    let out = grpcurl(
+        port,
+        &[
+            "-cacert",
+            ca_flag,
+            "-cert",
+            client_cert.to_str().unwrap_or_default(),
+            "-key",
+            client_key.to_str().unwrap_or_default(),
+        ],
+    )?
+    .map_err(anyhow::Error::msg)?;
+    assert!(out.contains("SERVING"), "{out}");
+    assert!(grpcurl(port, &["-cacert", ca_flag])?.is_err());
+    drop(runtime);
+    drop(h);
+    Ok(())
+}
