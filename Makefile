@@ -15,7 +15,7 @@ help:
 	@echo "make demo   - set everything up, start a runtime, run the README walk-through and show its output"
 	@echo "make bench  - measure round trips through the whole chain (median, p95; JSON in target/bench.json)"
 	@echo "make soak   - chaos soak: clients and random faults for SOAK_DURATION (30m), invariants checked (target/soak.json)"
-	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint"
+	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint and breaking, code generation in other languages"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
 
 setup:
@@ -70,6 +70,11 @@ lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(TOOLS)/buf lint
+	@# Compatible with the previous commit's protos (wire and generated code): a deliberate break is a
+	@# commit of its own, never the last one before a CI run.
+	@if git rev-parse -q --verify HEAD~1 >/dev/null; then $(TOOLS)/buf breaking --against '.git#ref=HEAD~1'; \
+	  else echo "buf breaking: no previous commit to compare with"; fi
+	@.tools/venv/bin/python tests/proto-codegen.py
 	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/backend-docker/src services/runtime/src executor/src tests
 
 fmt:
