@@ -9,6 +9,7 @@
 #   .tools/bin/buf       buf (npm @bufbuild/buf), for `buf lint` / `buf format` / `buf breaking`; works offline.
 #   protoc               Debian's protobuf-compiler, protoc-gen-go and protoc-gen-go-grpc (system-wide), for
 #                        tests/proto-codegen.py (code generation in other languages, in `make lint`).
+#   nginx                Debian's nginx (system-wide, not started): the proxy of tests/e2e/proxy.rs.
 #   .tools/venv          a Python venv with grpcio and grpcio-tools (to generate and run the Python client), and
 #                        ipykernel + numpy/pandas/matplotlib: the executor's component tests start a real Jupyter
 #                        kernel with this python, with the libraries the sandbox image offers.
@@ -113,6 +114,14 @@ if ! command -v protoc >/dev/null 2>&1 || ! command -v protoc-gen-go >/dev/null 
   ! command -v protoc-gen-go-grpc >/dev/null 2>&1; then
   apt_install protobuf-compiler protoc-gen-go protoc-gen-go-grpc
   installed+=("protoc, protoc-gen-go, protoc-gen-go-grpc (Debian)")
+fi
+
+# --- nginx (Debian), the real proxy tests/e2e/proxy.rs puts in front of a runtime (started by the test) -------
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  apt_install nginx
+  # Installing may start the system's nginx on port 80; the tests run their own.
+  if [ -f /run/nginx.pid ]; then service nginx stop >/dev/null 2>&1 || nginx -s quit >/dev/null 2>&1 || true; fi
+  installed+=("nginx (Debian)")
 fi
 
 # --- check them ---------------------------------------------------------------------------------------------------

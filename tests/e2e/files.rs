@@ -14,7 +14,7 @@ pub(super) fn files(h: &Harness) -> FileServiceClient<ApiChannel> {
     FileServiceClient::new(h.channel.clone())
 }
 
-async fn write(
+pub(super) async fn write(
     client: &mut FileServiceClient<ApiChannel>,
     sandbox: &str,
     path: &str,

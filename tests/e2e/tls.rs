@@ -3,104 +3,14 @@
 //! certificate, plaintext and clients trusting another CA do not; with a client CA, only clients that
 //! present a certificate it signed get in.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use mentis_e2e::*;
 use mentis_proto::api;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::Identity;
 
-/// A CA, a server certificate for localhost and 127.0.0.1 and a client certificate it signed, and a
-/// second CA that signed nothing of ours; as PEM files in `dir`.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca: String,
-    other_ca: String,
-    client_cert: String,
-    client_key: String,
-}
-
-fn new_ca(name: &str) -> anyhow::Result<(String, Issuer<'static, KeyPair>)> {
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    let key = KeyPair::generate()?;
-    let cert = params.self_signed(&key)?;
-    Ok((cert.pem(), Issuer::new(params, key)))
-}
-
-fn leaf(
-    names: &[&str],
-    usage: ExtendedKeyUsagePurpose,
-    issuer: &Issuer<'static, KeyPair>,
-) -> anyhow::Result<(String, String)> {
-    let mut params =
-        CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())?;
-    params.distinguished_name.push(DnType::CommonName, names[0]);
-    params.extended_key_usages.push(usage);
-    let key = KeyPair::generate()?;
-    let cert = params.signed_by(&key, issuer)?;
-    Ok((cert.pem(), key.serialize_pem()))
-}
-
-impl Pki {
-    fn make() -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let (ca, issuer) = new_ca("mentis test CA")?;
-        let (other_ca, _) = new_ca("another CA")?;
-        let (server_cert, server_key) = leaf(
-            &["localhost", "127.0.0.1"],
-            ExtendedKeyUsagePurpose::ServerAuth,
-            &issuer,
-        )?;
-        let (client_cert, client_key) =
-            leaf(&["agent-1"], ExtendedKeyUsagePurpose::ClientAuth, &issuer)?;
-        for (name, pem) in [
-            ("ca.pem", &ca),
-            ("server.pem", &server_cert),
-            ("server.key", &server_key),
-            ("client.pem", &client_cert),
-            ("client.key", &client_key),
-        ] {
-            std::fs::write(dir.path().join(name), pem)?;
-        }
-        Ok(Self {
-            dir,
-            ca,
-            other_ca,
-            client_cert,
-            client_key,
-        })
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
-async fn channel(port: u16, tls: ClientTlsConfig) -> anyhow::Result<Channel> {
-    Ok(Endpoint::from_shared(format!("https://localhost:{port}"))?
-        .tls_config(tls)?
-        .connect()
-        .await?)
-}
-
-fn trusting(ca: &str) -> ClientTlsConfig {
-    ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca))
-        .domain_name("localhost")
-}
-
-/// Whether a health check through `channel` gets an answer.
-async fn answers(channel: Channel) -> bool {
-    tonic_health::pb::health_client::HealthClient::new(channel)
-        .check(tonic_health::pb::HealthCheckRequest::default())
-        .await
-        .is_ok()
-}
+use crate::pki::{Pki, answers, channel, trusting};
 
 /// grpcurl's health check of the runtime at `port`, with `flags`; its output when it succeeded.
 fn grpcurl(port: u16, flags: &[&str]) -> anyhow::Result<Result<String, String>> {
