@@ -18,7 +18,7 @@ use crate::pki::{Pki, answers, channel, trusting};
 /// read timeout of `read_timeout_secs`.
 struct Nginx {
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Nginx {
@@ -69,7 +69,14 @@ http {{
             .arg(dir.path())
             .stderr(std::process::Stdio::null())
             .spawn()?;
-        Ok(Self { child, _dir: dir })
+        Ok(Self { child, dir })
+    }
+}
+
+impl Nginx {
+    /// nginx's error log so far, for a failure's message.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
     }
 }
 
@@ -130,7 +137,7 @@ async fn behind_nginx_streams_stay_open_past_its_read_timeout_and_big_writes_pas
     )
     .await?;
     let port = free_port()?;
-    let _nginx = Nginx::start(&pki, port, runtime.addr.port(), 4)?;
+    let nginx = Nginx::start(&pki, port, runtime.addr.port(), 4)?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let proxied = loop {
         match channel(port, trusting(&pki.ca)).await {
@@ -152,15 +159,12 @@ async fn behind_nginx_streams_stay_open_past_its_read_timeout_and_big_writes_pas
     let info = crate::files::write(&mut files, &id, "big.bin", chunks).await?;
     assert_eq!(info.size, 3 << 20);
 
-    // A Connect stream idle for 12 s, three times the proxy's read timeout.
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let mut resp = h
-        .actions
-        .connect(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await?
-        .into_inner();
+    // A Connect stream idle for 12 s, three times the proxy's read timeout. The attach is queued before the
+    // call starts: nginx passes the response's headers on only with its first message, and tonic's
+    // `connect` waits for them (docs/PROXY.md).
     use api::connect_request::{Attach, Kind as Req, Submit};
     use api::connect_response::Kind as Resp;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
     tx.send(api::ConnectRequest {
         kind: Some(Req::Attach(Attach {
             sandbox_id: id.clone(),
@@ -168,6 +172,12 @@ async fn behind_nginx_streams_stay_open_past_its_read_timeout_and_big_writes_pas
         })),
     })
     .await?;
+    let mut resp = h
+        .actions
+        .connect(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .map_err(|e| anyhow::anyhow!("Connect through nginx: {e:?}; nginx: {}", nginx.log()))?
+        .into_inner();
     let idle_until = tokio::time::Instant::now() + Duration::from_secs(12);
     let mut keepalives = 0;
     while let Ok(m) = tokio::time::timeout_at(idle_until, resp.next()).await {
