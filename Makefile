@@ -63,6 +63,7 @@ test-e2e: image
 test: image tools
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=2
 	@tests/readme-walkthrough.sh
+	@tests/readme-walkthrough.sh --behind-nginx
 	$(CARGO) build -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
 	target/debug/mentis-soak --duration 3m --clients $(SOAK_CLIENTS)
 

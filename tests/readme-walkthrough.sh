@@ -2,16 +2,28 @@
 # Runs the README's grpcurl walk-through exactly as written (the block between the walkthrough markers)
 # against a freshly started mentis-runtime on 127.0.0.1:50051, and checks what it printed. This keeps the
 # front door honest: if the README's commands stop working, `make test` fails. With --show (`make demo`) it
-# also prints what the walk-through printed.
+# also prints what the walk-through printed. With --behind-nginx the runtime serves on 127.0.0.1:50052 and
+# Debian's nginx, with the settings block of docs/PROXY.md, passes gRPC to it from 127.0.0.1:50051 (HTTP/2
+# without TLS, so the README's commands run unchanged; tests/e2e/proxy.rs covers nginx with TLS).
 set -euo pipefail
-show=${1:-}
+show=
+behind_nginx=
+for arg in "$@"; do
+  case $arg in
+    --show) show=--show ;;
+    --behind-nginx) behind_nginx=1 ;;
+    *) echo "readme-walkthrough: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 export PATH=$repo/.tools/bin:$PATH
 work=$(mktemp -d)
 instance="readme-$$"
 runtime_pid=
+nginx_pid=
 cleanup() {
+  if [ -n "$nginx_pid" ]; then kill "$nginx_pid" 2>/dev/null || true; wait "$nginx_pid" 2>/dev/null || true; fi
   if [ -n "$runtime_pid" ]; then kill "$runtime_pid" 2>/dev/null || true; wait "$runtime_pid" 2>/dev/null || true; fi
   docker ps -aq --filter "label=io.mentis.instance=$instance" | xargs -r docker rm -f -v >/dev/null
   docker volume ls -q --filter "label=io.mentis.instance=$instance" | xargs -r docker volume rm -f >/dev/null
@@ -30,11 +42,50 @@ if grpcurl -plaintext -max-time 1 127.0.0.1:50051 list >/dev/null 2>&1; then
   exit 1
 fi
 cargo build -q -p mentis-runtime
-MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
+listen=127.0.0.1:50051
+if [ -n "$behind_nginx" ]; then
+  listen=127.0.0.1:50052
+  if grpcurl -plaintext -max-time 1 "$listen" list >/dev/null 2>&1; then
+    echo "readme-walkthrough: something already serves on $listen; stop it first" >&2
+    exit 1
+  fi
+  nginx=$(command -v nginx || echo /usr/sbin/nginx)
+  [ -x "$nginx" ] || { echo "readme-walkthrough: nginx is missing: make tools installs it" >&2; exit 1; }
+  mkdir -p "$work/nginx"
+  settings=$(sed -n '/^# mentis-proxy-settings$/,/^```/p' docs/PROXY.md | sed '/^```/d')
+  grep -q grpc_read_timeout <<<"$settings" || { echo "readme-walkthrough: no settings block in docs/PROXY.md" >&2; exit 1; }
+  cat >"$work/nginx/nginx.conf" <<CONF
+daemon off;
+user root;
+worker_processes 1;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log;
+events {}
+http {
+    access_log off;
+    client_body_temp_path $work/nginx/body;
+    proxy_temp_path $work/nginx/proxy;
+    fastcgi_temp_path $work/nginx/fastcgi;
+    uwsgi_temp_path $work/nginx/uwsgi;
+    scgi_temp_path $work/nginx/scgi;
+    server {
+        listen 127.0.0.1:50051 http2;
+$settings
+        location / {
+            grpc_pass grpc://$listen;
+        }
+    }
+}
+CONF
+  "$nginx" -c "$work/nginx/nginx.conf" -p "$work/nginx" 2>"$work/nginx/stderr" &
+  nginx_pid=$!
+fi
+MENTIS_LISTEN=$listen MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
 runtime_pid=$!
 for _ in $(seq 1 100); do
   grpcurl -plaintext -max-time 1 127.0.0.1:50051 grpc.health.v1.Health/Check >/dev/null 2>&1 && break
   kill -0 "$runtime_pid" 2>/dev/null || { cat "$work/runtime.log" >&2; exit 1; }
+  if [ -n "$nginx_pid" ]; then kill -0 "$nginx_pid" 2>/dev/null || { cat "$work/nginx/stderr" >&2; exit 1; }; fi
   sleep 0.2
 done
 
@@ -102,4 +153,4 @@ if [ -n "$(loops_under "$work")" ]; then
 fi
 if [ "$fail" != 0 ]; then cat "$work/out" >&2; exit 1; fi
 if [ "$show" = --show ]; then cat "$work/out"; fi
-echo "readme-walkthrough: 1 passed, 0 failed"
+echo "readme-walkthrough${behind_nginx:+ (behind nginx)}: 1 passed, 0 failed"
