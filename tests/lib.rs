@@ -593,6 +593,13 @@ pub fn cell_value(obs: &[api::Observation]) -> Option<String> {
         .and_then(|o| o.data.get("text/plain").cloned())
 }
 
+/// A port on 127.0.0.1 nothing listens on now.
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 /// The real mentis-runtime as a separate process (the `mentis-runtime-under-test` binary), for tests that
 /// kill it with SIGKILL and start it again on the same store and instance.
 pub struct RuntimeProcess {
@@ -615,10 +622,14 @@ impl RuntimeProcess {
         data_dir: &std::path::Path,
         env: &[(&str, &str)],
     ) -> Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        Self::start_at(bin, instance, data_dir, ([127, 0, 0, 1], port).into(), env).await
+        Self::start_at(
+            bin,
+            instance,
+            data_dir,
+            ([127, 0, 0, 1], free_port()?).into(),
+            env,
+        )
+        .await
     }
 
     /// As [`RuntimeProcess::start_with_env`], on `addr` (a restart on the address its clients know).

@@ -125,12 +125,6 @@ fn doc_settings(read_timeout_secs: u32) -> anyhow::Result<String> {
         .join("\n"))
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 #[tokio::test]
 async fn behind_nginx_streams_stay_open_past_its_read_timeout_and_big_writes_pass()
 -> anyhow::Result<()> {

@@ -148,14 +148,10 @@ impl Runtime {
         } else {
             "DISABLED"
         };
-        let scheme = if tls.is_some() {
-            if config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()) {
-                "mutual TLS"
-            } else {
-                "TLS"
-            }
-        } else {
-            "plaintext"
+        let scheme = match &config.tls {
+            None => "plaintext",
+            Some(t) if t.client_ca.is_some() => "mutual TLS",
+            Some(_) => "TLS",
         };
         let task = tokio::spawn(serve(
             manager,
@@ -222,8 +218,7 @@ async fn serve(
         ],
     );
     health.serving(true).await;
-    let probing = CancellationToken::new();
-    tokio::spawn(Arc::clone(&health).watch(backend, probing.clone()));
+    tokio::spawn(Arc::clone(&health).watch(backend, shutdown.clone()));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(mentis_proto::PUBLIC_FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -249,7 +244,6 @@ async fn serve(
         let shutdown = shutdown.clone();
         async move {
             shutdown.cancelled().await;
-            probing.cancel();
             health.drain().await;
             tracing::info!("draining: health is NOT_SERVING, open streams are told to resume");
         }

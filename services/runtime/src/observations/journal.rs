@@ -68,10 +68,13 @@ impl Prepared {
             action: origin.action.to_string(),
             index: origin.index,
         });
-        let origin_len = origin.as_ref().map_or(0, Message::encoded_len);
-        let mut buf;
-        let mut bulk = Bytes::new();
-        match kind {
+        let mut buf =
+            Vec::with_capacity(HEAD_ROOM + origin.as_ref().map_or(0, Message::encoded_len));
+        buf.resize(HEAD_ROOM, 0);
+        if let Some(origin) = origin {
+            origin.encode(&mut buf).map_err(io::Error::other)?;
+        }
+        let bulk = match kind {
             // `Observation.cmd_output` (11) holding `CmdOutput.stream` (1) and then `CmdOutput.data` (2),
             // whose bytes are left out of `buf`.
             ObservationKind::CmdOutput { stream, data } if !data.is_empty() => {
@@ -87,31 +90,22 @@ impl Prepared {
                 let data_head =
                     encoding::key_len(2) + encoding::encoded_len_varint(data.len() as u64);
                 let inner_len = stream_field.encoded_len() + data_head + data.len();
-                buf = Vec::with_capacity(HEAD_ROOM + origin_len + 32);
-                buf.resize(HEAD_ROOM, 0);
-                if let Some(origin) = origin {
-                    origin.encode(&mut buf).map_err(io::Error::other)?;
-                }
                 encoding::encode_key(11, WireType::LengthDelimited, &mut buf);
                 encoding::encode_varint(inner_len as u64, &mut buf);
                 stream_field.encode(&mut buf).map_err(io::Error::other)?;
                 encoding::encode_key(2, WireType::LengthDelimited, &mut buf);
                 encoding::encode_varint(data.len() as u64, &mut buf);
-                bulk = data.clone();
+                data.clone()
             }
             _ => {
                 let tail = api::Observation {
                     kind: Some(kind_to_proto(kind)),
                     ..Default::default()
                 };
-                buf = Vec::with_capacity(HEAD_ROOM + origin_len + tail.encoded_len());
-                buf.resize(HEAD_ROOM, 0);
-                if let Some(origin) = origin {
-                    origin.encode(&mut buf).map_err(io::Error::other)?;
-                }
                 tail.encode(&mut buf).map_err(io::Error::other)?;
+                Bytes::new()
             }
-        }
+        };
         let mut kind_crc = crc32fast::Hasher::new();
         kind_crc.update(&buf[HEAD_ROOM..]);
         kind_crc.update(&bulk);

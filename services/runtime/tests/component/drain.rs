@@ -16,14 +16,7 @@ async fn a_drain_says_not_serving_ends_streams_with_unavailable_and_leaves_sandb
     let mut rt = TestRuntime::start().await;
     let sb = rt.create_default().await;
     let id = sb.sandbox_id.clone();
-    let channel = tonic::transport::Endpoint::from_shared(format!(
-        "http://{}",
-        rt.runtime.as_ref().unwrap().addr
-    ))
-    .unwrap()
-    .connect()
-    .await
-    .unwrap();
+    let channel = rt.channel.clone();
     let mut health = HealthClient::new(channel);
     let mut watch = health
         .watch(HealthCheckRequest {

@@ -37,14 +37,7 @@ async fn statuses(health: &mut HealthClient<tonic::transport::Channel>) -> Vec<i
 #[tokio::test]
 async fn health_is_not_serving_while_the_engine_does_not_answer_and_serving_once_it_does() {
     let rt = TestRuntime::start().await;
-    let channel = tonic::transport::Endpoint::from_shared(format!(
-        "http://{}",
-        rt.runtime.as_ref().unwrap().addr
-    ))
-    .unwrap()
-    .connect()
-    .await
-    .unwrap();
+    let channel = rt.channel.clone();
     let mut health = HealthClient::new(channel);
     let serving = vec![ServingStatus::Serving as i32; SERVICES.len()];
     let not_serving = vec![ServingStatus::NotServing as i32; SERVICES.len()];

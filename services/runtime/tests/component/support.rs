@@ -88,6 +88,8 @@ pub struct TestRuntime {
     pub sandboxes: SandboxServiceClient<Channel>,
     pub actions: ActionServiceClient<Channel>,
     pub spaces: SpaceServiceClient<Channel>,
+    /// The channel of the clients above, for clients of other services (health, ...).
+    pub channel: Channel,
     pub config: RuntimeConfig,
     pub data_dir: Arc<tempfile::TempDir>,
 }
@@ -144,7 +146,8 @@ impl TestRuntime {
             backend,
             sandboxes: SandboxServiceClient::new(channel.clone()),
             actions: ActionServiceClient::new(channel.clone()),
-            spaces: SpaceServiceClient::new(channel),
+            spaces: SpaceServiceClient::new(channel.clone()),
+            channel,
             config,
             data_dir,
         }

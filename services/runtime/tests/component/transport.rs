@@ -1,7 +1,7 @@
 //! How the API is spoken on the wire: requests may be gzip-compressed, and a request above
 //! `MENTIS_MAX_MESSAGE_BYTES` is refused with OUT_OF_RANGE before it is read (TLS is in the e2e tier).
 
-use mentis_proto::api::{self, sandbox_service_client::SandboxServiceClient};
+use mentis_proto::api;
 use tonic::Code;
 use tonic::codec::CompressionEncoding;
 
@@ -17,24 +17,13 @@ fn spec_of(bytes: usize) -> api::CreateSandboxRequest {
     }
 }
 
-async fn client(rt: &TestRuntime) -> SandboxServiceClient<tonic::transport::Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(format!(
-        "http://{}",
-        rt.runtime.as_ref().unwrap().addr
-    ))
-    .unwrap()
-    .connect()
-    .await
-    .unwrap();
-    SandboxServiceClient::new(channel)
-}
-
 #[tokio::test]
 async fn requests_may_be_gzip_compressed_and_are_bounded_by_the_configured_size() {
     let rt = TestRuntime::start_with(|c| c.max_message_bytes = 64 * 1024).await;
-    let mut plain = client(&rt).await;
-    let mut gzip = client(&rt)
-        .await
+    let mut plain = rt.sandboxes.clone();
+    let mut gzip = rt
+        .sandboxes
+        .clone()
         .send_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Gzip);
 
@@ -50,7 +39,7 @@ async fn requests_may_be_gzip_compressed_and_are_bounded_by_the_configured_size(
 
     // The same request under the default limit (4 MiB) is read (and judged on its merits).
     let rt = TestRuntime::start().await;
-    let mut plain = client(&rt).await;
+    let mut plain = rt.sandboxes.clone();
     let read = plain.create_sandbox(spec_of(100 * 1024)).await;
     assert!(
         read.as_ref()
@@ -58,4 +47,28 @@ async fn requests_may_be_gzip_compressed_and_are_bounded_by_the_configured_size(
             .is_none_or(|s| s.code() != Code::OutOfRange),
         "{read:?}"
     );
+}
+
+/// TLS files that cannot be read or used stop the start, naming what is wrong; nothing is served.
+#[tokio::test]
+async fn tls_files_that_cannot_be_used_stop_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate").unwrap();
+    let missing = dir.path().join("missing.pem");
+    for (cert, key, why) in [
+        (&missing, &garbage, "cannot read"),
+        (&garbage, &garbage, "private key"),
+    ] {
+        let mut config = base_config(dir.path());
+        config.tls = Some(mentis_runtime::config::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: None,
+        });
+        let err = mentis_runtime::Runtime::start_with(config, crate::fake::FakeBackend::new())
+            .await
+            .expect_err("the start must fail");
+        assert!(err.to_string().contains(why), "{err}");
+    }
 }
