@@ -7,7 +7,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use mentis_proto::api::{self, SandboxState};
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 use crate::support::*;
 
@@ -16,17 +15,7 @@ async fn a_drain_says_not_serving_ends_streams_with_unavailable_and_leaves_sandb
     let mut rt = TestRuntime::start().await;
     let sb = rt.create_default().await;
     let id = sb.sandbox_id.clone();
-    let channel = rt.channel.clone();
-    let mut health = HealthClient::new(channel);
-    let mut watch = health
-        .watch(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let first = watch.next().await.unwrap().unwrap();
-    assert_eq!(first.status, ServingStatus::Serving as i32);
+    let mut watch = watch_server_health(&rt).await;
     let mut running = rt.start_action(&id, shell("echo started; sleep 5; echo done"));
     running.started().await;
     let mut follower = rt

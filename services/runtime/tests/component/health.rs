@@ -37,22 +37,11 @@ async fn statuses(health: &mut HealthClient<tonic::transport::Channel>) -> Vec<i
 #[tokio::test]
 async fn health_is_not_serving_while_the_engine_does_not_answer_and_serving_once_it_does() {
     let rt = TestRuntime::start().await;
-    let channel = rt.channel.clone();
-    let mut health = HealthClient::new(channel);
+    let mut health = HealthClient::new(rt.channel.clone());
     let serving = vec![ServingStatus::Serving as i32; SERVICES.len()];
     let not_serving = vec![ServingStatus::NotServing as i32; SERVICES.len()];
     assert_eq!(statuses(&mut health).await, serving);
-    let mut watch = health
-        .watch(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(
-        watch.next().await.unwrap().unwrap().status,
-        ServingStatus::Serving as i32
-    );
+    let mut watch = watch_server_health(&rt).await;
     // A probe every 2 s, 3 s to answer: a watcher hears of it within seconds.
     let within = Duration::from_secs(10);
 

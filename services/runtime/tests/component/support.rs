@@ -444,3 +444,20 @@ pub fn states_in(obs: &[api::Observation]) -> Vec<String> {
         })
         .collect()
 }
+
+/// A Health/Watch of the server as a whole (""), its first answer (SERVING) read.
+pub async fn watch_server_health(
+    rt: &TestRuntime,
+) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let mut watch = tonic_health::pb::health_client::HealthClient::new(rt.channel.clone())
+        .watch(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.next().await.unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    watch
+}
