@@ -140,7 +140,13 @@ impl Actions {
             stdin_writes: stdin_rx,
             processes: Arc::clone(&self.processes),
         };
-        let span = tracing::info_span!("shell_action", action_id = %action_id);
+        let span = tracing::info_span!(
+            "shell_action",
+            action_id = %action_id,
+            kind = "shell",
+            exit_code = tracing::field::Empty,
+            reason = tracing::field::Empty,
+        );
         self.tracker
             .spawn(shell::run(spec, ctx, sink, registration).instrument(span));
         Ok(outbox)

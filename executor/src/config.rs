@@ -21,6 +21,12 @@ pub const KERNEL_PYTHON_ENV: &str = "MENTIS_KERNEL_PYTHON";
 /// `1` starts the kernel when the executor starts instead of at the first cell.
 pub const KERNEL_EAGER_ENV: &str = "MENTIS_KERNEL_EAGER";
 
+/// `1` keeps this executor's trace spans for the runtime to relay (`TakeSpans`); the runtime sets it when
+/// it exports traces.
+pub const TRACES_ENV: &str = "MENTIS_EXECUTOR_TRACES";
+/// Spans an executor keeps for the runtime at most (the oldest go first).
+pub const SPAN_BUFFER: usize = 4096;
+
 /// Most bytes one WriteFile or Upload may write.
 pub const MAX_WRITE_BYTES_ENV: &str = "MENTIS_EXECUTOR_MAX_WRITE_BYTES";
 
@@ -90,6 +96,11 @@ pub struct Config {
     /// child of tini as PID 1). Off by default, so an executor served in-process by tests never kills its
     /// host's processes.
     pub reclaim_all: bool,
+    /// Where this executor's finished spans wait for the runtime (`TakeSpans`); None when traces are off.
+    /// `main` sets it when [`TRACES_ENV`] is 1, with the tracer provider that fills it.
+    pub spans: Option<mentis_telemetry::SpanBuffer>,
+    /// Whether [`TRACES_ENV`] asks for traces.
+    pub traces: bool,
 }
 
 impl Config {
@@ -106,6 +117,8 @@ impl Config {
             kernel: KernelConfig::default(),
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
             reclaim_all: false,
+            spans: None,
+            traces: false,
         }
     }
 
@@ -189,6 +202,16 @@ impl Config {
             };
         }
 
+        let traces = match lookup(TRACES_ENV).as_deref().map(str::trim) {
+            None | Some("0" | "false" | "") => false,
+            Some("1" | "true") => true,
+            Some(raw) => {
+                return Err(Error::Config(format!(
+                    "{TRACES_ENV}={raw:?} must be 1 or 0"
+                )));
+            }
+        };
+
         Ok(Self {
             listen,
             token,
@@ -197,6 +220,8 @@ impl Config {
             kernel,
             max_write_bytes,
             reclaim_all: false,
+            spans: None,
+            traces,
         })
     }
 }

@@ -127,6 +127,26 @@ impl Outbox {
     }
 }
 
+/// Puts an action's outcome on its span (`shell_action` or `ipython_cell`), when traces are on.
+fn record_end(kind: &ObservationKind) {
+    if !mentis_telemetry::traces_on() {
+        return;
+    }
+    let span = tracing::Span::current();
+    match kind {
+        ObservationKind::CmdEnd(end) => {
+            span.record("exit_code", end.exit_code);
+            span.record("reason", tracing::field::debug(end.reason));
+        }
+        ObservationKind::IPythonResult(result) => {
+            span.record("status", tracing::field::debug(result.status));
+            span.record("reason", result.reason.as_str());
+            span.record("execution_count", result.execution_count);
+        }
+        _ => {}
+    }
+}
+
 /// The producer's end: numbers events and puts them in the outbox.
 pub(crate) struct EventSink {
     outbox: Arc<Outbox>,
@@ -145,6 +165,9 @@ impl EventSink {
     /// still come back (see [`Hold`]).
     pub(crate) async fn send(&mut self, kind: ObservationKind) {
         let terminal = kind.is_terminal();
+        if terminal {
+            record_end(&kind);
+        }
         let outbox = &self.outbox;
         loop {
             let notified = outbox.changed.notified();

@@ -140,7 +140,14 @@ impl IPython {
             .enqueue(Place::Back, true)
             .map_err(|full| Error::QueueFull { limit: full.limit })?;
         let (sink, outbox) = outboxes.open(&action_id, hold)?;
-        let span = tracing::info_span!("ipython_cell", action_id = %action_id);
+        let span = tracing::info_span!(
+            "ipython_cell",
+            action_id = %action_id,
+            kind = "ipython",
+            status = tracing::field::Empty,
+            reason = tracing::field::Empty,
+            execution_count = tracing::field::Empty,
+        );
         shared.tracker.spawn(
             Arc::clone(shared)
                 .cell(ticket, spec, cancel, sink, registration)

@@ -42,15 +42,37 @@ fn main() -> anyhow::Result<()> {
     config.reclaim_all = from_fd.is_some() && nix::unistd::getppid().as_raw() == 1;
     hide_token();
 
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, not in container logs.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let format = match mentis_telemetry::LogFormat::from_env() {
+        Ok(format) => format,
+        Err(e) => {
+            eprintln!("mentis-executor: {e}");
+            std::process::exit(2);
+        }
+    };
+    // Traces, when the runtime asks for them: spans wait in a buffer the runtime empties (TakeSpans), and
+    // each trace is sampled or not as the runtime decided (the parent's flag).
+    let provider = config.traces.then(|| {
+        let buffer = mentis_telemetry::SpanBuffer::new(mentis_executor::SPAN_BUFFER);
+        config.spans = Some(buffer.clone());
+        opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_sampler(opentelemetry_sdk::trace::Sampler::ParentBased(Box::new(
+                opentelemetry_sdk::trace::Sampler::AlwaysOff,
+            )))
+            .with_resource(
+                opentelemetry_sdk::Resource::builder_empty()
+                    .with_service_name("mentis-executor")
+                    .build(),
+            )
+            .with_simple_exporter(buffer)
+            .build()
+    });
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if let Err(e) = mentis_telemetry::install(filter, format, provider.as_ref(), "mentis-executor")
+    {
+        eprintln!("mentis-executor: cannot install the log subscriber: {e}");
+        std::process::exit(2);
+    }
 
     // Every thread the executor needs starts here, before user code can fill the pids limit.
     let runtime = threads::runtime().context("building the tokio runtime")?;

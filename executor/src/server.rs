@@ -14,7 +14,7 @@ use mentis_proto::executor::workspace_service_server::WorkspaceServiceServer;
 use mentis_proto::executor::{
     AttachRequest, AttachResponse, CancelRequest, CancelResponse, InspectVariablesRequest,
     InspectVariablesResponse, ResetKernelRequest, ResetKernelResponse, RunRequest, RunResponse,
-    WriteStdinRequest, WriteStdinResponse, attach_request,
+    TakeSpansRequest, TakeSpansResponse, WriteStdinRequest, WriteStdinResponse, attach_request,
 };
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
@@ -59,6 +59,7 @@ pub async fn serve(
         .await;
     let executor = ExecutorServiceServer::new(ExecutorApi {
         actions: Arc::clone(&actions),
+        spans: config.spans.clone(),
     })
     .max_decoding_message_size(MAX_REQUEST_BYTES);
     let executor = tonic::service::interceptor::InterceptedService::new(
@@ -78,6 +79,8 @@ pub async fn serve(
     tracing::info!(%local_addr, workspace = %config.workspace.display(), max_actions = config.max_actions, "executor serving");
     let stop = shutdown.clone();
     let server = Server::builder()
+        // Every call in a span continuing the runtime's trace (nothing when traces are off).
+        .layer(mentis_telemetry::GrpcTraceLayer)
         .add_service(tonic::service::interceptor::InterceptedService::new(
             health_service,
             BearerAuth::optional(config.token.clone()),
@@ -118,6 +121,8 @@ pub async fn serve(
 /// ExecutorService: translates requests and hands them to [`Actions`].
 struct ExecutorApi {
     actions: Arc<Actions>,
+    /// Finished spans for TakeSpans (None when traces are off).
+    spans: Option<mentis_telemetry::SpanBuffer>,
 }
 
 type RunStream = Pin<Box<dyn Stream<Item = Result<RunResponse, Status>> + Send + 'static>>;
@@ -249,6 +254,21 @@ impl ExecutorService for ExecutorApi {
         let answer = self.actions.inspect_variables(names).await?;
         Ok(Response::new(InspectVariablesResponse {
             variables: convert::variable_summaries(answer),
+        }))
+    }
+
+    async fn take_spans(
+        &self,
+        _request: Request<TakeSpansRequest>,
+    ) -> Result<Response<TakeSpansResponse>, Status> {
+        let taken = self
+            .spans
+            .as_ref()
+            .map(mentis_telemetry::SpanBuffer::take)
+            .unwrap_or_default();
+        Ok(Response::new(TakeSpansResponse {
+            export_trace_service_request: taken.request.into(),
+            dropped_spans: taken.dropped,
         }))
     }
 }

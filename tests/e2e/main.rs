@@ -24,3 +24,4 @@ mod shell;
 mod spaces;
 mod streams;
 mod tls;
+mod traces;

@@ -134,14 +134,14 @@ impl KernelProcess {
         if let Some(stderr) = child.stderr.take() {
             launch.tracker.spawn(
                 drain_stderr(stderr, Arc::clone(&stderr_tail), launch.shutdown.clone())
-                    .instrument(tracing::debug_span!("kernel_stderr", pid)),
+                    .instrument(tracing::debug_span!(parent: None, "kernel_stderr", pid)),
             );
         }
         let (exit_tx, exit) = watch::channel(None);
         let kill = CancellationToken::new();
         launch.tracker.spawn(
             watch_exit(child, pid, kill.clone(), launch.shutdown.clone(), exit_tx)
-                .instrument(tracing::info_span!("kernel_process", pid)),
+                .instrument(tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "kernel_process", pid)),
         );
         Ok(Self {
             pid,

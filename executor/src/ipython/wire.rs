@@ -76,11 +76,12 @@ impl Wire {
         let (iopub_tx, iopub_rx) = mpsc::channel(CHANNEL_DEPTH);
         let (reply_tx, reply_rx) = mpsc::channel(CHANNEL_DEPTH);
         tracker.spawn(
-            read(iopub, iopub_tx, stop.clone()).instrument(tracing::debug_span!("iopub_reader")),
+            read(iopub, iopub_tx, stop.clone())
+                .instrument(tracing::debug_span!(parent: None, "iopub_reader")),
         );
         tracker.spawn(
             read(shell_recv, reply_tx, stop.clone())
-                .instrument(tracing::debug_span!("shell_reader")),
+                .instrument(tracing::debug_span!(parent: None, "shell_reader")),
         );
         Ok(Self {
             shell: shell_send,

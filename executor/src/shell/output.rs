@@ -161,7 +161,10 @@ where
         "a background process still holds the pipe; its further output is discarded"
     );
     let shutdown = detach.shutdown.clone();
-    let span = tracing::info_span!("drain_background_output", ?stream);
+    // Outlives its action (a background process may hold the pipe for hours): no parent, so the action's
+    // span ends with the action.
+    // (The log line above names the action.)
+    let span = tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "drain_background_output", ?stream);
     detach.tracker.spawn(
         async move {
             let mut buf = vec![0u8; 8 * 1024];

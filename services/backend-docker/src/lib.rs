@@ -10,6 +10,7 @@ mod runtime;
 mod volume;
 
 use std::collections::HashMap;
+use tracing::Instrument as _;
 
 use bollard::Docker;
 use bollard::models::{
@@ -130,7 +131,16 @@ impl DockerBackend {
         what: &str,
         fut: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
     ) -> Result<T, bollard::errors::Error> {
-        match tokio::time::timeout(self.config.call_timeout, fut).await {
+        // A span per call made for a traced operation (`docker create container`, ...).
+        let timed = tokio::time::timeout(self.config.call_timeout, fut);
+        let result = if mentis_telemetry::in_trace() {
+            timed
+                .instrument(tracing::info_span!("docker", otel.name = %format!("docker {what}"), docker.call = what))
+                .await
+        } else {
+            timed.await
+        };
+        match result {
             Ok(r) => r,
             Err(_) => Err(bollard::errors::Error::RequestTimeoutError).inspect_err(|_| {
                 tracing::warn!(what, "Docker call timed out");

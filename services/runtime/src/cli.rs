@@ -6,6 +6,7 @@
 use anyhow::Context;
 use tracing_subscriber::EnvFilter;
 
+use crate::telemetry::{self, Traces};
 use crate::{Runtime, RuntimeConfig};
 
 /// Runs the runtime as a process until it is told to stop.
@@ -14,10 +15,17 @@ pub async fn run_from_env() -> anyhow::Result<()> {
         .unwrap_or_else(|_| EnvFilter::new("info"))
         // bollard logs request bodies at debug, and a container's env carries its executor token.
         .add_directive("bollard=info".parse()?);
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let format = mentis_telemetry::LogFormat::from_env().map_err(anyhow::Error::msg)?;
+    let traces = match telemetry::traces_endpoint(|name| std::env::var(name).ok()) {
+        Some(endpoint) => Some(Traces::start(&endpoint).context("cannot start traces")?),
+        None => None,
+    };
+    mentis_telemetry::install(
+        filter,
+        format,
+        traces.as_ref().map(Traces::provider),
+        "mentis-runtime",
+    )?;
     let config = RuntimeConfig::from_env().context("bad configuration")?;
     let mut runtime = Runtime::start(config)
         .await
@@ -45,6 +53,10 @@ pub async fn run_from_env() -> anyhow::Result<()> {
         tracing::warn!("second signal: exiting now");
         std::process::exit(130);
     });
-    runtime.wait().await.context("mentis-runtime failed")?;
-    Ok(())
+    let result = runtime.wait().await.context("mentis-runtime failed");
+    if let Some(traces) = traces {
+        // The exporter's last batch; blocking, so off the async threads.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
+    result
 }

@@ -408,6 +408,12 @@ impl RuntimeConfig {
                 .executor_env
                 .push(format!("MENTIS_EXECUTOR_MAX_WRITE_BYTES={n}"));
         }
+        // Executors keep their spans for us to relay when we export traces (the executor's TRACES_ENV).
+        if crate::telemetry::traces_endpoint(&get).is_some() {
+            c.docker
+                .executor_env
+                .push("MENTIS_EXECUTOR_TRACES=1".to_owned());
+        }
         if let Some(v) = get("MENTIS_POOL") {
             c.pools = parse_pools(&v, &c.executor_image)?;
         }

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use mentis_core::{Action, ActionId, Endpoint, Error, VariableSummary};
 use mentis_proto::executor::{
     AttachRequest, AttachResponse, CancelRequest, InspectVariablesRequest, ResetKernelRequest,
-    Resume, RunRequest, RunResponse, WriteStdinRequest, attach_request,
-    executor_service_client::ExecutorServiceClient,
+    Resume, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse, WriteStdinRequest,
+    attach_request, executor_service_client::ExecutorServiceClient,
     workspace_service_client::WorkspaceServiceClient,
 };
 use tokio::sync::mpsc;
@@ -23,13 +23,14 @@ use crate::convert::action_to_proto;
 
 mod files;
 
-/// Adds `authorization: Bearer <token>` to every call.
+/// Adds `authorization: Bearer <token>` to every call, and the caller's trace context when traces are on.
 #[derive(Clone)]
 pub struct BearerToken(MetadataValue<Ascii>);
 
 impl tonic::service::Interceptor for BearerToken {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         req.metadata_mut().insert("authorization", self.0.clone());
+        mentis_telemetry::inject(req.metadata_mut());
         Ok(req)
     }
 }
@@ -249,6 +250,14 @@ impl ExecutorClient {
 }
 
 impl ExecutorClient {
+    /// The executor's finished trace spans (see `telemetry::SpanRelay`).
+    pub async fn take_spans(&self) -> Result<TakeSpansResponse, Error> {
+        let mut rpc = self.rpc.clone();
+        self.timed(rpc.take_spans(TakeSpansRequest {}))
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
     /// Replaces the sandbox's kernel with a fresh one.
     pub async fn reset_kernel(&self) -> Result<(), Error> {
         let mut rpc = self.rpc.clone();

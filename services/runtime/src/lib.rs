@@ -12,6 +12,7 @@ pub mod observations;
 pub mod sandboxes;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 
 pub use config::RuntimeConfig;
 pub use server::{Runtime, ServeError};

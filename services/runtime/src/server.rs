@@ -260,6 +260,9 @@ async fn serve(
     let max = manager.config().max_message_bytes;
     let gzip = CompressionEncoding::Gzip;
     let server = builder
+        // Every call in a span continuing the caller's trace, when traces are on (outermost, so refused
+        // calls are traced too).
+        .layer(mentis_telemetry::GrpcTraceLayer)
         // Every call but health and reflection needs a key (see `auth::layer`).
         .layer(AuthLayer::new(Arc::clone(&keyring)))
         .add_service(health_service)

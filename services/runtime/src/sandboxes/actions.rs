@@ -87,7 +87,15 @@ impl Actions {
         };
         h.touch();
         let (tx, rx) = oneshot::channel();
-        let span = tracing::info_span!("action", sandbox_id = %sandbox, action_id = %id, kind = action.kind_name());
+        let span = tracing::info_span!(
+            "action",
+            sandbox_id = %sandbox,
+            action_id = %id,
+            kind = action.kind_name(),
+            exit_code = tracing::field::Empty,
+            reason = tracing::field::Empty,
+            status = tracing::field::Empty,
+        );
         h.tasks
             .spawn(pump(Arc::clone(&h), client, id.clone(), action, tx).instrument(span));
         match rx.await {

@@ -29,7 +29,7 @@ pub(super) fn spawn(
 ) {
     h.tasks.spawn(
         watch(Arc::clone(h), Arc::clone(backend), Arc::clone(config))
-            .instrument(tracing::info_span!("health", sandbox_id = %h.id)),
+            .instrument(tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "health", sandbox_id = %h.id)),
     );
 }
 
@@ -57,6 +57,12 @@ async fn watch(
         match checked {
             Ok(()) => {
                 failures = 0;
+                if let Some(relay) = crate::telemetry::relay() {
+                    tokio::select! {
+                        () = h.cancel.cancelled() => return,
+                        () = relay.relay(&client, h.id) => {}
+                    }
+                }
                 if h.state() == SandboxState::Unhealthy
                     && h.enter(SandboxState::Running, "").is_ok()
                 {

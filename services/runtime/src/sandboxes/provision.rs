@@ -253,7 +253,8 @@ impl Provisioner {
                 &endpoint,
                 &spec.token,
                 self.config.ready_timeout,
-            );
+            )
+            .instrument(tracing::info_span!("executor_ready"));
             match ready.await {
                 Ok(client) => Ok(client),
                 Err(e) => {
@@ -307,6 +308,10 @@ impl Provisioner {
                     }
                     h.stop_tasks();
                     h.tasks_stopped().await;
+                    // The executor's last spans, before it goes (the health watch relays the others).
+                    if let (Some(relay), Some(client)) = (crate::telemetry::relay(), h.executor()) {
+                        relay.relay(&client, id).await;
+                    }
                     this.backend.delete(id).await?;
                     h.enter(SandboxState::Terminated, reason)?;
                     this.registry.forget_old_ended();

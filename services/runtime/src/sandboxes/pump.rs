@@ -145,6 +145,9 @@ impl Pump {
                                 let owner = (!matches!(k, ObservationKind::AgentState { .. }))
                                     .then(|| self.id.clone());
                                 let origin = Origin { action: self.id.clone(), index: ev.index };
+                                if terminal {
+                                    record_end(&k);
+                                }
                                 h.log.append_from(owner, k, Some(&origin));
                                 if terminal {
                                     a.ack(last);
@@ -176,10 +179,9 @@ impl Pump {
                 }
             }
         };
-        h.log.append(
-            Some(self.id.clone()),
-            ObservationKind::lost(self.kind, &lost_reason, self.started.elapsed()),
-        );
+        let lost = ObservationKind::lost(self.kind, &lost_reason, self.started.elapsed());
+        record_end(&lost);
+        h.log.append(Some(self.id.clone()), lost);
         h.finish_action(&self.id);
     }
 
@@ -234,5 +236,25 @@ impl Pump {
                 }
             }
         }
+    }
+}
+
+/// Puts an action's outcome on its span (`action`), when traces are on: exit code and reason of a command,
+/// status and reason of a cell.
+pub(super) fn record_end(kind: &ObservationKind) {
+    if !mentis_telemetry::traces_on() {
+        return;
+    }
+    let span = tracing::Span::current();
+    match kind {
+        ObservationKind::CmdEnd(end) => {
+            span.record("exit_code", end.exit_code);
+            span.record("reason", tracing::field::debug(end.reason));
+        }
+        ObservationKind::IPythonResult(result) => {
+            span.record("status", tracing::field::debug(result.status));
+            span.record("reason", result.reason.as_str());
+        }
+        _ => {}
     }
 }

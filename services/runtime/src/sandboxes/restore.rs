@@ -145,7 +145,15 @@ impl Restore<'_> {
                 );
                 continue;
             }
-            let span = tracing::info_span!("action", sandbox_id = %h.id, action_id = %action, resumed = true);
+            let span = tracing::info_span!(
+                "action",
+                sandbox_id = %h.id,
+                action_id = %action,
+                resumed = true,
+                exit_code = tracing::field::Empty,
+                reason = tracing::field::Empty,
+                status = tracing::field::Empty,
+            );
             h.tasks
                 .spawn(pump::resume(Arc::clone(h), action, kind).instrument(span));
         }
