@@ -105,6 +105,20 @@ pub fn install(
     traces: Option<&SdkTracerProvider>,
     scope: &'static str,
 ) -> Result<(), tracing::dispatcher::SetGlobalDefaultError> {
+    install_to(filter, format, traces, scope, std::io::stderr)
+}
+
+/// [`install`] with log lines going to `writer` (tests read them back).
+pub fn install_to<W>(
+    filter: EnvFilter,
+    format: LogFormat,
+    traces: Option<&SdkTracerProvider>,
+    scope: &'static str,
+    writer: W,
+) -> Result<(), tracing::dispatcher::SetGlobalDefaultError>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let otel = traces.map(|provider| {
         let targets = TRACED_CRATES.iter().fold(Targets::new(), |t, name| {
             t.with_target(*name, tracing::Level::INFO)
@@ -116,12 +130,12 @@ pub fn install(
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .with_ansi(ansi)
             .with_filter(filter)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
             .event_format(json::JsonLines)
             .with_filter(filter)
