@@ -14,6 +14,7 @@ mod ipython;
 mod isolation;
 mod lifecycle;
 mod memory;
+mod metrics;
 mod persistence;
 mod pki;
 mod pool;

@@ -140,6 +140,9 @@ impl DockerBackend {
         } else {
             timed.await
         };
+        if !matches!(result, Ok(Ok(_))) {
+            docker_errors().add(1, &[opentelemetry::KeyValue::new("call", what.to_owned())]);
+        }
         match result {
             Ok(r) => r,
             Err(_) => Err(bollard::errors::Error::RequestTimeoutError).inspect_err(|_| {
@@ -499,4 +502,17 @@ impl SandboxBackend for DockerBackend {
             .map(|(id, state)| BackendSandbox { id, state })
             .collect())
     }
+}
+
+/// Docker calls that failed or timed out (`mentis.docker.errors`, by call); a no-op unless the runtime
+/// installed a metrics provider.
+fn docker_errors() -> &'static opentelemetry::metrics::Counter<u64> {
+    static ERRORS: std::sync::LazyLock<opentelemetry::metrics::Counter<u64>> =
+        std::sync::LazyLock::new(|| {
+            opentelemetry::global::meter("mentis-backend-docker")
+                .u64_counter("mentis.docker.errors")
+                .with_description("Docker API calls that failed or timed out, by call")
+                .build()
+        });
+    &ERRORS
 }

@@ -6,6 +6,7 @@
 use anyhow::Context;
 use tracing_subscriber::EnvFilter;
 
+use crate::metrics::MetricsExport;
 use crate::telemetry::{self, Traces};
 use crate::{Runtime, RuntimeConfig};
 
@@ -27,6 +28,12 @@ pub async fn run_from_env() -> anyhow::Result<()> {
         "mentis-runtime",
     )?;
     let config = RuntimeConfig::from_env().context("bad configuration")?;
+    // Before anything records: the instruments are made at their first use.
+    let metrics = MetricsExport::start(
+        config.metrics_listen.is_some(),
+        telemetry::metrics_endpoint(|name| std::env::var(name).ok()).is_some(),
+    )
+    .context("cannot start metrics")?;
     let mut runtime = Runtime::start(config)
         .await
         .context("cannot start mentis-runtime")?;
@@ -54,6 +61,9 @@ pub async fn run_from_env() -> anyhow::Result<()> {
         std::process::exit(130);
     });
     let result = runtime.wait().await.context("mentis-runtime failed");
+    if let Some(metrics) = metrics {
+        let _ = tokio::task::spawn_blocking(move || metrics.shutdown()).await;
+    }
     if let Some(traces) = traces {
         // The exporter's last batch; blocking, so off the async threads.
         let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;

@@ -39,6 +39,8 @@ pub const CONTAINER_RUNTIME_ENV: &str = "MENTIS_CONTAINER_RUNTIME";
 pub struct RuntimeConfig {
     /// `MENTIS_LISTEN`.
     pub listen: SocketAddr,
+    /// `MENTIS_METRICS_LISTEN`: where `GET /metrics` (Prometheus text format) is served; off when None.
+    pub metrics_listen: Option<SocketAddr>,
     /// `MENTIS_EXECUTOR_IMAGE`: image of sandboxes whose spec names none.
     pub executor_image: String,
     /// `MENTIS_DATA_DIR`: the durable store (`mentis.db`).
@@ -262,6 +264,7 @@ impl Default for RuntimeConfig {
             listen: DEFAULT_LISTEN
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 50051))),
+            metrics_listen: None,
             executor_image: DEFAULT_EXECUTOR_IMAGE.into(),
             data_dir: PathBuf::from("mentis-data"),
             docker: DockerConfig::default(),
@@ -314,6 +317,9 @@ impl RuntimeConfig {
         };
         if let Some(v) = get("MENTIS_LISTEN") {
             c.listen = parse("MENTIS_LISTEN", &v)?;
+        }
+        if let Some(v) = get("MENTIS_METRICS_LISTEN").filter(|v| !v.is_empty()) {
+            c.metrics_listen = Some(parse("MENTIS_METRICS_LISTEN", &v)?);
         }
         if let Some(v) = get("MENTIS_EXECUTOR_IMAGE").filter(|v| !v.is_empty()) {
             c.executor_image = v;

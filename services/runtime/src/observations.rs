@@ -413,6 +413,9 @@ impl ObservationLog {
         origin: Option<&Origin>,
     ) -> Option<u64> {
         let size = kind.approx_bytes();
+        let m = crate::metrics::metrics();
+        m.observations.add(1, &[]);
+        m.observation_bytes.add(size as u64, &[]);
         // A durable log's record is encoded before the lock is taken; only its head is encoded under it.
         let prepared = if self.journaled.load(Ordering::Relaxed) {
             match journal::Prepared::new(&kind, origin) {

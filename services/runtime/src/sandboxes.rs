@@ -63,7 +63,7 @@ use actions::Actions;
 use lifecycle::Lifecycle;
 use pool::Pools;
 use provision::Provisioner;
-use registry::Registry;
+pub use registry::Registry;
 use spaces::Spaces;
 
 impl std::fmt::Debug for Manager {
@@ -129,6 +129,11 @@ impl Manager {
             tasks,
             shutdown,
         })
+    }
+
+    /// Every sandbox this runtime knows (for the metrics' gauges).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// The runtime's configuration.

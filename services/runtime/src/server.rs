@@ -115,6 +115,14 @@ impl Runtime {
             addr: config.listen,
             source,
         })?;
+        let metrics_listener = match config.metrics_listen {
+            Some(at) => Some(
+                TcpListener::bind(at)
+                    .await
+                    .map_err(|source| ServeError::Listen { addr: at, source })?,
+            ),
+            None => None,
+        };
         let mut config = config;
         if config.disk_limits == DiskLimits::Off {
             // GetSandbox never claims a limit nothing enforces.
@@ -143,6 +151,15 @@ impl Runtime {
             shutdown.child_token(),
         );
         manager.start().await?;
+        if let Some(export) = crate::metrics::export() {
+            export.observe(&manager);
+            if let Some(listener) = metrics_listener {
+                if let Ok(at) = listener.local_addr() {
+                    tracing::info!(%at, "metrics served at /metrics");
+                }
+                export.serve(listener, shutdown.clone());
+            }
+        }
         let auth = if keyring.enabled() {
             "keys"
         } else {

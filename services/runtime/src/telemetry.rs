@@ -30,17 +30,42 @@ const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The OTLP endpoint of the traces, when the environment (read through `get`) turns them on.
 pub fn traces_endpoint(get: impl Fn(&str) -> Option<String>) -> Option<String> {
+    otlp_endpoint("TRACES", get)
+}
+
+/// The OTLP endpoint of the metrics, when the environment (read through `get`) turns them on.
+pub fn metrics_endpoint(get: impl Fn(&str) -> Option<String>) -> Option<String> {
+    otlp_endpoint("METRICS", get)
+}
+
+/// `OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`, unless the SDK or the signal's
+/// exporter is turned off (`OTEL_SDK_DISABLED=true`, `OTEL_<SIGNAL>_EXPORTER=none`).
+fn otlp_endpoint(signal: &str, get: impl Fn(&str) -> Option<String>) -> Option<String> {
     let set = |name: &str| {
         get(name)
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
     };
     if set("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
-        || set("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"))
+        || set(&format!("OTEL_{signal}_EXPORTER")).is_some_and(|v| v.eq_ignore_ascii_case("none"))
     {
         return None;
     }
-    set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+        .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"))
+}
+
+/// The resource of the runtime's traces and metrics: OpenTelemetry's (`OTEL_SERVICE_NAME`,
+/// `OTEL_RESOURCE_ATTRIBUTES`), named `mentis-runtime` when those name no service.
+pub fn resource() -> Resource {
+    let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.trim().is_empty())
+        || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| v.contains("service.name"));
+    let builder = Resource::builder();
+    if named {
+        builder.build()
+    } else {
+        builder.with_service_name(SERVICE_NAME).build()
+    }
 }
 
 /// The process's traces: the provider that exports the runtime's spans, and the relay of the executors'.
@@ -58,15 +83,9 @@ impl Traces {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .build()?;
-        let mut resource = Resource::builder();
-        let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.trim().is_empty())
-            || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| v.contains("service.name"));
-        if !named {
-            resource = resource.with_service_name(SERVICE_NAME);
-        }
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
-            .with_resource(resource.build())
+            .with_resource(resource())
             .build();
         let channel = Channel::from_shared(endpoint.to_owned())
             .map_err(|e| anyhow::anyhow!("bad OTLP endpoint {endpoint:?}: {e}"))?

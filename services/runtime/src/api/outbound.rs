@@ -44,6 +44,23 @@ pub struct Outbound<T> {
 pub struct Guarded<T> {
     rx: mpsc::Receiver<Result<T, Status>>,
     cut_off: Option<oneshot::Receiver<Status>>,
+    _open: OpenStream,
+}
+
+/// Counts an open stream (`mentis.streams.open`) while it lives.
+struct OpenStream;
+
+impl OpenStream {
+    fn new() -> Self {
+        crate::metrics::metrics().subscribers.add(1, &[]);
+        Self
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        crate::metrics::metrics().subscribers.add(-1, &[]);
+    }
 }
 
 /// A new outgoing stream.
@@ -59,6 +76,7 @@ pub fn channel<T>(policy: StreamPolicy) -> (Outbound<T>, Guarded<T>) {
         Guarded {
             rx,
             cut_off: Some(cut_rx),
+            _open: OpenStream::new(),
         },
     )
 }
@@ -80,6 +98,7 @@ impl<T> Outbound<T> {
                         stall_secs = self.stall.as_secs(),
                         "cutting off a client that stopped reading"
                     );
+                    crate::metrics::metrics().cut_offs.add(1, &[]);
                     let _ = cut.send(Status::resource_exhausted(format!(
                         "the client stopped reading for {}s; reconnect with after_seq = the last seq received",
                         self.stall.as_secs()

@@ -96,6 +96,9 @@ impl Actions {
             reason = tracing::field::Empty,
             status = tracing::field::Empty,
         );
+        crate::metrics::metrics()
+            .actions_started
+            .add(1, &[crate::metrics::kv("kind", action.kind_name())]);
         h.tasks
             .spawn(pump(Arc::clone(&h), client, id.clone(), action, tx).instrument(span));
         match rx.await {

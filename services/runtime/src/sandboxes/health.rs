@@ -71,6 +71,9 @@ async fn watch(
             }
             Err(e) => {
                 failures += 1;
+                crate::metrics::metrics()
+                    .executor_health_failures
+                    .add(1, &[]);
                 if failures >= FAILURES_BEFORE_UNHEALTHY
                     && h.state() == SandboxState::Running
                     && h.enter(SandboxState::Unhealthy, &e.to_string()).is_ok()

@@ -159,11 +159,13 @@ impl Provisioner {
             &spec.env,
             recording,
         );
+        let started = std::time::Instant::now();
         match (admitted, claim) {
             (Ok(Admission::Admitted), Some((member, pool))) => {
                 let this = Arc::clone(self);
                 let span = tracing::info_span!("claim_sandbox", sandbox_id = %id);
-                self.tasks
+                let created = self
+                    .tasks
                     .spawn(
                         async move {
                             let _creating = creating;
@@ -172,7 +174,9 @@ impl Provisioner {
                         .instrument(span),
                     )
                     .await
-                    .map_err(|e| Error::internal("claim task failed").with_source(e))?
+                    .map_err(|e| Error::internal("claim task failed").with_source(e))?;
+                record_create("warm", started, &created);
+                created
             }
             (Ok(Admission::Admitted), None) => {
                 let backend_spec = BackendSpec {
@@ -188,7 +192,8 @@ impl Provisioner {
                 };
                 let this = Arc::clone(self);
                 let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
-                self.tasks
+                let created = self
+                    .tasks
                     .spawn(
                         async move {
                             let _creating = creating;
@@ -197,7 +202,9 @@ impl Provisioner {
                         .instrument(span),
                     )
                     .await
-                    .map_err(|e| Error::internal("create task failed").with_source(e))?
+                    .map_err(|e| Error::internal("create task failed").with_source(e))?;
+                record_create("cold", started, &created);
+                created
             }
             (refused, claim) => {
                 // Not claimed after all: the member goes back to its pool.
@@ -322,5 +329,19 @@ impl Provisioner {
             )
             .await
             .map_err(|e| Error::internal("delete task failed").with_source(e))?
+    }
+}
+
+/// Counts a create by `path` (warm: a pool member; cold: a new container) and outcome, and its duration.
+fn record_create(path: &'static str, started: std::time::Instant, created: &Result<Sandbox>) {
+    use crate::metrics::{kv, metrics};
+    let outcome = if created.is_ok() { "ok" } else { "error" };
+    metrics()
+        .creates
+        .add(1, &[kv("path", path), kv("outcome", outcome)]);
+    if created.is_ok() {
+        metrics()
+            .create_duration
+            .record(started.elapsed().as_secs_f64(), &[kv("path", path)]);
     }
 }

@@ -239,9 +239,18 @@ impl Pump {
     }
 }
 
-/// Puts an action's outcome on its span (`action`), when traces are on: exit code and reason of a command,
-/// status and reason of a cell.
+/// Counts an action's end by kind and reason, with its duration, and puts its outcome on its span
+/// (`action`) when traces are on: exit code and reason of a command, status and reason of a cell.
 pub(super) fn record_end(kind: &ObservationKind) {
+    use crate::metrics::{kv, metrics};
+    let (action, reason, took) = match kind {
+        ObservationKind::CmdEnd(end) => ("shell", format!("{:?}", end.reason), end.duration),
+        ObservationKind::IPythonResult(r) => ("ipython", format!("{:?}", r.status), r.duration),
+        _ => return,
+    };
+    let attrs = [kv("kind", action), kv("reason", reason)];
+    metrics().actions_ended.add(1, &attrs);
+    metrics().action_duration.record(took.as_secs_f64(), &attrs);
     if !mentis_telemetry::traces_on() {
         return;
     }

@@ -1,0 +1,297 @@
+//! The runtime's metrics (docs/ARCHITECTURE.md, "Observability"): OpenTelemetry instruments, read by a
+//! Prometheus endpoint (`MENTIS_METRICS_LISTEN`, `GET /metrics`) and pushed over OTLP when traces' OTLP
+//! endpoint is set (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`). Off by
+//! default: then every instrument is OpenTelemetry's no-op.
+//!
+//! Instruments record where things happen (a create, an action's end, a cut-off); gauges of state
+//! (sandboxes by state and space, pool members) are read from the manager at each collection.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, UpDownCounter};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use tokio_util::sync::CancellationToken;
+
+use crate::sandboxes::Manager;
+
+/// The instrumentation scope of our metrics.
+const SCOPE: &str = "mentis-runtime";
+
+/// Buckets of the latency histograms, in seconds: from a warm claim (milliseconds) to a cold create of a big
+/// image or a long command.
+const SECONDS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// The instruments the runtime records into.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Sandboxes created, by `path` (warm: from a pool; cold: a new container) and `outcome` (ok, error).
+    pub creates: Counter<u64>,
+    /// How long a create took, by `path`.
+    pub create_duration: Histogram<f64>,
+    /// Actions started, by `kind` (shell, ipython).
+    pub actions_started: Counter<u64>,
+    /// Actions ended, by `kind` and `reason` (Exited, TimedOut, Cancelled, Lost, ...; ok, error, aborted
+    /// for cells).
+    pub actions_ended: Counter<u64>,
+    /// How long actions ran, by `kind` and `reason`.
+    pub action_duration: Histogram<f64>,
+    /// Observations appended to the logs.
+    pub observations: Counter<u64>,
+    /// Their approximate size in bytes.
+    pub observation_bytes: Counter<u64>,
+    /// Open observation streams (Execute, Connect, StreamObservations).
+    pub subscribers: UpDownCounter<i64>,
+    /// Streams cut off because their client stopped reading.
+    pub cut_offs: Counter<u64>,
+    /// Failed health checks of executors.
+    pub executor_health_failures: Counter<u64>,
+}
+
+/// The process's instruments: no-ops until [`MetricsExport::start`] installed a provider (it must run
+/// before anything records).
+pub fn metrics() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> =
+        LazyLock::new(|| Metrics::new(&opentelemetry::global::meter(SCOPE)));
+    &METRICS
+}
+
+impl Metrics {
+    fn new(meter: &Meter) -> Self {
+        Self {
+            creates: meter
+                .u64_counter("mentis.sandbox.creates")
+                .with_description("Sandboxes created, by path (warm, cold) and outcome (ok, error)")
+                .build(),
+            create_duration: meter
+                .f64_histogram("mentis.sandbox.create.duration")
+                .with_unit("s")
+                .with_description("Time to create a sandbox, by path (warm, cold)")
+                .with_boundaries(SECONDS.to_vec())
+                .build(),
+            actions_started: meter
+                .u64_counter("mentis.actions.started")
+                .with_description("Actions started, by kind")
+                .build(),
+            actions_ended: meter
+                .u64_counter("mentis.actions.ended")
+                .with_description("Actions ended, by kind and reason")
+                .build(),
+            action_duration: meter
+                .f64_histogram("mentis.action.duration")
+                .with_unit("s")
+                .with_description("How long actions ran, by kind and reason")
+                .with_boundaries(SECONDS.to_vec())
+                .build(),
+            observations: meter
+                .u64_counter("mentis.observations.appended")
+                .with_description("Observations appended to sandbox logs")
+                .build(),
+            observation_bytes: meter
+                .u64_counter("mentis.observations.appended.size")
+                .with_unit("By")
+                .with_description("Approximate bytes of the observations appended to sandbox logs")
+                .build(),
+            subscribers: meter
+                .i64_up_down_counter("mentis.streams.open")
+                .with_description("Open observation streams")
+                .build(),
+            cut_offs: meter
+                .u64_counter("mentis.streams.cut_offs")
+                .with_description("Streams cut off because their client stopped reading")
+                .build(),
+            executor_health_failures: meter
+                .u64_counter("mentis.executor.health_failures")
+                .with_description("Failed health checks of sandbox executors")
+                .build(),
+        }
+    }
+}
+
+/// One attribute.
+pub fn kv(key: &'static str, value: impl Into<opentelemetry::Value>) -> KeyValue {
+    KeyValue::new(key, value)
+}
+
+/// Where metrics go, when anywhere: the provider with its readers.
+#[derive(Debug)]
+pub struct MetricsExport {
+    provider: SdkMeterProvider,
+    prometheus: Option<prometheus::Registry>,
+}
+
+static EXPORT: OnceLock<MetricsExport> = OnceLock::new();
+
+/// The process's metrics export, once [`MetricsExport::start`] made one.
+pub fn export() -> Option<&'static MetricsExport> {
+    EXPORT.get()
+}
+
+impl MetricsExport {
+    /// A provider reading into a Prometheus registry when `prometheus` is set, and pushing over OTLP when
+    /// `otlp` is; nothing when neither (metrics stay no-ops). Installs it for the process, before anything
+    /// records (the instruments are made at their first use); once per process.
+    pub fn start(prometheus: bool, otlp: bool) -> anyhow::Result<Option<&'static Self>> {
+        if !prometheus && !otlp {
+            return Ok(None);
+        }
+        let mut builder = SdkMeterProvider::builder().with_resource(crate::telemetry::resource());
+        let prometheus = match prometheus {
+            true => {
+                let registry = prometheus::Registry::new();
+                let reader = opentelemetry_prometheus::exporter()
+                    .with_registry(registry.clone())
+                    .build()?;
+                builder = builder.with_reader(reader);
+                Some(registry)
+            }
+            false => None,
+        };
+        if otlp {
+            let exporter = opentelemetry_otlp::MetricExporter::builder()
+                .with_tonic()
+                .build()?;
+            builder = builder.with_periodic_exporter(exporter);
+        }
+        let provider = builder.build();
+        opentelemetry::global::set_meter_provider(provider.clone());
+        let _ = EXPORT.set(Self {
+            provider,
+            prometheus,
+        });
+        Ok(EXPORT.get())
+    }
+
+    /// Registers the gauges read from `manager` at each collection: sandboxes by state and space, and each
+    /// pool's idle members, hits and misses.
+    pub fn observe(&self, manager: &Arc<Manager>) {
+        let meter = self.provider.meter(SCOPE);
+        let m = Arc::downgrade(manager);
+        // Every (state, space) ever reported: one that has no sandbox any more reports 0 rather than its
+        // last count (the SDK keeps a series' last value).
+        let seen: Mutex<BTreeSet<(&'static str, String)>> = Mutex::default();
+        let _ = meter
+            .u64_observable_gauge("mentis.sandboxes")
+            .with_description("Sandboxes by state and space")
+            .with_callback(move |o| {
+                let Some(manager) = m.upgrade() else { return };
+                let mut counts: BTreeMap<(&'static str, String), u64> = BTreeMap::new();
+                for h in manager.registry().handles() {
+                    let s = h.snapshot();
+                    *counts
+                        .entry((s.state.name(), s.space_id.to_string()))
+                        .or_default() += 1;
+                }
+                let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+                seen.extend(counts.keys().cloned());
+                for (state, space) in seen.iter() {
+                    let n = counts.get(&(*state, space.clone())).copied().unwrap_or(0);
+                    o.observe(n, &[kv("state", *state), kv("space", space.clone())]);
+                }
+            })
+            .build();
+        let m = Arc::downgrade(manager);
+        let _ = meter
+            .u64_observable_gauge("mentis.pool.idle")
+            .with_description("Idle members of each warm pool, by image")
+            .with_callback(move |o| {
+                let Some(manager) = m.upgrade() else { return };
+                for p in manager.pool_stats() {
+                    o.observe(p.idle as u64, &[kv("image", p.image)]);
+                }
+            })
+            .build();
+        let m = Arc::downgrade(manager);
+        let _ = meter
+            .u64_observable_counter("mentis.pool.claims")
+            .with_description(
+                "Creates that found an idle pool member (hit) or not (miss), by image",
+            )
+            .with_callback(move |o| {
+                let Some(manager) = m.upgrade() else { return };
+                for p in manager.pool_stats() {
+                    o.observe(p.hits, &[kv("image", p.image.clone()), kv("result", "hit")]);
+                    o.observe(p.misses, &[kv("image", p.image), kv("result", "miss")]);
+                }
+            })
+            .build();
+    }
+
+    /// Serves `GET /metrics` (Prometheus text format) on `listener` until `shutdown`.
+    pub fn serve(&self, listener: tokio::net::TcpListener, shutdown: CancellationToken) {
+        let Some(registry) = self.prometheus.clone() else {
+            return;
+        };
+        tokio::spawn(serve_prometheus(listener, registry, shutdown));
+    }
+
+    /// Pushes what is left and stops.
+    pub fn shutdown(&self) {
+        if let Err(e) = self.provider.shutdown() {
+            tracing::warn!(error = %e, "metrics: the last export failed");
+        }
+    }
+}
+
+/// The text exposition of `registry`.
+fn render(registry: &prometheus::Registry) -> Vec<u8> {
+    use prometheus::Encoder as _;
+    let mut out = Vec::new();
+    if let Err(e) = prometheus::TextEncoder::new().encode(&registry.gather(), &mut out) {
+        tracing::warn!(error = %e, "metrics: cannot encode");
+    }
+    out
+}
+
+async fn serve_prometheus(
+    listener: tokio::net::TcpListener,
+    registry: prometheus::Registry,
+    shutdown: CancellationToken,
+) {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    use hyper::{Response, StatusCode};
+
+    loop {
+        let (stream, _) = tokio::select! {
+            () = shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let registry = registry.clone();
+        let service =
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let registry = registry.clone();
+                async move {
+                    if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
+                        Response::builder()
+                            .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+                            .body(Full::new(Bytes::from(render(&registry))))
+                    } else {
+                        Response::builder()
+                            .status(StatusCode::NOT_FOUND)
+                            .body(Full::new(Bytes::from_static(b"GET /metrics\n")))
+                    }
+                }
+            });
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await
+            {
+                tracing::debug!(error = %e, "metrics: connection ended with an error");
+            }
+        });
+    }
+}
