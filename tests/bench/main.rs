@@ -8,7 +8,8 @@
 //! 200), `BENCH_PYTHON` (the Python with jupyter_client and ipykernel for the Jupyter baseline, default
 //! .tools/venv/bin/python). `BENCH_ONLY=throughput` measures only what the journal costs stdout throughput:
 //! `BENCH_N` runs (default 9) on a journaled runtime and on a memory-only one, taken in turn so that both
-//! see the machine in the same state.
+//! see the machine in the same state. `BENCH_TRACES=1` runs everything with traces on, every trace sampled,
+//! exported over OTLP to a receiver in this process (compare with a run without it).
 #![allow(clippy::unwrap_used)]
 
 use std::process::{Command, Stdio};
@@ -243,11 +244,22 @@ async fn main() -> anyhow::Result<()> {
             .and_then(|s| s.parse().ok())
             .unwrap_or(default)
     };
+    // Kept alive for the whole run: the receiver of the traces and the provider that exports them.
+    let _traces = if std::env::var("BENCH_TRACES").as_deref() == Ok("1") {
+        Some(traces_on().await?)
+    } else {
+        None
+    };
     let n = env_num("BENCH_N", 200);
     let density = env_num("BENCH_DENSITY", 200);
     let python = std::env::var("BENCH_PYTHON").unwrap_or_else(|_| ".tools/venv/bin/python".into());
     let image = executor_image();
     let mut h = Harness::start_with(|c| {
+        if _traces.is_some() {
+            c.docker
+                .executor_env
+                .push("MENTIS_EXECUTOR_TRACES=1".to_owned());
+        }
         c.pools = vec![PoolConfig {
             image: image.clone(),
             min_idle: 2,
@@ -731,4 +743,29 @@ async fn stdout_throughput_runs(
         }
     })
     .await
+}
+
+/// `BENCH_TRACES=1`: traces on for this process as `mentis-runtime` turns them on (every trace sampled,
+/// executor spans relayed), exported to an OTLP receiver here whose spans are read and dropped.
+async fn traces_on() -> anyhow::Result<(
+    mentis_runtime::telemetry::Traces,
+    tokio::task::JoinHandle<()>,
+)> {
+    let mut collector = fake_opentelemetry_collector::FakeCollectorServer::start()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot start the OTLP receiver: {e}"))?;
+    let traces = mentis_runtime::telemetry::Traces::start(&collector.endpoint())?;
+    mentis_telemetry::install(
+        tracing_subscriber::EnvFilter::new("warn"),
+        mentis_telemetry::LogFormat::Text,
+        Some(traces.provider()),
+        "mentis-runtime",
+    )?;
+    let drain = tokio::spawn(async move {
+        loop {
+            collector.exported_spans(1, Duration::from_secs(3600)).await;
+        }
+    });
+    eprintln!("bench: traces on, every trace sampled, exported over OTLP");
+    Ok((traces, drain))
 }

@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use mentis_core::SandboxId;
+use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
@@ -82,6 +83,7 @@ impl Traces {
     pub fn start(endpoint: &str) -> anyhow::Result<Self> {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
+            .with_endpoint(endpoint)
             .build()?;
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
