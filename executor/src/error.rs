@@ -76,7 +76,7 @@ pub enum Error {
 impl From<mentis_model::Error> for Error {
     fn from(e: mentis_model::Error) -> Self {
         match e {
-            mentis_model::Error::InvalidArgument(msg) => Self::InvalidArgument(msg),
+            mentis_model::Error::InvalidArgument { message, .. } => Self::InvalidArgument(message),
         }
     }
 }

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mentis_core::{Action, ActionId, Endpoint, Error, VariableSummary};
+use mentis_core::error::DOMAIN;
+use mentis_core::{Action, ActionId, Endpoint, Error, Reason, VariableSummary};
 use mentis_proto::executor::{
     AttachRequest, AttachResponse, CancelRequest, InspectVariablesRequest, ResetKernelRequest,
     Resume, RunRequest, RunResponse, WriteStdinRequest, attach_request,
@@ -18,6 +19,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+use tonic_types::StatusExt;
 
 use crate::convert::action_to_proto;
 
@@ -111,18 +113,16 @@ impl ExecutorClient {
         });
         match tokio::time::timeout(within, check).await {
             Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
-            Ok(Ok(r)) => Err(Error::unavailable(format!(
+            Ok(Ok(r)) => Err(unreachable(format!(
                 "the executor reports status {}",
                 r.get_ref().status
             ))),
-            Ok(Err(s)) => Err(Error::unavailable(format!(
+            Ok(Err(s)) => Err(unreachable(format!(
                 "the executor does not answer: {}",
                 s.message()
             ))
             .with_source(s)),
-            Err(_) => Err(Error::Unavailable(
-                "the executor's health check timed out".into(),
-            )),
+            Err(_) => Err(unreachable("the executor's health check timed out")),
         }
     }
 
@@ -136,7 +136,7 @@ impl ExecutorClient {
                 Err(e) => e.to_string(),
             };
             if tokio::time::Instant::now() + delay > deadline {
-                return Err(Error::unavailable(format!(
+                return Err(unreachable(format!(
                     "the executor did not become ready within {}s: {last}",
                     within.as_secs()
                 )));
@@ -152,9 +152,7 @@ impl ExecutorClient {
     ) -> Result<T, Error> {
         match tokio::time::timeout(self.call_timeout, fut).await {
             Ok(r) => r.map_err(status_to_error),
-            Err(_) => Err(Error::Unavailable(
-                "the executor did not answer in time".into(),
-            )),
+            Err(_) => Err(unreachable("the executor did not answer in time")),
         }
     }
 
@@ -273,27 +271,47 @@ impl ExecutorClient {
                 .map(crate::convert::summary_from_proto)
                 .collect()),
             Ok(Err(s)) => Err(status_to_error(s)),
-            Err(_) => Err(Error::Unavailable(
-                "the executor did not answer in time".into(),
-            )),
+            Err(_) => Err(unreachable("the executor did not answer in time")),
         }
     }
 }
 
-/// An executor's status as a domain error: its verdicts on the request pass through, transport trouble is
-/// Unavailable, and anything odd is Internal.
+/// An executor's status as a domain error: its verdicts on the request pass through with the reason it
+/// names (`google.rpc.ErrorInfo`, the same vocabulary), transport trouble is EXECUTOR_UNAVAILABLE, and
+/// anything odd is Internal.
 pub fn status_to_error(s: tonic::Status) -> Error {
     use tonic::Code;
     let msg = s.message().to_owned();
-    match s.code() {
-        Code::InvalidArgument | Code::OutOfRange => Error::InvalidArgument(msg),
-        Code::NotFound => Error::NotFound(msg),
-        Code::AlreadyExists => Error::AlreadyExists(msg),
-        Code::FailedPrecondition | Code::Unimplemented => Error::FailedPrecondition(msg),
-        Code::ResourceExhausted => Error::ResourceExhausted(msg),
+    let told = told_reason(&s);
+    let e = match s.code() {
+        Code::InvalidArgument | Code::OutOfRange => Error::invalid(msg),
+        Code::NotFound => Error::new(Reason::NotFound, msg),
+        Code::AlreadyExists => Error::new(Reason::AlreadyExists, msg),
+        Code::FailedPrecondition | Code::Unimplemented => {
+            Error::new(Reason::FailedPrecondition, msg)
+        }
+        Code::ResourceExhausted => Error::new(Reason::ResourceExhausted, msg),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
-            Error::unavailable(format!("executor unreachable: {msg}")).with_source(s)
+            unreachable(format!("executor unreachable: {msg}")).with_source(s)
         }
         code => Error::internal(format!("executor answered {code:?}: {msg}")).with_source(s),
+    };
+    match told {
+        Some(r) if !r.is_generic() => e.with_reason(r),
+        _ => e,
     }
+}
+
+/// The reason an executor's status names, when it is one of ours.
+fn told_reason(s: &tonic::Status) -> Option<Reason> {
+    let details = s.get_error_details();
+    let info = details.error_info()?;
+    (info.domain == DOMAIN)
+        .then(|| Reason::from_name(&info.reason))
+        .flatten()
+}
+
+/// EXECUTOR_UNAVAILABLE with `message`.
+fn unreachable(message: impl Into<String>) -> Error {
+    Error::new(Reason::ExecutorUnavailable, message)
 }
