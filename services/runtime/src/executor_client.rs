@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mentis_core::error::DOMAIN;
 use mentis_core::{Action, ActionId, Endpoint, Error, Reason, VariableSummary};
 use mentis_proto::executor::{
     AttachRequest, AttachResponse, CancelRequest, InspectVariablesRequest, ResetKernelRequest,
@@ -19,8 +18,8 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-use tonic_types::StatusExt;
 
+use crate::api::status::reason_of;
 use crate::convert::action_to_proto;
 
 mod files;
@@ -282,7 +281,7 @@ impl ExecutorClient {
 pub fn status_to_error(s: tonic::Status) -> Error {
     use tonic::Code;
     let msg = s.message().to_owned();
-    let told = told_reason(&s);
+    let told = reason_of(&s);
     let e = match s.code() {
         Code::InvalidArgument | Code::OutOfRange => Error::invalid(msg),
         Code::NotFound => Error::new(Reason::NotFound, msg),
@@ -302,16 +301,43 @@ pub fn status_to_error(s: tonic::Status) -> Error {
     }
 }
 
-/// The reason an executor's status names, when it is one of ours.
-fn told_reason(s: &tonic::Status) -> Option<Reason> {
-    let details = s.get_error_details();
-    let info = details.error_info()?;
-    (info.domain == DOMAIN)
-        .then(|| Reason::from_name(&info.reason))
-        .flatten()
-}
-
 /// EXECUTOR_UNAVAILABLE with `message`.
 fn unreachable(message: impl Into<String>) -> Error {
     Error::new(Reason::ExecutorUnavailable, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mentis_core::error::DOMAIN;
+    use std::collections::HashMap;
+    use tonic::Code;
+    use tonic_types::{ErrorDetails, StatusExt};
+
+    fn told(code: Code, reason: &str, domain: &str) -> tonic::Status {
+        let info = ErrorDetails::with_error_info(reason, domain, HashMap::new());
+        tonic::Status::with_error_details(code, "m", info)
+    }
+
+    #[test]
+    fn an_executors_reason_passes_through_when_it_is_ours_and_fits_the_code() {
+        let e = status_to_error(told(Code::ResourceExhausted, "CELL_QUEUE_FULL", DOMAIN));
+        assert!(matches!(e, Error::ResourceExhausted(_)));
+        assert_eq!(e.reason(), Reason::CellQueueFull);
+        let e = status_to_error(told(Code::NotFound, "PATH_NOT_FOUND", DOMAIN));
+        assert_eq!(e.reason(), Reason::PathNotFound);
+        // Another domain, an unknown name or a reason of another code: the code's own reason.
+        for s in [
+            told(Code::NotFound, "PATH_NOT_FOUND", "elsewhere"),
+            told(Code::NotFound, "NO_SUCH_REASON", DOMAIN),
+            told(Code::NotFound, "CELL_QUEUE_FULL", DOMAIN),
+        ] {
+            assert_eq!(status_to_error(s).reason(), Reason::NotFound);
+        }
+        // Transport trouble is the executor's unavailability, whatever the status names.
+        let e = status_to_error(tonic::Status::unavailable("refused"));
+        assert_eq!(e.reason(), Reason::ExecutorUnavailable);
+        let e = status_to_error(told(Code::Unavailable, "UNAVAILABLE", DOMAIN));
+        assert_eq!(e.reason(), Reason::ExecutorUnavailable);
+    }
 }
