@@ -244,6 +244,21 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_and_the_architecture_list_every_reason() {
+        let readme = include_str!("../../../README.md");
+        let architecture = include_str!("../../../docs/ARCHITECTURE.md");
+        for r in Reason::ALL {
+            let name = format!("`{r}`");
+            assert!(readme.contains(&name), "README.md does not list {r}");
+            assert!(
+                architecture.contains(r.as_str()),
+                "docs/ARCHITECTURE.md does not list {r}"
+            );
+        }
+        assert!(readme.contains(DOMAIN) && architecture.contains(DOMAIN));
+    }
+
+    #[test]
     fn only_waits_that_can_end_come_with_a_retry_delay() {
         for r in Reason::ALL {
             if r.retry_after().is_some() {
