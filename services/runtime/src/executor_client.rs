@@ -112,16 +112,18 @@ impl ExecutorClient {
         });
         match tokio::time::timeout(within, check).await {
             Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
-            Ok(Ok(r)) => Err(unreachable(format!(
+            Ok(Ok(r)) => Err(executor_unavailable(format!(
                 "the executor reports status {}",
                 r.get_ref().status
             ))),
-            Ok(Err(s)) => Err(unreachable(format!(
+            Ok(Err(s)) => Err(executor_unavailable(format!(
                 "the executor does not answer: {}",
                 s.message()
             ))
             .with_source(s)),
-            Err(_) => Err(unreachable("the executor's health check timed out")),
+            Err(_) => Err(executor_unavailable(
+                "the executor's health check timed out",
+            )),
         }
     }
 
@@ -135,7 +137,7 @@ impl ExecutorClient {
                 Err(e) => e.to_string(),
             };
             if tokio::time::Instant::now() + delay > deadline {
-                return Err(unreachable(format!(
+                return Err(executor_unavailable(format!(
                     "the executor did not become ready within {}s: {last}",
                     within.as_secs()
                 )));
@@ -151,7 +153,7 @@ impl ExecutorClient {
     ) -> Result<T, Error> {
         match tokio::time::timeout(self.call_timeout, fut).await {
             Ok(r) => r.map_err(status_to_error),
-            Err(_) => Err(unreachable("the executor did not answer in time")),
+            Err(_) => Err(executor_unavailable("the executor did not answer in time")),
         }
     }
 
@@ -270,7 +272,7 @@ impl ExecutorClient {
                 .map(crate::convert::summary_from_proto)
                 .collect()),
             Ok(Err(s)) => Err(status_to_error(s)),
-            Err(_) => Err(unreachable("the executor did not answer in time")),
+            Err(_) => Err(executor_unavailable("the executor did not answer in time")),
         }
     }
 }
@@ -291,7 +293,7 @@ pub fn status_to_error(s: tonic::Status) -> Error {
         }
         Code::ResourceExhausted => Error::new(Reason::ResourceExhausted, msg),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
-            unreachable(format!("executor unreachable: {msg}")).with_source(s)
+            executor_unavailable(format!("executor unreachable: {msg}")).with_source(s)
         }
         code => Error::internal(format!("executor answered {code:?}: {msg}")).with_source(s),
     };
@@ -302,7 +304,7 @@ pub fn status_to_error(s: tonic::Status) -> Error {
 }
 
 /// EXECUTOR_UNAVAILABLE with `message`.
-fn unreachable(message: impl Into<String>) -> Error {
+fn executor_unavailable(message: impl Into<String>) -> Error {
     Error::new(Reason::ExecutorUnavailable, message)
 }
 
