@@ -418,6 +418,28 @@ pub fn code<T>(r: std::result::Result<T, tonic::Status>) -> tonic::Code {
     }
 }
 
+/// What a refusal tells a program (`google.rpc` details, docs/ARCHITECTURE.md "Errors and statuses"): the
+/// code, ErrorInfo's reason (empty when the call succeeded or the status has none) and BadRequest's field.
+pub fn refusal<T>(
+    r: std::result::Result<T, tonic::Status>,
+) -> (tonic::Code, String, Option<String>) {
+    use tonic_types::StatusExt;
+    let Err(s) = r else {
+        return (tonic::Code::Ok, String::new(), None);
+    };
+    let details = s.get_error_details();
+    let reason = details
+        .error_info()
+        .filter(|i| i.domain == "mentis.dev")
+        .map(|i| i.reason.clone())
+        .unwrap_or_default();
+    let field = details
+        .bad_request()
+        .and_then(|b| b.field_violations.first())
+        .map(|v| v.field.clone());
+    (s.code(), reason, field)
+}
+
 /// A shell action running `command`.
 pub fn cmd(command: &str) -> api::ShellAction {
     api::ShellAction {

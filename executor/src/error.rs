@@ -1,9 +1,14 @@
-//! The crate's one error type, and the one place that turns it into a gRPC status.
+//! The crate's one error type, and the one place that turns it into a gRPC status: its code and, in a
+//! `google.rpc.ErrorInfo`, the reason the control plane passes on to its clients (`mentis_model::Reason`).
 //!
 //! A command that fails (non-zero exit, bad work_dir, timeout) is *data* carried in `cmd_end`, never an
 //! `Error`: these variants are for requests the executor refuses and for its own failures.
 
+use std::collections::HashMap;
+
+use mentis_model::reason::{DOMAIN, Reason};
 use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
 
 /// Everything that can go wrong in the executor outside of a command's own outcome.
 #[derive(Debug, thiserror::Error)]
@@ -49,9 +54,12 @@ pub enum Error {
     /// A workspace path that exists where the request needs it not to.
     #[error("{0}")]
     PathExists(String),
-    /// A write or upload over the size cap, or a full disk.
+    /// A write, upload or edit over its size cap.
     #[error("{0}")]
     TooLarge(String),
+    /// The workspace's disk is full.
+    #[error("no space left in the workspace")]
+    WorkspaceFull,
     /// The request carried no token or the wrong one.
     #[error("missing or invalid bearer token")]
     Unauthenticated,
@@ -76,31 +84,42 @@ pub enum Error {
 impl From<mentis_model::Error> for Error {
     fn from(e: mentis_model::Error) -> Self {
         match e {
-            mentis_model::Error::InvalidArgument(msg) => Self::InvalidArgument(msg),
+            mentis_model::Error::InvalidArgument { message, .. } => Self::InvalidArgument(message),
         }
     }
 }
 
 impl From<Error> for Status {
     fn from(err: Error) -> Self {
-        let code = match &err {
-            Error::InvalidArgument(_) => Code::InvalidArgument,
-            Error::NotFound(_) | Error::PathNotFound(_) => Code::NotFound,
-            Error::AlreadyExists(_) | Error::PathExists(_) => Code::AlreadyExists,
-            Error::TooLarge(_) => Code::ResourceExhausted,
-            Error::FailedPrecondition(_) => Code::FailedPrecondition,
-            Error::TooManyActions { .. } | Error::QueueFull { .. } => Code::ResourceExhausted,
-            Error::Unavailable(_) => Code::Unavailable,
-            Error::Unimplemented(_) => Code::Unimplemented,
-            Error::Unauthenticated => Code::Unauthenticated,
-            Error::ShuttingDown => Code::Unavailable,
+        let (code, reason) = match &err {
+            Error::InvalidArgument(_) => (Code::InvalidArgument, Reason::InvalidArgument),
+            Error::NotFound(_) => (Code::NotFound, Reason::ActionNotFound),
+            Error::PathNotFound(_) => (Code::NotFound, Reason::PathNotFound),
+            Error::AlreadyExists(_) => (Code::AlreadyExists, Reason::ActionIdReused),
+            Error::PathExists(_) => (Code::AlreadyExists, Reason::PathExists),
+            Error::TooLarge(_) => (Code::ResourceExhausted, Reason::FileTooLarge),
+            Error::WorkspaceFull => (Code::ResourceExhausted, Reason::WorkspaceFull),
+            Error::FailedPrecondition(_) => (Code::FailedPrecondition, Reason::FailedPrecondition),
+            Error::TooManyActions { .. } => (Code::ResourceExhausted, Reason::TooManyActions),
+            Error::QueueFull { .. } => (Code::ResourceExhausted, Reason::CellQueueFull),
+            Error::Unavailable(_) | Error::ShuttingDown => {
+                (Code::Unavailable, Reason::ExecutorUnavailable)
+            }
+            // No reason belongs to UNIMPLEMENTED; the control plane makes it FAILED_PRECONDITION.
+            Error::Unimplemented(_) => return Status::unimplemented(err.to_string()),
+            Error::Unauthenticated => (Code::Unauthenticated, Reason::Unauthenticated),
             Error::Config(_) | Error::Transport(_) | Error::Io { .. } => {
                 // The caller gets a generic message; the chain stays in our log.
                 tracing::error!(error = %ErrorChain(&err), "internal error");
-                return Status::internal("internal error in the executor");
+                (Code::Internal, Reason::Internal)
             }
         };
-        Status::new(code, err.to_string())
+        let message = match reason {
+            Reason::Internal => "internal error in the executor".to_owned(),
+            _ => err.to_string(),
+        };
+        let info = ErrorDetails::with_error_info(reason.as_str(), DOMAIN, HashMap::new());
+        Status::with_error_details(code, message, info)
     }
 }
 
@@ -139,6 +158,7 @@ mod tests {
             (Error::PathNotFound("p".into()), Code::NotFound),
             (Error::PathExists("p".into()), Code::AlreadyExists),
             (Error::TooLarge("p".into()), Code::ResourceExhausted),
+            (Error::WorkspaceFull, Code::ResourceExhausted),
             (Error::Unimplemented("x".into()), Code::Unimplemented),
             (Error::Unauthenticated, Code::Unauthenticated),
             (Error::ShuttingDown, Code::Unavailable),
@@ -146,6 +166,47 @@ mod tests {
         for (err, code) in cases {
             assert_eq!(Status::from(err).code(), code);
         }
+    }
+
+    /// The reason of a status, as the control plane reads it.
+    fn reason(s: &Status) -> Option<Reason> {
+        let details = s.get_error_details();
+        let info = details.error_info()?;
+        assert_eq!(info.domain, DOMAIN);
+        Reason::from_name(&info.reason)
+    }
+
+    #[test]
+    fn each_refusal_names_a_reason_of_its_code() {
+        let cases = [
+            (Error::NotFound("a".into()), Reason::ActionNotFound),
+            (Error::AlreadyExists("a".into()), Reason::ActionIdReused),
+            (Error::TooManyActions { limit: 1 }, Reason::TooManyActions),
+            (Error::QueueFull { limit: 1 }, Reason::CellQueueFull),
+            (Error::PathNotFound("p".into()), Reason::PathNotFound),
+            (Error::PathExists("p".into()), Reason::PathExists),
+            (Error::TooLarge("p".into()), Reason::FileTooLarge),
+            (Error::WorkspaceFull, Reason::WorkspaceFull),
+            (Error::Unavailable("x".into()), Reason::ExecutorUnavailable),
+            (Error::ShuttingDown, Reason::ExecutorUnavailable),
+            (
+                Error::FailedPrecondition("x".into()),
+                Reason::FailedPrecondition,
+            ),
+        ];
+        for (err, want) in cases {
+            let s = Status::from(err);
+            assert_eq!(reason(&s), Some(want), "{s:?}");
+            assert_eq!(
+                format!("{:?}", s.code()),
+                format!("{:?}", want.code()),
+                "{want} has another code than its status"
+            );
+        }
+        assert_eq!(
+            reason(&Status::from(Error::Unimplemented("x".into()))),
+            None
+        );
     }
 
     #[test]
@@ -157,5 +218,6 @@ mod tests {
         let status = Status::from(err);
         assert_eq!(status.code(), Code::Internal);
         assert!(!status.message().contains("secret"));
+        assert_eq!(reason(&status), Some(Reason::Internal));
     }
 }

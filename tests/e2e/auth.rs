@@ -85,6 +85,22 @@ async fn api_keys_authenticate_callers_and_scope_them_to_their_spaces() -> anyho
             "{key:?}"
         );
     }
+    // The auth layer's refusal says why, with the same details as a service's.
+    for (key, why) in [
+        (None, "API_KEY_MISSING"),
+        (Some(&*random_key()), "API_KEY_UNKNOWN"),
+    ] {
+        let r = SandboxServiceClient::new(h.with_key(key))
+            .get_sandbox(api::GetSandboxRequest {
+                sandbox_id: theirs.clone(),
+            })
+            .await;
+        assert_eq!(
+            refusal(r),
+            (Code::Unauthenticated, why.to_owned(), None),
+            "{key:?}"
+        );
+    }
     let mut health = HealthClient::new(h.raw.clone());
     health
         .check(tonic_health::pb::HealthCheckRequest::default())
@@ -228,6 +244,16 @@ async fn api_keys_authenticate_callers_and_scope_them_to_their_spaces() -> anyho
         ),
     ];
     assert_eq!(denied, [Code::PermissionDenied; 7]);
+    let elsewhere = sandboxes
+        .create_sandbox(api::CreateSandboxRequest {
+            spec: Some(in_space("team-b")),
+        })
+        .await;
+    assert_eq!(refusal(elsewhere).1, "SPACE_NOT_ALLOWED");
+    let admin_only = KeyServiceClient::new(a.clone())
+        .list_api_keys(api::ListApiKeysRequest {})
+        .await;
+    assert_eq!(refusal(admin_only).1, "ADMIN_REQUIRED");
     let mut denied = codes_of_every_service(&h, Some(&secret), &theirs).await;
     denied.remove(1); // ListSpaces is allowed (filtered)
     assert_eq!(denied, vec![Code::PermissionDenied; 4]);
@@ -279,7 +305,10 @@ async fn api_keys_authenticate_callers_and_scope_them_to_their_spaces() -> anyho
             sandbox_id: ours.clone(),
         })
         .await;
-    assert_eq!(code(after), Code::Unauthenticated);
+    assert_eq!(
+        refusal(after),
+        (Code::Unauthenticated, "API_KEY_REVOKED".to_owned(), None)
+    );
     // The sandbox itself is untouched: the admin still reaches it.
     h.get(&ours).await?;
     h.stop().await
@@ -303,6 +332,9 @@ async fn with_auth_disabled_anybody_is_admin() -> anyhow::Result<()> {
             space_ids: vec!["default".into()],
         })
         .await;
-    assert_eq!(code(r), Code::FailedPrecondition);
+    assert_eq!(
+        refusal(r),
+        (Code::FailedPrecondition, "AUTH_DISABLED".to_owned(), None)
+    );
     h.stop().await
 }

@@ -1,4 +1,5 @@
-//! Bad input gets a clear status (docs/ARCHITECTURE.md, Errors and statuses) and the runtime keeps serving.
+//! Bad input gets a clear status with details a program can act on (the reason, the field at fault;
+//! docs/ARCHITECTURE.md, Errors and statuses) and the runtime keeps serving.
 
 use mentis_e2e::*;
 use mentis_proto::api;
@@ -13,17 +14,28 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
     let get = |id: &str| api::GetSandboxRequest {
         sandbox_id: id.to_owned(),
     };
+    let r = |code, reason: &str, field: Option<&str>| {
+        (code, reason.to_owned(), field.map(str::to_owned))
+    };
     assert_eq!(
-        code(h.sandboxes.get_sandbox(get("not-a-uuid")).await),
-        Code::InvalidArgument
+        refusal(h.sandboxes.get_sandbox(get("not-a-uuid")).await),
+        r(
+            Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+            Some("sandbox_id")
+        )
     );
     assert_eq!(
-        code(h.sandboxes.get_sandbox(get("")).await),
-        Code::InvalidArgument
+        refusal(h.sandboxes.get_sandbox(get("")).await),
+        r(
+            Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+            Some("sandbox_id")
+        )
     );
     assert_eq!(
-        code(h.sandboxes.get_sandbox(get(&unknown)).await),
-        Code::NotFound
+        refusal(h.sandboxes.get_sandbox(get(&unknown)).await),
+        r(Code::NotFound, "SANDBOX_NOT_FOUND", None)
     );
     let exec = |id: &str, action: Option<api::Action>| api::ExecuteRequest {
         sandbox_id: id.to_owned(),
@@ -31,20 +43,24 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
         action_id: String::new(),
     };
     assert_eq!(
-        code(
+        refusal(
             h.actions
                 .execute(exec(&unknown, Some(shell_action(cmd("true")))))
                 .await
         ),
-        Code::NotFound
+        r(Code::NotFound, "SANDBOX_NOT_FOUND", None)
     );
     assert_eq!(
-        code(
+        refusal(
             h.actions
                 .execute(exec("garbage", Some(shell_action(cmd("true")))))
                 .await
         ),
-        Code::InvalidArgument
+        r(
+            Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+            Some("sandbox_id")
+        )
     );
     // Delete of an unknown (well-formed) id is idempotent.
     assert_eq!(
@@ -58,55 +74,83 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
         Code::Ok
     );
 
-    // Negative and absurd limits, bad space, reserved labels.
-    for spec in [
-        api::SandboxSpec {
-            cpu_limit: -1.0,
-            ..Default::default()
-        },
-        api::SandboxSpec {
-            cpu_limit: 1e9,
-            ..Default::default()
-        },
-        api::SandboxSpec {
-            memory_limit_mb: -512,
-            ..Default::default()
-        },
-        api::SandboxSpec {
-            memory_limit_mb: i64::MAX,
-            ..Default::default()
-        },
-        api::SandboxSpec {
-            pids_limit: -1,
-            ..Default::default()
-        },
-        api::SandboxSpec {
-            pids_limit: i64::MAX,
-            ..Default::default()
-        },
-        api::SandboxSpec {
-            space_id: "Not A Space".into(),
-            ..Default::default()
-        },
-        api::SandboxSpec {
-            labels: [("io.mentis.managed".to_owned(), "x".to_owned())].into(),
-            ..Default::default()
-        },
+    // Negative and absurd limits, bad space, reserved labels: INVALID_SPEC naming the field.
+    for (spec, field) in [
+        (
+            api::SandboxSpec {
+                cpu_limit: -1.0,
+                ..Default::default()
+            },
+            "spec.cpu_limit",
+        ),
+        (
+            api::SandboxSpec {
+                cpu_limit: 1e9,
+                ..Default::default()
+            },
+            "spec.cpu_limit",
+        ),
+        (
+            api::SandboxSpec {
+                memory_limit_mb: -512,
+                ..Default::default()
+            },
+            "spec.memory_limit_mb",
+        ),
+        (
+            api::SandboxSpec {
+                memory_limit_mb: i64::MAX,
+                ..Default::default()
+            },
+            "spec.memory_limit_mb",
+        ),
+        (
+            api::SandboxSpec {
+                pids_limit: -1,
+                ..Default::default()
+            },
+            "spec.pids_limit",
+        ),
+        (
+            api::SandboxSpec {
+                pids_limit: i64::MAX,
+                ..Default::default()
+            },
+            "spec.pids_limit",
+        ),
+        (
+            api::SandboxSpec {
+                space_id: "Not A Space".into(),
+                ..Default::default()
+            },
+            "spec.space_id",
+        ),
+        (
+            api::SandboxSpec {
+                labels: [("io.mentis.managed".to_owned(), "x".to_owned())].into(),
+                ..Default::default()
+            },
+            "spec.labels",
+        ),
     ] {
-        let r = h
+        let got = h
             .sandboxes
             .create_sandbox(api::CreateSandboxRequest {
                 spec: Some(spec.clone()),
             })
             .await;
-        assert_eq!(code(r), Code::InvalidArgument, "{spec:?}");
+        assert_eq!(
+            refusal(got),
+            r(Code::InvalidArgument, "INVALID_SPEC", Some(field)),
+            "{spec:?}"
+        );
     }
     assert!(
         h.guard.containers().is_empty(),
         "a rejected spec created a container"
     );
     // An image that does not exist: a clear status, nothing left behind.
-    let r = h
+    let got = h
         .sandboxes
         .create_sandbox(api::CreateSandboxRequest {
             spec: Some(api::SandboxSpec {
@@ -115,58 +159,65 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
             }),
         })
         .await;
-    assert_eq!(code(r), Code::FailedPrecondition);
+    assert_eq!(
+        refusal(got),
+        r(Code::FailedPrecondition, "IMAGE_MISSING", None)
+    );
     assert!(h.guard.containers().is_empty() && h.guard.volumes().is_empty());
 
     // Actions: missing, empty command, bad action id, absurd timeout.
     let sb = h.create_default().await?;
     let id = sb.sandbox_id.clone();
+    let invalid_action = |field| r(Code::InvalidArgument, "INVALID_ACTION", Some(field));
     assert_eq!(
-        code(h.actions.execute(exec(&id, None)).await),
-        Code::InvalidArgument
+        refusal(h.actions.execute(exec(&id, None)).await),
+        invalid_action("action")
     );
     assert_eq!(
-        code(
+        refusal(
             h.actions
                 .execute(exec(&id, Some(api::Action { kind: None })))
                 .await
         ),
-        Code::InvalidArgument
+        invalid_action("action")
     );
     assert_eq!(
-        code(
+        refusal(
             h.actions
                 .execute(exec(&id, Some(shell_action(cmd("")))))
                 .await
         ),
-        Code::InvalidArgument
+        invalid_action("action.shell.command")
     );
     assert_eq!(
-        code(
+        refusal(
             h.actions
                 .execute(exec(&id, Some(shell_action(cmd("  ")))))
                 .await
         ),
-        Code::InvalidArgument
+        invalid_action("action.shell.command")
     );
     let bad_id = api::ExecuteRequest {
         sandbox_id: id.clone(),
         action: Some(shell_action(cmd("true"))),
         action_id: "has spaces".into(),
     };
-    assert_eq!(code(h.actions.execute(bad_id).await), Code::InvalidArgument);
+    assert_eq!(
+        refusal(h.actions.execute(bad_id).await),
+        r(Code::InvalidArgument, "INVALID_ARGUMENT", Some("action_id"))
+    );
     let absurd = api::ShellAction {
         command: "true".into(),
         timeout_seconds: u32::MAX,
         ..Default::default()
     };
     assert_eq!(
-        code(
+        refusal(
             h.actions
                 .execute(exec(&id, Some(shell_action(absurd))))
                 .await
         ),
-        Code::InvalidArgument
+        invalid_action("action.shell.timeout_seconds")
     );
 
     // A retried submission (same id, same action) does not run again: it replays; another action under the
@@ -197,25 +248,28 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
         action: Some(shell_action(cmd("echo different"))),
         action_id: "once".into(),
     };
-    assert_eq!(code(h.actions.execute(other).await), Code::AlreadyExists);
+    assert_eq!(
+        refusal(h.actions.execute(other).await),
+        r(Code::AlreadyExists, "ACTION_ID_REUSED", None)
+    );
 
     // A failing command is data, not an error.
     let obs = h.sh(&id, "exit 7").await?;
     assert_eq!(cmd_end(&obs)?.exit_code, 7);
 
-    // Actions on a deleted sandbox: FailedPrecondition.
+    // Actions on a deleted sandbox: FailedPrecondition, the sandbox has ended.
     h.sandboxes
         .delete_sandbox(api::DeleteSandboxRequest {
             sandbox_id: id.clone(),
         })
         .await?;
     assert_eq!(
-        code(
+        refusal(
             h.actions
                 .execute(exec(&id, Some(shell_action(cmd("true")))))
                 .await
         ),
-        Code::FailedPrecondition
+        r(Code::FailedPrecondition, "SANDBOX_ENDED", None)
     );
 
     // Still serving.

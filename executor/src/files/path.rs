@@ -238,9 +238,7 @@ pub(crate) fn path_error(e: Errno, shown: &str) -> Error {
         Errno::EACCES | Errno::EPERM | Errno::EROFS => {
             Error::FailedPrecondition(format!("permission denied on {shown:?}"))
         }
-        Errno::ENOSPC | Errno::EDQUOT => {
-            Error::TooLarge("no space left in the workspace".to_owned())
-        }
+        Errno::ENOSPC | Errno::EDQUOT => Error::WorkspaceFull,
         other => Error::Io {
             context: format!("file operation on {shown:?}"),
             source: other.into(),

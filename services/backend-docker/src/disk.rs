@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mentis_core::{Error, Result};
+use mentis_core::{Error, Reason, Result};
 
 /// Mount options of a bounded workspace: deleted blocks are punched out of the sparse image.
 pub(crate) const MOUNT_OPTIONS: &str = "discard";
@@ -82,17 +82,20 @@ impl Disks {
             ("losetup", "--version"),
         ] {
             self.run(tool, &[arg]).await.map_err(|e| {
-                Error::FailedPrecondition(format!(
-                    "disk limits need {tool} (e2fsprogs, util-linux): {e}; install them \
+                Error::new(
+                    Reason::FailedPrecondition,
+                    format!(
+                        "disk limits need {tool} (e2fsprogs, util-linux): {e}; install them \
                      (deploy/ensure-disks.sh) or set MENTIS_DISK_LIMITS=off"
-                ))
+                    ),
+                )
             })?;
         }
         if !Path::new("/dev/loop-control").exists() {
-            return Err(Error::FailedPrecondition(
+            return Err(Error::new(
+                Reason::FailedPrecondition,
                 "disk limits need loop devices, and /dev/loop-control is missing: load the loop module \
-                 (modprobe loop) or set MENTIS_DISK_LIMITS=off"
-                    .into(),
+                 (modprobe loop) or set MENTIS_DISK_LIMITS=off",
             ));
         }
         Ok(())

@@ -1,6 +1,6 @@
 //! Docker errors, classified into the shared error enum.
 
-use mentis_core::Error;
+use mentis_core::{Error, Reason};
 
 /// Whether the engine answered 404.
 pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
@@ -20,18 +20,25 @@ pub(crate) fn to_core(what: &str, e: bollard::errors::Error) -> Error {
         B::DockerResponseServerError {
             status_code,
             message,
-        } if *status_code >= 500 => {
-            Error::unavailable(format!("Docker failed to {what}: {message}"))
-        }
+        } if *status_code >= 500 => Error::new(
+            Reason::EngineUnavailable,
+            format!("Docker failed to {what}: {message}"),
+        ),
         B::DockerResponseServerError {
             status_code,
             message,
         } => Error::internal(format!(
             "Docker refused to {what} ({status_code}): {message}"
         )),
-        B::RequestTimeoutError => Error::unavailable(format!("Docker did not {what} in time")),
+        B::RequestTimeoutError => Error::new(
+            Reason::EngineUnavailable,
+            format!("Docker did not {what} in time"),
+        ),
         B::IOError { .. } | B::HyperResponseError { .. } | B::HyperLegacyError { .. } => {
-            Error::unavailable(format!("cannot reach the Docker engine to {what}"))
+            Error::new(
+                Reason::EngineUnavailable,
+                format!("cannot reach the Docker engine to {what}"),
+            )
         }
         _ => Error::internal(format!("failed to {what}")),
     };

@@ -22,8 +22,8 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder,
 };
 use mentis_core::{
-    BackendSandbox, BackendSpec, BackendState, Endpoint, Error, Limits, Result, SandboxBackend,
-    SandboxId,
+    BackendSandbox, BackendSpec, BackendState, Endpoint, Error, Limits, Reason, Resource, Result,
+    SandboxBackend, SandboxId,
 };
 
 pub use config::DockerConfig;
@@ -32,6 +32,15 @@ pub use labels::{
     LABEL_DISK_IMAGE, LABEL_INSTANCE, LABEL_MANAGED, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_SPACE_ID,
 };
 pub use runtime::{ContainerRuntime, RUNSC};
+
+/// CONTAINER_GONE: the container of sandbox `id` vanished (the runtime ends the sandbox).
+fn gone(id: SandboxId) -> Error {
+    Error::new(
+        Reason::ContainerGone,
+        format!("the container of sandbox {id} is gone"),
+    )
+    .about(Resource::sandbox(id))
+}
 
 /// Memory in bytes and CPU in nano-CPUs, as the engine takes them.
 fn docker_limits(limits: Limits) -> (i64, i64) {
@@ -68,12 +77,21 @@ impl DockerBackend {
     /// Connects to the engine (DOCKER_HOST or the local socket) and negotiates the API version, because
     /// stock engines reject clients newer than themselves (Debian's 20.10 speaks API 1.41).
     pub async fn connect(config: DockerConfig) -> Result<Self> {
-        let docker = Docker::connect_with_defaults()
-            .map_err(|e| Error::unavailable("cannot reach the Docker engine").with_source(e))?;
+        let docker = Docker::connect_with_defaults().map_err(|e| {
+            Error::new(Reason::EngineUnavailable, "cannot reach the Docker engine").with_source(e)
+        })?;
         let docker = tokio::time::timeout(config.call_timeout, docker.negotiate_version())
             .await
-            .map_err(|_| Error::unavailable("the Docker engine did not answer in time"))?
-            .map_err(|e| Error::unavailable("cannot reach the Docker engine").with_source(e))?;
+            .map_err(|_| {
+                Error::new(
+                    Reason::EngineUnavailable,
+                    "the Docker engine did not answer in time",
+                )
+            })?
+            .map_err(|e| {
+                Error::new(Reason::EngineUnavailable, "cannot reach the Docker engine")
+                    .with_source(e)
+            })?;
         let runtime = runtime::resolve(&docker, config.runtime, config.call_timeout).await?;
         let disks = config
             .disks_dir
@@ -111,9 +129,7 @@ impl DockerBackend {
     ) -> Result<()> {
         match result {
             Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(Error::NotFound(format!(
-                "the container of sandbox {id} is gone"
-            ))),
+            Err(e) if is_not_found(&e) => Err(gone(id)),
             Err(e) if self.container_status(name).await? == Some(wanted) => {
                 tracing::debug!(sandbox_id = %id, error = %e, "{what}: already done");
                 Ok(())
@@ -231,10 +247,11 @@ impl DockerBackend {
             bollard::errors::Error::DockerResponseServerError {
                 status_code: 404,
                 message,
-            } => Error::FailedPrecondition(format!(
-                "image {} is not available: {message}",
-                spec.image
-            )),
+            } => Error::new(
+                Reason::ImageMissing,
+                format!("image {} is not available: {message}", spec.image),
+            )
+            .about(Resource::sandbox(spec.id)),
             _ => error::to_core("create the container", e),
         })?;
         if spec.egress {
@@ -341,18 +358,18 @@ impl SandboxBackend for DockerBackend {
         {
             Ok(info) => info,
             Err(e) if is_not_found(&e) => {
-                return Err(Error::NotFound(format!(
-                    "the container of sandbox {id} is gone"
-                )));
+                return Err(gone(id));
             }
             Err(e) => return Err(error::to_core("inspect the container", e)),
         };
         match info.state.and_then(|s| s.status) {
             Some(S::RUNNING) => {}
             Some(S::PAUSED) => {
-                return Err(Error::FailedPrecondition(format!(
-                    "the container of sandbox {id} is paused"
-                )));
+                return Err(Error::new(
+                    Reason::SandboxPaused,
+                    format!("the container of sandbox {id} is paused"),
+                )
+                .about(Resource::sandbox(id)));
             }
             // Exited or created: the executor died and took the container with it; start it again (the
             // workspace volume and the token in its env are unchanged).
@@ -374,10 +391,13 @@ impl SandboxBackend for DockerBackend {
 
     async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()> {
         if !self.updates_limits() {
-            return Err(Error::FailedPrecondition(format!(
-                "the limits of sandbox {id} cannot change: gVisor (runsc) containers keep the limits \
+            return Err(Error::new(
+                Reason::FailedPrecondition,
+                format!(
+                    "the limits of sandbox {id} cannot change: gVisor (runsc) containers keep the limits \
                  they were created with"
-            )));
+                ),
+            ));
         }
         let (memory, nano_cpus) = docker_limits(limits);
         let update = bollard::models::ContainerUpdateBody {
@@ -412,9 +432,7 @@ impl SandboxBackend for DockerBackend {
         {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => {
-                return Err(Error::NotFound(format!(
-                    "the container of sandbox {id} is gone"
-                )));
+                return Err(gone(id));
             }
             Err(e) => return Err(error::to_core("restart the container", e)),
         }
@@ -450,7 +468,10 @@ impl SandboxBackend for DockerBackend {
         self.call("ping", self.docker.ping())
             .await
             .map(|_| ())
-            .map_err(|e| Error::unavailable("cannot reach the Docker engine").with_source(e))
+            .map_err(|e| {
+                Error::new(Reason::EngineUnavailable, "cannot reach the Docker engine")
+                    .with_source(e)
+            })
     }
 
     async fn list(&self) -> Result<Vec<BackendSandbox>> {

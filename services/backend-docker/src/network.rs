@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use bollard::Docker;
 use bollard::models::NetworkCreateRequest;
-use mentis_core::{Error, Result};
+use mentis_core::{Error, Reason, Result};
 
 use crate::config::DockerConfig;
 use crate::error::{is_not_found, to_core};
@@ -102,10 +102,13 @@ async fn ensure_one(docker: &Docker, name: &str, internal: bool) -> Result<()> {
                 .map(String::as_str)
                 == Some("false");
             if net.internal.unwrap_or(false) != internal || !icc_off {
-                return Err(Error::FailedPrecondition(format!(
-                    "network {name} exists with other settings (internal={internal} and inter-container \
+                return Err(Error::new(
+                    Reason::FailedPrecondition,
+                    format!(
+                        "network {name} exists with other settings (internal={internal} and inter-container \
                      traffic off are needed); remove it and let the runtime create it"
-                )));
+                    ),
+                ));
             }
             return Ok(());
         }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use bollard::Docker;
-use mentis_core::{Error, Result};
+use mentis_core::{Error, Reason, Result};
 
 /// Docker's name of gVisor's runtime, as `deploy/ensure-runsc.sh` registers it.
 pub const RUNSC: &str = "runsc";
@@ -92,9 +92,10 @@ pub(crate) fn choose(
     match (wanted, problem) {
         (ContainerRuntime::Runc, _) => Ok(Chosen::Runc),
         (ContainerRuntime::Runsc | ContainerRuntime::Auto, None) => Ok(Chosen::Runsc),
-        (ContainerRuntime::Runsc, Some(why)) => Err(Error::FailedPrecondition(format!(
-            "MENTIS_CONTAINER_RUNTIME=runsc: {why}"
-        ))),
+        (ContainerRuntime::Runsc, Some(why)) => Err(Error::new(
+            Reason::FailedPrecondition,
+            format!("MENTIS_CONTAINER_RUNTIME=runsc: {why}"),
+        )),
         (ContainerRuntime::Auto, Some(why)) => {
             tracing::info!(reason = %why, "container runtime auto: using runc");
             Ok(Chosen::Runc)
@@ -113,7 +114,12 @@ pub(crate) async fn resolve(
     }
     let info = tokio::time::timeout(timeout, docker.info())
         .await
-        .map_err(|_| Error::unavailable("the Docker engine did not answer in time"))?
+        .map_err(|_| {
+            Error::new(
+                Reason::EngineUnavailable,
+                "the Docker engine did not answer in time",
+            )
+        })?
         .map_err(|e| crate::error::to_core("describe itself", e))?;
     let runtimes: HashMap<String, Vec<String>> = info
         .runtimes

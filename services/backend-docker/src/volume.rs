@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::RemoveVolumeOptionsBuilder;
-use mentis_core::{BackendSpec, Error, Result, SandboxId};
+use mentis_core::{BackendSpec, Error, Reason, Result, SandboxId};
 
 use crate::DockerBackend;
 use crate::disk::MOUNT_OPTIONS;
@@ -30,9 +30,9 @@ impl DockerBackend {
         let mut driver_opts = None;
         if spec.limits.disk_mb > 0 {
             let disks = self.disks.as_ref().ok_or_else(|| {
-                Error::FailedPrecondition(
-                    "this backend has no folder for disk images, so it cannot bound a workspace"
-                        .into(),
+                Error::new(
+                    Reason::FailedPrecondition,
+                    "this backend has no folder for disk images, so it cannot bound a workspace",
                 )
             })?;
             let link = disks.create(&volume, spec.limits.disk_mb).await?;

@@ -17,11 +17,11 @@ impl SandboxId {
     /// Parses a client-supplied id.
     pub fn parse(s: &str) -> Result<Self, Error> {
         if s.is_empty() {
-            return Err(Error::invalid("sandbox_id is required"));
+            return Err(Error::invalid("sandbox_id is required").at("sandbox_id"));
         }
         uuid::Uuid::try_parse(s)
             .map(Self)
-            .map_err(|_| Error::invalid(format!("sandbox_id {s:?} is not a UUID")))
+            .map_err(|_| Error::invalid(format!("sandbox_id {s:?} is not a UUID")).at("sandbox_id"))
     }
 }
 
@@ -101,14 +101,15 @@ impl SpaceId {
         } else {
             Err(Error::invalid(format!(
                 "space_id {s:?} must be 1-63 lowercase letters, digits or '-', not starting or ending with '-'"
-            )))
+            ))
+            .at("space_id"))
         }
     }
 
     /// Parses a space id that must be given (not empty).
     pub fn parse(s: &str) -> Result<Self, Error> {
         if s.is_empty() {
-            return Err(Error::invalid("space_id is required"));
+            return Err(Error::invalid("space_id is required").at("space_id"));
         }
         Self::parse_or_default(s)
     }
@@ -151,6 +152,10 @@ mod tests {
             SandboxId::parse("nope"),
             Err(Error::InvalidArgument(_))
         ));
+        assert_eq!(
+            SandboxId::parse("nope").expect_err("not a UUID").field(),
+            Some("sandbox_id")
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub use mentis_model::action;
 
 pub use action::{Action, IPythonAction, ShellAction};
 pub use backend::{BackendSandbox, BackendSpec, BackendState, DataMount, Endpoint, SandboxBackend};
-pub use error::{Chain, Detail, Error, Result};
+pub use error::{Chain, Detail, Error, Reason, Resource, ResourceKind, Result};
 pub use ids::{ActionId, SandboxId, SpaceId};
 pub use kernel::VariableSummary;
 pub use observation::{

@@ -1,7 +1,7 @@
 //! The sandbox lifecycle as one table: which state may move to which, and why it would. The runtime moves a
 //! sandbox only through this table (its `enter`); docs/ARCHITECTURE.md, "Sandbox lifecycle", shows it.
 
-use crate::error::Error;
+use crate::error::{Error, Reason, Resource};
 use crate::ids::SandboxId;
 use crate::sandbox::SandboxState;
 
@@ -136,17 +136,35 @@ pub fn find(from: SandboxState, to: SandboxState) -> Option<&'static Move> {
 /// The move from `from` to `to`; FailedPrecondition naming both states when the table has none.
 pub fn check(id: SandboxId, from: SandboxState, to: SandboxState) -> Result<&'static Move, Error> {
     find(from, to).ok_or_else(|| {
-        Error::FailedPrecondition(format!("sandbox {id} is {from}, it cannot become {to}"))
+        Error::new(
+            state_reason(from),
+            format!("sandbox {id} is {from}, it cannot become {to}"),
+        )
+        .about(Resource::sandbox(id))
     })
 }
 
 /// FailedPrecondition for a call that needs the sandbox in one of `allowed`, naming its state.
 pub fn refuse(id: SandboxId, now: SandboxState, call: &str, allowed: &[SandboxState]) -> Error {
     let allowed: Vec<&str> = allowed.iter().map(|s| s.name()).collect();
-    Error::FailedPrecondition(format!(
-        "sandbox {id} is {now}; {call} needs it {}",
-        allowed.join(" or ")
-    ))
+    Error::new(
+        state_reason(now),
+        format!(
+            "sandbox {id} is {now}; {call} needs it {}",
+            allowed.join(" or ")
+        ),
+    )
+    .about(Resource::sandbox(id))
+}
+
+/// Why a sandbox in `state` cannot do what was asked: it is paused (resume it), has ended (make another),
+/// or is on its way between states.
+pub fn state_reason(state: SandboxState) -> Reason {
+    match state {
+        Paused => Reason::SandboxPaused,
+        Terminating | Terminated | Failed => Reason::SandboxEnded,
+        Creating | Running | Pausing | Resuming | Unhealthy => Reason::SandboxNotRunning,
+    }
 }
 
 #[cfg(test)]
@@ -209,8 +227,16 @@ mod tests {
         let id = SandboxId::new();
         let e = check(id, Paused, Running).expect_err("PAUSED cannot become RUNNING");
         assert!(
-            matches!(&e, Error::FailedPrecondition(m) if m.contains("PAUSED") && m.contains("RUNNING")),
+            matches!(&e, Error::FailedPrecondition(m) if m.message().contains("PAUSED") && m.message().contains("RUNNING")),
             "{e:?}"
+        );
+        assert_eq!(e.reason(), Reason::SandboxPaused);
+        assert_eq!(e.resources(), [Resource::sandbox(id)].as_slice());
+        let e = refuse(id, Terminated, "Execute", &[Running]);
+        assert_eq!(e.reason(), Reason::SandboxEnded);
+        assert_eq!(
+            refuse(id, Resuming, "Execute", &[Running]).reason(),
+            Reason::SandboxNotRunning
         );
         assert_eq!(
             check(id, Running, Pausing).expect("a move").message,

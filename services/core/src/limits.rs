@@ -67,7 +67,8 @@ fn int(field: &str, v: i64, min: i64, default: i64, max: i64) -> Result<i64, Err
         v if (min..=max).contains(&v) => Ok(v),
         v => Err(Error::invalid(format!(
             "{field} {v} is out of range: use 0 (default {default}) or {min}..={max}"
-        ))),
+        ))
+        .at(field)),
     }
 }
 
@@ -94,7 +95,8 @@ impl LimitsPolicy {
             return Err(Error::invalid(format!(
                 "cpu_limit {} is out of range: use 0 (default {}) or {MIN_CPU}..={}",
                 want.cpu, d.cpu, m.cpu
-            )));
+            ))
+            .at("cpu_limit"));
         } else {
             want.cpu
         };
@@ -115,7 +117,8 @@ impl LimitsPolicy {
                         "disk_limit_mb {} cannot be honoured: this runtime bounds no disk \
                          (MENTIS_DISK_LIMITS=off); leave it at 0",
                         want.disk_mb
-                    )));
+                    ))
+                    .at("disk_limit_mb"));
                 }
                 0
             } else {
@@ -184,16 +187,21 @@ impl LimitsPolicy {
             default: self.max,
             max: self.max,
         };
+        // A spec's `memory_limit_mb` is a space's `memory_mb`.
+        let in_space = |e: Error, at: &str, what: &str| {
+            let field = e.field().unwrap_or_default().replace("_limit", "");
+            Error::invalid(format!("space sandbox {what}: {e}")).at(format!("limits.{at}.{field}"))
+        };
         unbounded_default
             .resolve(*max)
-            .map_err(|e| Error::invalid(format!("space sandbox maximum: {e}")))?;
+            .map_err(|e| in_space(e, "sandbox_max", "maximum"))?;
         let space_max = self.narrowed(&Limits::default(), max).max;
         Self {
             default: space_max,
             max: space_max,
         }
         .resolve(*default)
-        .map_err(|e| Error::invalid(format!("space sandbox default: {e}")))?;
+        .map_err(|e| in_space(e, "sandbox_default", "default"))?;
         Ok(())
     }
 }
@@ -279,10 +287,10 @@ mod tests {
         let small = p.narrowed(&Limits::default(), &disk(1024));
         assert_eq!((small.default.disk_mb, small.max.disk_mb), (1024, 1024));
         assert!(
-            matches!(small.resolve(disk(2048)), Err(Error::InvalidArgument(m)) if m.contains("disk_limit_mb"))
+            matches!(small.resolve(disk(2048)), Err(e @ Error::InvalidArgument(_)) if e.to_string().contains("disk_limit_mb") && e.field() == Some("disk_limit_mb"))
         );
         assert!(
-            matches!(n.resolve(l(0.0, 1024, 0, 0)), Err(Error::InvalidArgument(m)) if m.contains("..=512"))
+            matches!(n.resolve(l(0.0, 1024, 0, 0)), Err(e @ Error::InvalidArgument(_)) if e.to_string().contains("..=512") && e.field() == Some("memory_limit_mb"))
         );
         // Even unchecked, a space cannot go above the runtime.
         assert_eq!(
@@ -292,6 +300,20 @@ mod tests {
 
         p.check_space(&l(0.0, 0, 0, 256), &l(2.0, 512, 0, 0))
             .unwrap();
+        // The field is the space's (`memory_mb` in `limits.sandbox_default`), the message as before.
+        let e = p
+            .check_space(&l(0.0, 1024, 0, 0), &l(0.0, 512, 0, 0))
+            .unwrap_err();
+        assert_eq!(e.field(), Some("limits.sandbox_default.memory_mb"));
+        assert!(
+            e.to_string()
+                .starts_with("space sandbox default: memory_limit_mb"),
+            "{e}"
+        );
+        let e = p
+            .check_space(&Limits::default(), &l(32.0, 0, 0, 0))
+            .unwrap_err();
+        assert_eq!(e.field(), Some("limits.sandbox_max.cpu"));
         for (default, max) in [
             (Limits::default(), l(32.0, 0, 0, 0)),
             (Limits::default(), l(0.0, 0, 0, 1 << 20)),
@@ -332,7 +354,7 @@ mod tests {
         assert!(!p.bounds_disk() && LimitsPolicy::default().bounds_disk());
         assert_eq!(p.resolve(Limits::default()).unwrap().disk_mb, 0);
         assert!(
-            matches!(p.resolve(disk(64)), Err(Error::InvalidArgument(m)) if m.contains("MENTIS_DISK_LIMITS=off"))
+            matches!(p.resolve(disk(64)), Err(e @ Error::InvalidArgument(_)) if e.to_string().contains("MENTIS_DISK_LIMITS=off"))
         );
         // A space cannot ask for disk limits either, and narrowing keeps the disk unbounded.
         assert!(p.check_space(&Limits::default(), &disk(64)).is_err());

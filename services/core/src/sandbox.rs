@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::error::Error;
+use crate::error::{Error, Reason};
 use crate::ids::{SandboxId, SpaceId};
 
 pub use mentis_model::env::validate_env;
@@ -110,7 +110,8 @@ pub fn validate_external_key(key: &str) -> Result<(), Error> {
     if key.is_empty() || key.len() > MAX_EXTERNAL_KEY_LEN || key.chars().any(char::is_control) {
         return Err(Error::invalid(format!(
             "external_key must be 1-{MAX_EXTERNAL_KEY_LEN} characters without control characters"
-        )));
+        ))
+        .at("external_key"));
     }
     Ok(())
 }
@@ -160,8 +161,8 @@ pub struct SandboxRequest {
 }
 
 impl SandboxRequest {
-    /// Validates the request; every problem is an InvalidArgument naming the field. `defaults` fills in
-    /// the expiry settings the request leaves at zero.
+    /// Validates the request; every problem is an INVALID_SPEC naming the field (`spec.…`, its path in a
+    /// CreateSandbox request). `defaults` fills in the expiry settings the request leaves at zero.
     pub fn validate(
         self,
         policy: &LimitsPolicy,
@@ -169,7 +170,24 @@ impl SandboxRequest {
         default_egress: bool,
         default_read_only: bool,
     ) -> Result<SandboxSpec, Error> {
-        let space_id = SpaceId::parse_or_default(&self.space_id)?;
+        self.checked(policy, defaults, default_egress, default_read_only)
+            .map_err(|e| e.with_reason(Reason::InvalidSpec))
+    }
+
+    /// The space the request names (the default one when it names none); INVALID_SPEC when malformed.
+    pub fn space(&self) -> Result<SpaceId, Error> {
+        SpaceId::parse_or_default(&self.space_id)
+            .map_err(|e| e.within("spec").with_reason(Reason::InvalidSpec))
+    }
+
+    fn checked(
+        self,
+        policy: &LimitsPolicy,
+        defaults: &Expiry,
+        default_egress: bool,
+        default_read_only: bool,
+    ) -> Result<SandboxSpec, Error> {
+        let space_id = self.space()?;
         let image = if self.image.is_empty() {
             None
         } else if self.image.len() > 255
@@ -181,23 +199,26 @@ impl SandboxRequest {
             return Err(Error::invalid(format!(
                 "image {:?} is not a valid image reference",
                 self.image
-            )));
+            ))
+            .at("spec.image"));
         } else {
             Some(self.image)
         };
         validate_env(&self.env, "spec.env")?;
         validate_labels(&self.labels)?;
-        let limits = policy.resolve(Limits {
-            cpu: self.cpu_limit,
-            memory_mb: self.memory_limit_mb,
-            pids: self.pids_limit,
-            nofile: self.nofile_limit,
-            disk_mb: self.disk_limit_mb,
-        })?;
+        let limits = policy
+            .resolve(Limits {
+                cpu: self.cpu_limit,
+                memory_mb: self.memory_limit_mb,
+                pids: self.pids_limit,
+                nofile: self.nofile_limit,
+                disk_mb: self.disk_limit_mb,
+            })
+            .map_err(|e| e.within("spec"))?;
         let external_key = if self.external_key.is_empty() {
             None
         } else {
-            validate_external_key(&self.external_key)?;
+            validate_external_key(&self.external_key).map_err(|e| e.within("spec"))?;
             Some(self.external_key)
         };
         let or_default = |secs: u32, default: Duration| {
@@ -231,23 +252,26 @@ fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), Error> {
     if labels.len() > MAX_MAP_ENTRIES {
         return Err(Error::invalid(format!(
             "spec.labels has more than {MAX_MAP_ENTRIES} entries"
-        )));
+        ))
+        .at("spec.labels"));
     }
     for (k, v) in labels {
         if k.is_empty() || k.len() > MAX_KEY_LEN || k.chars().any(char::is_control) {
-            return Err(Error::invalid(format!(
-                "spec.labels: {k:?} is not a valid key"
-            )));
+            return Err(
+                Error::invalid(format!("spec.labels: {k:?} is not a valid key")).at("spec.labels"),
+            );
         }
         if k.starts_with(RESERVED_LABEL_PREFIX) {
             return Err(Error::invalid(format!(
                 "spec.labels: keys under {RESERVED_LABEL_PREFIX} are reserved"
-            )));
+            ))
+            .at("spec.labels"));
         }
         if v.len() > MAX_KEY_LEN || v.chars().any(char::is_control) {
             return Err(Error::invalid(format!(
                 "spec.labels: the value of {k} is too long or has control characters"
-            )));
+            ))
+            .at("spec.labels"));
         }
     }
     Ok(())
@@ -376,5 +400,67 @@ mod tests {
             ..req()
         };
         assert!(good.validate(&p, &Expiry::default(), false, false).is_ok());
+    }
+
+    #[test]
+    fn every_refusal_is_invalid_spec_naming_its_field_in_the_request() {
+        let p = LimitsPolicy::default();
+        let cases = [
+            (
+                SandboxRequest {
+                    memory_limit_mb: -1,
+                    ..req()
+                },
+                "spec.memory_limit_mb",
+            ),
+            (
+                SandboxRequest {
+                    cpu_limit: 1e9,
+                    ..req()
+                },
+                "spec.cpu_limit",
+            ),
+            (
+                SandboxRequest {
+                    space_id: "Not A Space".into(),
+                    ..req()
+                },
+                "spec.space_id",
+            ),
+            (
+                SandboxRequest {
+                    env: [("A=B".to_owned(), "x".to_owned())].into(),
+                    ..req()
+                },
+                "spec.env",
+            ),
+            (
+                SandboxRequest {
+                    labels: [("io.mentis.x".to_owned(), "x".to_owned())].into(),
+                    ..req()
+                },
+                "spec.labels",
+            ),
+            (
+                SandboxRequest {
+                    image: "bad image".into(),
+                    ..req()
+                },
+                "spec.image",
+            ),
+            (
+                SandboxRequest {
+                    external_key: "\n".into(),
+                    ..req()
+                },
+                "spec.external_key",
+            ),
+        ];
+        for (r, field) in cases {
+            let e = r
+                .validate(&p, &Expiry::default(), false, false)
+                .expect_err(field);
+            assert_eq!((e.reason(), e.field()), (Reason::InvalidSpec, Some(field)));
+        }
     }
 }

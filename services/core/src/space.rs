@@ -110,31 +110,35 @@ fn validate_fields(
     {
         return Err(Error::invalid(format!(
             "display_name must be at most {MAX_DISPLAY_NAME} bytes without control characters"
-        )));
+        ))
+        .at("display_name"));
     }
     if let Some(d) = description
         && d.len() > MAX_DESCRIPTION
     {
         return Err(Error::invalid(format!(
             "description must be at most {MAX_DESCRIPTION} bytes"
-        )));
+        ))
+        .at("description"));
     }
     if let Some(m) = metadata {
         if m.len() > MAX_METADATA_ENTRIES {
             return Err(Error::invalid(format!(
                 "metadata has more than {MAX_METADATA_ENTRIES} entries"
-            )));
+            ))
+            .at("metadata"));
         }
         for (k, v) in m {
             if k.is_empty() || k.len() > MAX_METADATA_KEY || k.chars().any(char::is_control) {
-                return Err(Error::invalid(format!(
-                    "metadata: {k:?} is not a valid key"
-                )));
+                return Err(
+                    Error::invalid(format!("metadata: {k:?} is not a valid key")).at("metadata"),
+                );
             }
             if v.len() > MAX_METADATA_VALUE {
                 return Err(Error::invalid(format!(
                     "metadata: the value of {k} is longer than {MAX_METADATA_VALUE} bytes"
-                )));
+                ))
+                .at("metadata"));
             }
         }
     }

@@ -112,17 +112,20 @@ pub struct IPythonAction {
     pub rollback_on_error: bool,
 }
 
-/// Turns a client's timeout (0 = default) into a duration, rejecting absurd ones.
-pub fn resolve_timeout(seconds: u32) -> Result<Duration, Error> {
+/// Turns a client's timeout (0 = default) into a duration, rejecting absurd ones (`field` names it).
+pub fn resolve_timeout(seconds: u32, field: &str) -> Result<Duration, Error> {
     if seconds == 0 {
         return Ok(DEFAULT_TIMEOUT);
     }
     let t = Duration::from_secs(u64::from(seconds));
     if t > MAX_TIMEOUT {
-        return Err(Error::invalid(format!(
-            "timeout_seconds {seconds} is above the maximum of {}",
-            MAX_TIMEOUT.as_secs()
-        )));
+        return Err(Error::invalid(
+            field,
+            format!(
+                "timeout_seconds {seconds} is above the maximum of {}",
+                MAX_TIMEOUT.as_secs()
+            ),
+        ));
     }
     Ok(t)
 }
@@ -131,15 +134,17 @@ pub fn resolve_timeout(seconds: u32) -> Result<Duration, Error> {
 /// in logs, labels and metadata (a UUID is recommended).
 pub fn validate_action_id(s: &str) -> Result<(), Error> {
     if s.is_empty() {
-        return Err(Error::invalid("action_id is empty"));
+        return Err(Error::invalid("action_id", "action_id is empty"));
     }
     if s.len() > MAX_ACTION_ID_LEN {
-        return Err(Error::invalid(format!(
-            "action_id is longer than {MAX_ACTION_ID_LEN} characters"
-        )));
+        return Err(Error::invalid(
+            "action_id",
+            format!("action_id is longer than {MAX_ACTION_ID_LEN} characters"),
+        ));
     }
     if !s.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(Error::invalid(
+            "action_id",
             "action_id may contain only printable ASCII characters without spaces",
         ));
     }
@@ -149,10 +154,13 @@ pub fn validate_action_id(s: &str) -> Result<(), Error> {
 /// Refuses code (a command, a cell) above [`MAX_CODE_BYTES`].
 fn check_code_size(field: &str, code: &str) -> Result<(), Error> {
     if code.len() > MAX_CODE_BYTES {
-        return Err(Error::invalid(format!(
-            "{field} is {} bytes; the limit is {MAX_CODE_BYTES} (write large data to a file instead)",
-            code.len()
-        )));
+        return Err(Error::invalid(
+            field,
+            format!(
+                "{field} is {} bytes; the limit is {MAX_CODE_BYTES} (write large data to a file instead)",
+                code.len()
+            ),
+        ));
     }
     Ok(())
 }
@@ -168,27 +176,36 @@ impl ShellAction {
         keep_stdin_open: bool,
     ) -> Result<Self, Error> {
         if command.trim().is_empty() {
-            return Err(Error::invalid("shell.command is empty"));
+            return Err(Error::invalid("shell.command", "shell.command is empty"));
         }
         check_code_size("shell.command", &command)?;
         // A NUL cannot cross execve; say so now rather than report a confusing spawn failure.
         if command.contains('\0') || work_dir.contains('\0') {
+            let field = if command.contains('\0') {
+                "shell.command"
+            } else {
+                "shell.work_dir"
+            };
             return Err(Error::invalid(
+                field,
                 "shell.command and shell.work_dir may not contain NUL",
             ));
         }
         if stdin.len() > MAX_INLINE_STDIN {
-            return Err(Error::invalid(format!(
-                "shell.stdin is {} bytes; the limit is {MAX_INLINE_STDIN} (write big inputs to a file)",
-                stdin.len()
-            )));
+            return Err(Error::invalid(
+                "shell.stdin",
+                format!(
+                    "shell.stdin is {} bytes; the limit is {MAX_INLINE_STDIN} (write big inputs to a file)",
+                    stdin.len()
+                ),
+            ));
         }
         validate_env(&env, "shell.env")?;
         Ok(Self {
             command,
             work_dir,
             env,
-            timeout: resolve_timeout(timeout_seconds)?,
+            timeout: resolve_timeout(timeout_seconds, "shell.timeout_seconds")?,
             stdin,
             keep_stdin_open,
         })
@@ -203,12 +220,12 @@ impl IPythonAction {
         rollback_on_error: bool,
     ) -> Result<Self, Error> {
         if code.trim().is_empty() {
-            return Err(Error::invalid("ipython.code is empty"));
+            return Err(Error::invalid("ipython.code", "ipython.code is empty"));
         }
         check_code_size("ipython.code", &code)?;
         Ok(Self {
             code,
-            timeout: resolve_timeout(timeout_seconds)?,
+            timeout: resolve_timeout(timeout_seconds, "ipython.timeout_seconds")?,
             rollback_on_error,
         })
     }
@@ -232,15 +249,23 @@ mod tests {
 
     #[test]
     fn shell_validation() {
-        assert!(matches!(shell("", 0), Err(Error::InvalidArgument(_))));
-        assert!(matches!(shell("   \n", 0), Err(Error::InvalidArgument(_))));
+        assert!(
+            matches!(shell("", 0), Err(Error::InvalidArgument { field, .. }) if field == "shell.command")
+        );
+        assert!(matches!(
+            shell("   \n", 0),
+            Err(Error::InvalidArgument { .. })
+        ));
         assert!(shell("echo \0", 0).is_err());
         assert_eq!(shell("true", 0).map(|a| a.timeout), Ok(DEFAULT_TIMEOUT));
         assert_eq!(
             shell("true", 5).map(|a| a.timeout),
             Ok(Duration::from_secs(5))
         );
-        assert!(shell("true", u32::MAX).is_err());
+        assert_eq!(
+            shell("true", u32::MAX).map_err(|e| e.field().to_owned()),
+            Err("shell.timeout_seconds".to_owned())
+        );
         assert!(shell(&"x".repeat(MAX_CODE_BYTES), 0).is_ok());
         assert!(shell(&"x".repeat(MAX_CODE_BYTES + 1), 0).is_err());
         let stdin = |n: usize| {
@@ -275,7 +300,7 @@ mod tests {
         assert!(IPythonAction::validate("1+1".into(), 0, true).is_ok());
         let too_big = IPythonAction::validate("x".repeat(MAX_CODE_BYTES + 1), 0, true);
         assert!(
-            matches!(&too_big, Err(Error::InvalidArgument(m)) if m.contains("limit")),
+            matches!(&too_big, Err(e) if e.to_string().contains("limit") && e.field() == "ipython.code"),
             "{too_big:?}"
         );
     }

@@ -20,20 +20,23 @@ where
 {
     let env = env.into_iter();
     if env.len() > MAX_ENV_ENTRIES {
-        return Err(Error::invalid(format!(
-            "{field} has more than {MAX_ENV_ENTRIES} entries"
-        )));
+        return Err(Error::invalid(
+            field,
+            format!("{field} has more than {MAX_ENV_ENTRIES} entries"),
+        ));
     }
     for (k, v) in env {
         if k.is_empty() || k.len() > MAX_ENV_NAME_LEN || k.contains('=') || k.contains('\0') {
-            return Err(Error::invalid(format!(
-                "{field}: {k:?} is not a valid variable name"
-            )));
+            return Err(Error::invalid(
+                field,
+                format!("{field}: {k:?} is not a valid variable name"),
+            ));
         }
         if v.len() > MAX_ENV_VALUE_BYTES || v.contains('\0') {
-            return Err(Error::invalid(format!(
-                "{field}: the value of {k} is too long or contains NUL"
-            )));
+            return Err(Error::invalid(
+                field,
+                format!("{field}: the value of {k} is too long or contains NUL"),
+            ));
         }
     }
     Ok(())
@@ -63,7 +66,7 @@ mod tests {
         ] {
             let e = validate_env(&one(k, v), "shell.env");
             assert!(
-                matches!(&e, Err(Error::InvalidArgument(m)) if m.starts_with("shell.env")),
+                matches!(&e, Err(e) if e.to_string().starts_with("shell.env") && e.field() == "shell.env"),
                 "{k:?}: {e:?}"
             );
         }

@@ -11,9 +11,10 @@ pub const MAX_VARIABLE_NAME_LEN: usize = 256;
 /// literal without any quoting concerns, and a bounded number of them.
 pub fn validate_names(names: &[String]) -> Result<(), Error> {
     if names.len() > MAX_INSPECT_NAMES {
-        return Err(Error::invalid(format!(
-            "at most {MAX_INSPECT_NAMES} names per InspectVariables call"
-        )));
+        return Err(Error::invalid(
+            "names",
+            format!("at most {MAX_INSPECT_NAMES} names per InspectVariables call"),
+        ));
     }
     for n in names {
         let mut chars = n.chars();
@@ -21,7 +22,10 @@ pub fn validate_names(names: &[String]) -> Result<(), Error> {
             && chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
             && chars.all(|c| c == '_' || c.is_alphanumeric());
         if !ok {
-            return Err(Error::invalid(format!("{n:?} is not a Python identifier")));
+            return Err(Error::invalid(
+                "names",
+                format!("{n:?} is not a Python identifier"),
+            ));
         }
     }
     Ok(())

@@ -8,6 +8,7 @@ pub mod env;
 pub mod error;
 pub mod kernel;
 pub mod observation;
+pub mod reason;
 
 pub use action::{Action, ActionKind, IPythonAction, ShellAction};
 pub use error::Error;
@@ -15,3 +16,4 @@ pub use observation::{
     CmdEnd, EndReason, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus,
     ObservationKind, OutputStream,
 };
+pub use reason::Reason;

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
-use mentis_core::{Error, Result, SpaceId};
+use mentis_core::{Error, Reason, Resource, ResourceKind, Result, SpaceId};
 use rand::RngCore;
 use sha2::{Digest as _, Sha256};
 
@@ -61,9 +61,10 @@ impl Caller {
     pub fn require_admin(&self, what: &str) -> Result<()> {
         match self {
             Self::Admin => Ok(()),
-            Self::Scoped { key_id, .. } => Err(Error::PermissionDenied(format!(
-                "{what} needs the admin key; key {key_id} is scoped to spaces"
-            ))),
+            Self::Scoped { key_id, .. } => Err(Error::new(
+                Reason::AdminRequired,
+                format!("{what} needs the admin key; key {key_id} is scoped to spaces"),
+            )),
         }
     }
 
@@ -72,9 +73,11 @@ impl Caller {
         match self {
             Self::Admin => Ok(()),
             Self::Scoped { spaces, .. } if spaces.contains(space) => Ok(()),
-            Self::Scoped { key_id, .. } => Err(Error::PermissionDenied(format!(
-                "key {key_id} is not allowed in space {space}"
-            ))),
+            Self::Scoped { key_id, .. } => Err(Error::new(
+                Reason::SpaceNotAllowed,
+                format!("key {key_id} is not allowed in space {space}"),
+            )
+            .about(Resource::space(space))),
         }
     }
 
@@ -138,7 +141,10 @@ impl Keyring {
             return Ok(Caller::Admin);
         };
         let header = header.ok_or_else(|| {
-            Error::Unauthenticated("missing credentials: send `authorization: Bearer <key>`".into())
+            Error::new(
+                Reason::ApiKeyMissing,
+                "missing credentials: send `authorization: Bearer <key>`",
+            )
         })?;
         let secret = std::str::from_utf8(header)
             .ok()
@@ -148,22 +154,25 @@ impl Keyring {
             })
             .filter(|s| !s.is_empty())
             .ok_or_else(|| {
-                Error::Unauthenticated("the authorization header must be `Bearer <key>`".into())
+                Error::new(
+                    Reason::ApiKeyMissing,
+                    "the authorization header must be `Bearer <key>`",
+                )
             })?;
         let d = digest(secret);
         if constant_time_eq(&d, &admin) {
             return Ok(Caller::Admin);
         }
         match self.read().get(&d) {
-            Some(k) if k.revoked_at.is_some() => Err(Error::Unauthenticated(format!(
-                "key {} has been revoked",
-                k.id
-            ))),
+            Some(k) if k.revoked_at.is_some() => Err(Error::new(
+                Reason::ApiKeyRevoked,
+                format!("key {} has been revoked", k.id),
+            )),
             Some(k) => Ok(Caller::Scoped {
                 key_id: k.id.clone(),
                 spaces: Arc::new(k.spaces.clone()),
             }),
-            None => Err(Error::Unauthenticated("unknown API key".into())),
+            None => Err(Error::new(Reason::ApiKeyUnknown, "unknown API key")),
         }
     }
 
@@ -202,10 +211,10 @@ impl Keyring {
     /// Revokes a key (idempotent) and returns it.
     pub fn revoke(&self, id: &str) -> Result<KeyRecord> {
         let mut keys = self.write();
-        let key = keys
-            .values_mut()
-            .find(|k| k.id == id)
-            .ok_or_else(|| Error::NotFound(format!("API key {id} not found")))?;
+        let key = keys.values_mut().find(|k| k.id == id).ok_or_else(|| {
+            Error::new(Reason::ApiKeyNotFound, format!("API key {id} not found"))
+                .about(Resource::new(ResourceKind::ApiKey, id))
+        })?;
         if key.revoked_at.is_none() {
             let mut revoked = key.clone();
             revoked.revoked_at = Some(now_ms());
@@ -305,17 +314,16 @@ mod tests {
             r.authenticate(Some(b"bearer admin-secret")).unwrap(),
             Caller::Admin
         );
-        for bad in [
-            None,
-            Some(&b"admin-secret"[..]),
-            Some(b"Basic admin-secret"),
-            Some(b"Bearer "),
-            Some(b"Bearer nope"),
+        for (bad, reason) in [
+            (None, Reason::ApiKeyMissing),
+            (Some(&b"admin-secret"[..]), Reason::ApiKeyMissing),
+            (Some(b"Basic admin-secret"), Reason::ApiKeyMissing),
+            (Some(b"Bearer "), Reason::ApiKeyMissing),
+            (Some(b"Bearer nope"), Reason::ApiKeyUnknown),
         ] {
-            assert!(
-                matches!(r.authenticate(bad), Err(Error::Unauthenticated(_))),
-                "{bad:?}"
-            );
+            let e = r.authenticate(bad).unwrap_err();
+            assert!(matches!(e, Error::Unauthenticated(_)), "{bad:?}");
+            assert_eq!(e.reason(), reason, "{bad:?}");
         }
     }
 
@@ -327,14 +335,18 @@ mod tests {
         assert!(secret.starts_with(KEY_PREFIX) && secret.len() == KEY_PREFIX.len() + 64);
         let caller = r.authenticate(Some(&bearer(&secret))).unwrap();
         caller.require_space(&space("team-a")).unwrap();
-        assert!(matches!(
-            caller.require_space(&space("team-b")),
-            Err(Error::PermissionDenied(_))
-        ));
-        assert!(matches!(
-            caller.require_admin("x"),
-            Err(Error::PermissionDenied(_))
-        ));
+        let e = caller.require_space(&space("team-b")).unwrap_err();
+        assert!(matches!(e, Error::PermissionDenied(_)));
+        assert_eq!(
+            (e.reason(), e.resources()),
+            (
+                Reason::SpaceNotAllowed,
+                [Resource::space("team-b")].as_slice()
+            )
+        );
+        let e = caller.require_admin("x").unwrap_err();
+        assert!(matches!(e, Error::PermissionDenied(_)));
+        assert_eq!(e.reason(), Reason::AdminRequired);
 
         // The store keeps it, hashed: a new keyring on the same store knows it.
         let again = Keyring::new("admin-secret", Arc::clone(&store)).unwrap();
@@ -344,7 +356,7 @@ mod tests {
         r.revoke(&key.id).unwrap();
         assert!(r.revoke(&key.id).unwrap().revoked_at.is_some());
         assert!(
-            matches!(r.authenticate(Some(&bearer(&secret))), Err(Error::Unauthenticated(m)) if m.contains("revoked"))
+            matches!(r.authenticate(Some(&bearer(&secret))), Err(e @ Error::Unauthenticated(_)) if e.reason() == Reason::ApiKeyRevoked)
         );
         let again = Keyring::new("admin-secret", store).unwrap();
         assert!(again.authenticate(Some(&bearer(&secret))).is_err());

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mentis_core::{Action, ActionId, Endpoint, Error, VariableSummary};
+use mentis_core::{Action, ActionId, Endpoint, Error, Reason, VariableSummary};
 use mentis_proto::executor::{
     AttachRequest, AttachResponse, CancelRequest, InspectVariablesRequest, ResetKernelRequest,
     Resume, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse, WriteStdinRequest,
@@ -19,6 +19,7 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
+use crate::api::status::reason_of;
 use crate::convert::action_to_proto;
 
 mod files;
@@ -112,17 +113,17 @@ impl ExecutorClient {
         });
         match tokio::time::timeout(within, check).await {
             Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
-            Ok(Ok(r)) => Err(Error::unavailable(format!(
+            Ok(Ok(r)) => Err(executor_unavailable(format!(
                 "the executor reports status {}",
                 r.get_ref().status
             ))),
-            Ok(Err(s)) => Err(Error::unavailable(format!(
+            Ok(Err(s)) => Err(executor_unavailable(format!(
                 "the executor does not answer: {}",
                 s.message()
             ))
             .with_source(s)),
-            Err(_) => Err(Error::Unavailable(
-                "the executor's health check timed out".into(),
+            Err(_) => Err(executor_unavailable(
+                "the executor's health check timed out",
             )),
         }
     }
@@ -137,7 +138,7 @@ impl ExecutorClient {
                 Err(e) => e.to_string(),
             };
             if tokio::time::Instant::now() + delay > deadline {
-                return Err(Error::unavailable(format!(
+                return Err(executor_unavailable(format!(
                     "the executor did not become ready within {}s: {last}",
                     within.as_secs()
                 )));
@@ -153,9 +154,7 @@ impl ExecutorClient {
     ) -> Result<T, Error> {
         match tokio::time::timeout(self.call_timeout, fut).await {
             Ok(r) => r.map_err(status_to_error),
-            Err(_) => Err(Error::Unavailable(
-                "the executor did not answer in time".into(),
-            )),
+            Err(_) => Err(executor_unavailable("the executor did not answer in time")),
         }
     }
 
@@ -282,27 +281,74 @@ impl ExecutorClient {
                 .map(crate::convert::summary_from_proto)
                 .collect()),
             Ok(Err(s)) => Err(status_to_error(s)),
-            Err(_) => Err(Error::Unavailable(
-                "the executor did not answer in time".into(),
-            )),
+            Err(_) => Err(executor_unavailable("the executor did not answer in time")),
         }
     }
 }
 
-/// An executor's status as a domain error: its verdicts on the request pass through, transport trouble is
-/// Unavailable, and anything odd is Internal.
+/// An executor's status as a domain error: its verdicts on the request pass through with the reason it
+/// names (`google.rpc.ErrorInfo`, the same vocabulary), transport trouble is EXECUTOR_UNAVAILABLE, and
+/// anything odd is Internal.
 pub fn status_to_error(s: tonic::Status) -> Error {
     use tonic::Code;
     let msg = s.message().to_owned();
-    match s.code() {
-        Code::InvalidArgument | Code::OutOfRange => Error::InvalidArgument(msg),
-        Code::NotFound => Error::NotFound(msg),
-        Code::AlreadyExists => Error::AlreadyExists(msg),
-        Code::FailedPrecondition | Code::Unimplemented => Error::FailedPrecondition(msg),
-        Code::ResourceExhausted => Error::ResourceExhausted(msg),
+    let told = reason_of(&s);
+    let e = match s.code() {
+        Code::InvalidArgument | Code::OutOfRange => Error::invalid(msg),
+        Code::NotFound => Error::new(Reason::NotFound, msg),
+        Code::AlreadyExists => Error::new(Reason::AlreadyExists, msg),
+        Code::FailedPrecondition | Code::Unimplemented => {
+            Error::new(Reason::FailedPrecondition, msg)
+        }
+        Code::ResourceExhausted => Error::new(Reason::ResourceExhausted, msg),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
-            Error::unavailable(format!("executor unreachable: {msg}")).with_source(s)
+            executor_unavailable(format!("executor unreachable: {msg}")).with_source(s)
         }
         code => Error::internal(format!("executor answered {code:?}: {msg}")).with_source(s),
+    };
+    match told {
+        Some(r) if !r.is_generic() => e.with_reason(r),
+        _ => e,
+    }
+}
+
+/// EXECUTOR_UNAVAILABLE with `message`.
+fn executor_unavailable(message: impl Into<String>) -> Error {
+    Error::new(Reason::ExecutorUnavailable, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mentis_core::error::DOMAIN;
+    use std::collections::HashMap;
+    use tonic::Code;
+    use tonic_types::{ErrorDetails, StatusExt};
+
+    fn told(code: Code, reason: &str, domain: &str) -> tonic::Status {
+        let info = ErrorDetails::with_error_info(reason, domain, HashMap::new());
+        tonic::Status::with_error_details(code, "m", info)
+    }
+
+    #[test]
+    fn an_executors_reason_passes_through_when_it_is_ours_and_fits_the_code() {
+        let e = status_to_error(told(Code::ResourceExhausted, "CELL_QUEUE_FULL", DOMAIN));
+        assert!(matches!(e, Error::ResourceExhausted(_)));
+        assert_eq!(e.reason(), Reason::CellQueueFull);
+        let e = status_to_error(told(Code::NotFound, "PATH_NOT_FOUND", DOMAIN));
+        assert_eq!(e.reason(), Reason::PathNotFound);
+        // Another domain, an unknown name or a reason of another code: the code's own reason.
+        for s in [
+            told(Code::NotFound, "PATH_NOT_FOUND", "elsewhere"),
+            told(Code::NotFound, "NO_SUCH_REASON", DOMAIN),
+            told(Code::NotFound, "CELL_QUEUE_FULL", DOMAIN),
+        ] {
+            assert_eq!(status_to_error(s).reason(), Reason::NotFound);
+        }
+        // Transport trouble is the executor's unavailability, whatever the status names.
+        let e = status_to_error(tonic::Status::unavailable("refused"));
+        assert_eq!(e.reason(), Reason::ExecutorUnavailable);
+        let e = status_to_error(told(Code::Unavailable, "UNAVAILABLE", DOMAIN));
+        assert_eq!(e.reason(), Reason::ExecutorUnavailable);
     }
 }

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mentis_core::{
-    Action, ActionId, Error, Result, Sandbox, SandboxBackend, SandboxId, SandboxRequest, Space,
-    SpaceId, SpaceUpdate,
+    Action, ActionId, Error, Reason, Resource, Result, Sandbox, SandboxBackend, SandboxId,
+    SandboxRequest, Space, SpaceId, SpaceUpdate,
 };
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -334,9 +334,10 @@ impl Manager {
     /// first. The default space stays.
     pub async fn delete_space(&self, id: &SpaceId, force: bool) -> Result<()> {
         if id.is_default() {
-            return Err(Error::FailedPrecondition(
-                "the default space cannot be deleted".into(),
-            ));
+            return Err(
+                Error::new(Reason::DefaultSpace, "the default space cannot be deleted")
+                    .about(Resource::space(id)),
+            );
         }
         self.spaces.record(id)?;
         let members: Vec<SandboxId> = self
@@ -347,10 +348,14 @@ impl Manager {
             .map(|h| h.id)
             .collect();
         if !members.is_empty() && !force {
-            return Err(Error::FailedPrecondition(format!(
-                "space {id} still has {} sandboxes; delete them first or pass force",
-                members.len()
-            )));
+            return Err(Error::new(
+                Reason::SpaceNotEmpty,
+                format!(
+                    "space {id} still has {} sandboxes; delete them first or pass force",
+                    members.len()
+                ),
+            )
+            .about(Resource::space(id)));
         }
         for sandbox in members {
             self.provisioner

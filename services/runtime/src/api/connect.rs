@@ -14,7 +14,7 @@ use tonic::{Status, Streaming};
 use super::action_service::{ActionApi, parse_action_id};
 use super::follow::{self, with_keepalives};
 use super::outbound::{self, Guarded, Outbound};
-use super::status::{client_message, code_name, to_status};
+use super::status::{client_message, code_name, reason, to_status};
 use crate::auth::Caller;
 use crate::convert::action_from_proto;
 
@@ -30,6 +30,7 @@ fn rejected(action_id: &str, e: &Error) -> Result<api::ConnectResponse, Status> 
             action_id: action_id.to_owned(),
             code: code_name(e).to_owned(),
             message: client_message(e),
+            reason: reason(e).to_owned(),
         },
     ))
 }
@@ -63,8 +64,8 @@ impl ActionApi {
                 kind: Some(connect_request::Kind::Attach(a)),
             })) => a,
             Ok(Some(_)) => {
-                tx.send(Err(Status::invalid_argument(
-                    "the first Connect message must be attach",
+                tx.send(Err(to_status(
+                    Error::invalid("the first Connect message must be attach").at("attach"),
                 )))
                 .await;
                 return;

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use mentis_core::ActionId;
+use mentis_core::{ActionId, Error, Reason};
 use mentis_proto::api;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::outbound::{self, Guarded, Outbound, StreamPolicy};
+use super::status::expected_status;
 use crate::convert::observation_to_proto;
 use crate::observations::{LogItem, ObservationLog};
 
@@ -161,10 +162,11 @@ where
 
 /// The status that ends an open stream when the runtime drains: nothing is lost, the client resumes.
 pub fn draining() -> tonic::Status {
-    tonic::Status::unavailable(
+    expected_status(&Error::new(
+        Reason::ShuttingDown,
         "the runtime is restarting: reconnect and resume after the last seq you received \
          (StreamObservations or Connect with after_seq; Execute: retry with the same action_id)",
-    )
+    ))
 }
 
 /// Sends one follow item as a `T`; false when the client is gone or was cut off.

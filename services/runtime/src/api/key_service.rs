@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use mentis_core::{Error, SpaceId};
+use mentis_core::{Error, Reason, SpaceId};
 use mentis_proto::api::{self, key_service_server::KeyService};
 use tonic::{Request, Response, Status};
 
@@ -44,9 +44,9 @@ impl KeyService for KeyApi {
     ) -> Result<Response<api::CreateApiKeyResponse>, Status> {
         access::admin(&req, "CreateApiKey")?;
         if !self.keyring.enabled() {
-            return Err(to_status(Error::FailedPrecondition(
-                "authentication is disabled (MENTIS_AUTH=disabled): keys would not be checked"
-                    .into(),
+            return Err(to_status(Error::new(
+                Reason::AuthDisabled,
+                "authentication is disabled (MENTIS_AUTH=disabled): keys would not be checked",
             )));
         }
         let r = req.into_inner();

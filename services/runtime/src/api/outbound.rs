@@ -9,8 +9,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
+use mentis_core::{Error, Reason};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
+
+use super::status::expected_status;
 
 /// Timing and bounds of outgoing streams.
 #[derive(Debug, Clone, Copy)]
@@ -99,9 +102,12 @@ impl<T> Outbound<T> {
                         "cutting off a client that stopped reading"
                     );
                     crate::metrics::metrics().cut_offs.add(1, &[]);
-                    let _ = cut.send(Status::resource_exhausted(format!(
-                        "the client stopped reading for {}s; reconnect with after_seq = the last seq received",
-                        self.stall.as_secs()
+                    let _ = cut.send(expected_status(&Error::new(
+                        Reason::ClientTooSlow,
+                        format!(
+                            "the client stopped reading for {}s; reconnect with after_seq = the last seq received",
+                            self.stall.as_secs()
+                        ),
                     )));
                 }
                 false
@@ -155,9 +161,11 @@ mod tests {
         // The buffer is full and nobody reads: the third send gives up after the stall timeout.
         assert!(!out.send(Ok(3)).await);
         let first = guarded.next().await.expect("an item");
+        let cut = first.expect_err("cut off");
+        assert_eq!(cut.code(), tonic::Code::ResourceExhausted);
         assert_eq!(
-            first.expect_err("cut off").code(),
-            tonic::Code::ResourceExhausted
+            crate::api::status::reason_of(&cut),
+            Some(Reason::ClientTooSlow)
         );
         assert!(guarded.next().await.is_none(), "nothing after the cut-off");
     }

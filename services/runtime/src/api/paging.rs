@@ -9,7 +9,7 @@ const MAX_PAGE: usize = 1000;
 pub fn page_size(requested: i32) -> Result<usize, Error> {
     match requested {
         0 => Ok(DEFAULT_PAGE),
-        n if n < 0 => Err(Error::invalid("page_size may not be negative")),
+        n if n < 0 => Err(Error::invalid("page_size may not be negative").at("page_size")),
         n => Ok(usize::try_from(n).unwrap_or(MAX_PAGE).min(MAX_PAGE)),
     }
 }
@@ -25,5 +25,5 @@ pub fn page_token<T, E>(
     }
     parse(token)
         .map(Some)
-        .map_err(|_| Error::invalid("page_token is not one this service gave out"))
+        .map_err(|_| Error::invalid("page_token is not one this service gave out").at("page_token"))
 }

@@ -32,7 +32,7 @@ impl SandboxService for SandboxApi {
     ) -> Result<Response<api::CreateSandboxResponse>, Status> {
         let caller = caller(&req)?;
         let request = request_from_proto(req.into_inner().spec);
-        let space = SpaceId::parse_or_default(&request.space_id).map_err(to_status)?;
+        let space = request.space().map_err(to_status)?;
         caller.require_space(&space).map_err(to_status)?;
         let sandbox = self.manager.create(request).await.map_err(to_status)?;
         Ok(Response::new(api::CreateSandboxResponse {

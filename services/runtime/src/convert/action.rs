@@ -1,10 +1,15 @@
 //! Actions: proto → validated domain action (client input) and back (to the executor).
 
-use mentis_core::{Action, Error, IPythonAction, ShellAction};
+use mentis_core::{Action, Error, IPythonAction, Reason, ShellAction};
 use mentis_proto::api;
 
-/// Validates a client's action.
+/// Validates a client's action; every problem is an INVALID_ACTION naming the field (`action.…`, its
+/// path in Execute and in Connect's submit).
 pub fn action_from_proto(action: Option<api::Action>) -> Result<Action, Error> {
+    checked(action).map_err(|e| e.within("action").with_reason(Reason::InvalidAction))
+}
+
+fn checked(action: Option<api::Action>) -> Result<Action, Error> {
     let kind = action
         .and_then(|a| a.kind)
         .ok_or_else(|| Error::invalid("action is required: set action.shell or action.ipython"))?;
@@ -59,6 +64,34 @@ mod tests {
             action_from_proto(Some(api::Action { kind: None })),
             Err(Error::InvalidArgument(_))
         ));
+        let e = action_from_proto(None).expect_err("no action");
+        assert_eq!(
+            (e.reason(), e.field()),
+            (Reason::InvalidAction, Some("action"))
+        );
+    }
+
+    #[test]
+    fn a_bad_action_names_its_field_in_the_request() {
+        let shell = |command: &str, timeout_seconds| {
+            action_from_proto(Some(api::Action {
+                kind: Some(api::action::Kind::Shell(api::ShellAction {
+                    command: command.into(),
+                    timeout_seconds,
+                    ..Default::default()
+                })),
+            }))
+        };
+        for (r, field) in [
+            (shell(" ", 0), "action.shell.command"),
+            (shell("true", u32::MAX), "action.shell.timeout_seconds"),
+        ] {
+            let e = r.expect_err(field);
+            assert_eq!(
+                (e.reason(), e.field()),
+                (Reason::InvalidAction, Some(field))
+            );
+        }
     }
 
     #[test]

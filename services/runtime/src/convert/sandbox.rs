@@ -81,9 +81,7 @@ pub fn state_from_proto(v: i32) -> Result<SandboxState, Error> {
         Ok(api::SandboxState::Pausing) => SandboxState::Pausing,
         Ok(api::SandboxState::Resuming) => SandboxState::Resuming,
         Ok(api::SandboxState::Unspecified) | Err(_) => {
-            return Err(Error::invalid(format!(
-                "states: {v} is not a sandbox state"
-            )));
+            return Err(Error::invalid(format!("states: {v} is not a sandbox state")).at("states"));
         }
     })
 }

@@ -10,10 +10,10 @@ use super::timestamp;
 
 /// A space to create; InvalidArgument for a missing or malformed id.
 pub fn space_from_proto(s: Option<api::Space>) -> Result<Space, Error> {
-    let s = s.ok_or_else(|| Error::invalid("space is required"))?;
+    let s = s.ok_or_else(|| Error::invalid("space is required").at("space"))?;
     let now = SystemTime::now();
     Ok(Space {
-        id: SpaceId::parse(&s.space_id)?,
+        id: SpaceId::parse(&s.space_id).map_err(|e| e.within("space"))?,
         display_name: s.display_name,
         description: s.description,
         metadata: s.metadata.into_iter().collect(),
@@ -58,15 +58,16 @@ pub fn update_from_proto(
     s: Option<api::Space>,
     mask: Option<prost_types::FieldMask>,
 ) -> Result<(SpaceId, SpaceUpdate), Error> {
-    let s = s.ok_or_else(|| Error::invalid("space is required"))?;
-    let id = SpaceId::parse(&s.space_id)?;
+    let s = s.ok_or_else(|| Error::invalid("space is required").at("space"))?;
+    let id = SpaceId::parse(&s.space_id).map_err(|e| e.within("space"))?;
     let paths = mask.map(|m| m.paths).unwrap_or_default();
     let all = paths.is_empty();
     for p in &paths {
         if !["display_name", "description", "metadata", "limits"].contains(&p.as_str()) {
             return Err(Error::invalid(format!(
                 "update_mask: {p:?} cannot be updated (display_name, description, metadata, limits)"
-            )));
+            ))
+            .at("update_mask"));
         }
     }
     let wants = |f: &str| all || paths.iter().any(|p| p == f);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use mentis_core::{Action, ActionId, Error, Result, SandboxId};
+use mentis_core::{Action, ActionId, Error, Reason, Resource, Result, SandboxId};
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
@@ -118,9 +118,7 @@ impl Actions {
     pub async fn cancel(&self, sandbox: SandboxId, action: &ActionId) -> Result<()> {
         let h = self.registry.handle(sandbox)?;
         match h.action_status(action)? {
-            ActionStatus::Unknown => Err(Error::NotFound(format!(
-                "action {action} not found in sandbox {sandbox}"
-            ))),
+            ActionStatus::Unknown => Err(action_not_found(sandbox, action)),
             ActionStatus::Finished => Ok(()),
             ActionStatus::Running => match h.running_executor()?.cancel(action).await {
                 // It ended between our look and the executor's.
@@ -140,12 +138,13 @@ impl Actions {
     ) -> Result<()> {
         let h = self.registry.handle(sandbox)?;
         match h.action_status(action)? {
-            ActionStatus::Unknown => Err(Error::NotFound(format!(
-                "action {action} not found in sandbox {sandbox}"
-            ))),
-            ActionStatus::Finished => Err(Error::FailedPrecondition(format!(
-                "action {action} has ended"
-            ))),
+            ActionStatus::Unknown => Err(action_not_found(sandbox, action)),
+            ActionStatus::Finished => Err(Error::new(
+                Reason::ActionEnded,
+                format!("action {action} has ended"),
+            )
+            .about(Resource::action(action))
+            .about(Resource::sandbox(sandbox))),
             ActionStatus::Running => h.running_executor()?.write_stdin(action, data, eof).await,
         }
     }
@@ -169,4 +168,14 @@ impl Actions {
         let client = self.registry.handle(sandbox)?.running_executor()?;
         client.inspect_variables(names).await
     }
+}
+
+/// ACTION_NOT_FOUND for `action` in `sandbox`.
+fn action_not_found(sandbox: SandboxId, action: &ActionId) -> Error {
+    Error::new(
+        Reason::ActionNotFound,
+        format!("action {action} not found in sandbox {sandbox}"),
+    )
+    .about(Resource::action(action))
+    .about(Resource::sandbox(sandbox))
 }

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use mentis_core::lifecycle;
 use mentis_core::observation::ActionKind;
-use mentis_core::{ActionId, Error, ObservationKind, Sandbox, SandboxId, SandboxState, SpaceId};
+use mentis_core::{
+    ActionId, Error, ObservationKind, Reason, Resource, Sandbox, SandboxId, SandboxState, SpaceId,
+};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -68,13 +70,22 @@ impl ActionTable {
 }
 
 /// How a submission relates to a known action.
-fn known(id: &ActionId, fingerprint: u64, known: u64, after_seq: u64) -> Result<Reserved, Error> {
+fn known(
+    sandbox: SandboxId,
+    id: &ActionId,
+    fingerprint: u64,
+    known: u64,
+    after_seq: u64,
+) -> Result<Reserved, Error> {
     if known == fingerprint {
         return Ok(Reserved::Known { after_seq });
     }
-    Err(Error::AlreadyExists(format!(
-        "action id {id} is already used in this sandbox by another action"
-    )))
+    Err(Error::new(
+        Reason::ActionIdReused,
+        format!("action id {id} is already used in this sandbox by another action"),
+    )
+    .about(Resource::action(id))
+    .about(Resource::sandbox(sandbox)))
 }
 
 /// Outcome of registering a submission.
@@ -366,26 +377,30 @@ impl SandboxHandle {
     ) -> Result<Reserved, Error> {
         // A retry is answered from the log whatever the state (the sandbox may have ended since).
         if let Some(e) = lock(&self.inner).actions.entries.get(id) {
-            return known(id, fingerprint, e.fingerprint, e.after_seq);
+            return known(self.id, id, fingerprint, e.fingerprint, e.after_seq);
         }
         // Not in memory: a finished action only the store still remembers? (Entries leave memory only
         // when they are finished and stored, or never accepted: nothing slips between the two looks.)
         if let Some(a) = self.store.action(self.id, id)? {
-            return known(id, fingerprint, a.fingerprint, a.after_seq);
+            return known(self.id, id, fingerprint, a.fingerprint, a.after_seq);
         }
         let mut inner = lock(&self.inner);
         let state = inner.record.state;
         let t = &mut inner.actions;
         if let Some(e) = t.entries.get(id) {
-            return known(id, fingerprint, e.fingerprint, e.after_seq);
+            return known(self.id, id, fingerprint, e.fingerprint, e.after_seq);
         }
         // Checked under the lock a pause takes to leave RUNNING: no action starts once a pause has begun.
         not_running(self.id, state, "an action")?;
         if t.running >= max_running {
-            return Err(Error::ResourceExhausted(format!(
-                "sandbox {} already runs {max_running} actions (MENTIS_MAX_ACTIONS_PER_SANDBOX)",
-                self.id
-            )));
+            return Err(Error::new(
+                Reason::TooManyActions,
+                format!(
+                    "sandbox {} already runs {max_running} actions (MENTIS_MAX_ACTIONS_PER_SANDBOX)",
+                    self.id
+                ),
+            )
+            .about(Resource::sandbox(self.id)));
         }
         // Taken under the table's lock, so no observation of this action can precede it.
         let after_seq = self.log.last_seq();
@@ -519,9 +534,13 @@ pub struct Now {
 pub fn not_running(id: SandboxId, state: SandboxState, call: &str) -> Result<(), Error> {
     match state {
         SandboxState::Running => Ok(()),
-        SandboxState::Unhealthy => Err(Error::unavailable(format!(
-            "the executor of sandbox {id} does not answer; the runtime is bringing it back"
-        ))),
+        SandboxState::Unhealthy => Err(Error::new(
+            Reason::SandboxUnhealthy,
+            format!(
+                "the executor of sandbox {id} does not answer; the runtime is bringing it back"
+            ),
+        )
+        .about(Resource::sandbox(id))),
         other => Err(lifecycle::refuse(id, other, call, &[SandboxState::Running])),
     }
 }

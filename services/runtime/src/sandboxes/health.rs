@@ -89,8 +89,8 @@ async fn watch(
                 };
                 match recovered {
                     Ok(()) => failures = 0,
-                    Err(Error::NotFound(reason)) => {
-                        end_gone(&h, backend, reason).await;
+                    Err(e @ Error::NotFound(_)) => {
+                        end_gone(&h, backend, e.to_string()).await;
                         return;
                     }
                     Err(e) => tracing::debug!(error = %e.chain(), "executor not back yet"),

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use mentis_core::lifecycle;
-use mentis_core::{Error, Result, Sandbox, SandboxBackend, SandboxId, SandboxState};
+use mentis_core::{
+    Error, Reason, Resource, Result, Sandbox, SandboxBackend, SandboxId, SandboxState,
+};
 
 use super::handle::SandboxHandle;
 use super::reach::reach_executor;
@@ -59,9 +61,13 @@ impl Lifecycle {
             }
             match now.running_actions {
                 0 => Ok(()),
-                n => Err(Error::FailedPrecondition(format!(
-                    "sandbox {id} has {n} running actions; cancel them or let them end before pausing"
-                ))),
+                n => Err(Error::new(
+                    Reason::ActionsRunning,
+                    format!(
+                        "sandbox {id} has {n} running actions; cancel them or let them end before pausing"
+                    ),
+                )
+                .about(Resource::sandbox(id))),
             }
         })?;
         if let Err(e) = self.backend.pause(id).await {

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use mentis_core::{
-    BackendSpec, Error, Result, Sandbox, SandboxBackend, SandboxId, SandboxRequest, SandboxState,
-    SpaceId,
+    BackendSpec, Error, Reason, Result, Sandbox, SandboxBackend, SandboxId, SandboxRequest,
+    SandboxState,
 };
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -68,12 +68,13 @@ impl Provisioner {
     /// Creates a sandbox and returns it RUNNING (or the live one that already carries the request's key).
     pub async fn create(self: &Arc<Self>, req: SandboxRequest) -> Result<Sandbox> {
         if self.shutdown.is_cancelled() {
-            return Err(Error::unavailable("the runtime is shutting down"));
+            return Err(Error::new(
+                Reason::ShuttingDown,
+                "the runtime is shutting down",
+            ));
         }
         // The space narrows the runtime's limits and may set the root filesystem's default.
-        let space = self
-            .spaces
-            .record(&SpaceId::parse_or_default(&req.space_id)?)?;
+        let space = self.spaces.record(&req.space()?)?;
         let policy = self
             .config
             .limits

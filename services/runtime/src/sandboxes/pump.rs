@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mentis_core::observation::ActionKind;
-use mentis_core::{Action, ActionId, Error, ObservationKind, SandboxState};
+use mentis_core::{Action, ActionId, Error, ObservationKind, Reason, Resource, SandboxState};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -42,7 +42,8 @@ pub(super) async fn pump(
     let started = Instant::now();
     let attach = tokio::select! {
         r = client.attach_new(&id, &action, &h.env) => r,
-        () = h.cancel.cancelled() => Err(Error::unavailable("the sandbox is being deleted")),
+        () = h.cancel.cancelled() => Err(Error::new(Reason::SandboxDeleting, "the sandbox is being deleted")
+            .about(Resource::sandbox(h.id))),
     };
     let attached = match attach {
         Ok(a) => a,

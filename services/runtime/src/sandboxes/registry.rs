@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime};
 
-use mentis_core::{Error, Result, Sandbox, SandboxId, SandboxState, Space, SpaceId};
+use mentis_core::{
+    Error, Reason, Resource, ResourceKind, Result, Sandbox, SandboxId, SandboxState, Space, SpaceId,
+};
 
 use super::handle::SandboxHandle;
 use crate::store::Store;
@@ -103,9 +105,10 @@ impl Registry {
         }
         let live = map.values().filter(|h| !h.state().is_final()).count();
         if live >= self.max_sandboxes {
-            return Err(Error::ResourceExhausted(format!(
-                "this runtime already holds {live} sandboxes (MENTIS_MAX_SANDBOXES)"
-            )));
+            return Err(Error::new(
+                Reason::RuntimeQuotaExceeded,
+                format!("this runtime already holds {live} sandboxes (MENTIS_MAX_SANDBOXES)"),
+            ));
         }
         let in_space = map
             .values()
@@ -113,10 +116,14 @@ impl Registry {
             .count();
         let max = space.limits.max_sandboxes as usize;
         if max > 0 && in_space >= max {
-            return Err(Error::ResourceExhausted(format!(
-                "space {} already holds {in_space} sandboxes, its limit",
-                record.space_id
-            )));
+            return Err(Error::new(
+                Reason::SpaceQuotaExceeded,
+                format!(
+                    "space {} already holds {in_space} sandboxes, its limit",
+                    record.space_id
+                ),
+            )
+            .about(Resource::space(&record.space_id)));
         }
         match recording {
             Recording::Claim => self.store.claim(&record, env, &handle.token)?,
@@ -136,7 +143,7 @@ impl Registry {
         self.read()
             .get(&id)
             .cloned()
-            .ok_or_else(|| Error::NotFound(format!("sandbox {id} not found")))
+            .ok_or_else(|| Error::sandbox_not_found(id))
     }
 
     /// The handle of a sandbox, when known.
@@ -163,7 +170,12 @@ impl Registry {
             .find(|h| h.is_live_with_key(space, key))
             .map(|h| (h.snapshot(), h.log.last_seq()))
             .ok_or_else(|| {
-                Error::NotFound(format!("no live sandbox with key {key:?} in space {space}"))
+                Error::new(
+                    Reason::ExternalKeyNotFound,
+                    format!("no live sandbox with key {key:?} in space {space}"),
+                )
+                .about(Resource::new(ResourceKind::ExternalKey, key))
+                .about(Resource::space(space))
             })
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mentis_core::{BackendState, Error, Result, SandboxId, SandboxState};
+use mentis_core::{BackendState, Error, Reason, Result, SandboxId, SandboxState};
 
 use mentis_core::SandboxBackend;
 
@@ -59,11 +59,14 @@ impl Restore<'_> {
             None => self.store.set_meta(INSTANCE, instance)?,
             Some(owner) if &owner == instance => {}
             Some(owner) => {
-                return Err(Error::FailedPrecondition(format!(
-                    "the store in {} belongs to instance {owner:?}, not {instance:?}: set \
+                return Err(Error::new(
+                    Reason::FailedPrecondition,
+                    format!(
+                        "the store in {} belongs to instance {owner:?}, not {instance:?}: set \
                      MENTIS_INSTANCE={owner} or use another MENTIS_DATA_DIR",
-                    self.config.data_dir.display()
-                )));
+                        self.config.data_dir.display()
+                    ),
+                ));
             }
         }
         self.backend.prepare().await?;

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
-use mentis_core::{Error, LimitsPolicy, Result, Space, SpaceId, SpaceUpdate};
+use mentis_core::{Error, LimitsPolicy, Reason, Resource, Result, Space, SpaceId, SpaceUpdate};
 
 use super::registry::Registry;
 use crate::store::Store;
@@ -63,22 +63,24 @@ impl Spaces {
             .unwrap_or_else(|p| p.into_inner())
             .get(id.as_str())
             .cloned()
-            .ok_or_else(|| Error::NotFound(format!("space {id} not found")))
+            .ok_or_else(|| Error::space_not_found(id))
     }
 
     /// Creates a space; AlreadyExists when the id is taken.
     pub fn create(&self, mut space: Space) -> Result<SpaceView> {
-        space.validate()?;
-        self.check_limits(&space.limits)?;
+        space.validate().map_err(|e| e.within("space"))?;
+        self.check_limits(&space.limits)
+            .map_err(|e| e.within("space"))?;
         let now = crate::clock::now();
         space.created_at = now;
         space.updated_at = now;
         let mut map = self.write();
         if map.contains_key(space.id.as_str()) {
-            return Err(Error::AlreadyExists(format!(
-                "space {} already exists",
-                space.id
-            )));
+            return Err(Error::new(
+                Reason::SpaceExists,
+                format!("space {} already exists", space.id),
+            )
+            .about(Resource::space(&space.id)));
         }
         self.store.put_space(&space)?;
         map.insert(space.id.as_str().to_owned(), space.clone());
@@ -131,15 +133,15 @@ impl Spaces {
 
     /// Changes a space.
     pub fn update(&self, id: &SpaceId, update: SpaceUpdate) -> Result<SpaceView> {
-        update.validate()?;
+        update.validate().map_err(|e| e.within("space"))?;
         if let Some(l) = &update.limits {
-            self.check_limits(l)?;
+            self.check_limits(l).map_err(|e| e.within("space"))?;
         }
         let space = {
             let mut map = self.write();
             let space = map
                 .get_mut(id.as_str())
-                .ok_or_else(|| Error::NotFound(format!("space {id} not found")))?;
+                .ok_or_else(|| Error::space_not_found(id))?;
             let mut changed = space.clone();
             changed.apply(update, crate::clock::now());
             self.store.put_space(&changed)?;
@@ -155,9 +157,11 @@ impl Spaces {
     pub fn remove_if_empty(&self, id: &SpaceId) -> Result<()> {
         let sandboxes = self.registry.write();
         if sandboxes.values().any(|h| h.is_live_in(id)) {
-            return Err(Error::FailedPrecondition(format!(
-                "space {id} got a new sandbox while it was being deleted"
-            )));
+            return Err(Error::new(
+                Reason::SpaceNotEmpty,
+                format!("space {id} got a new sandbox while it was being deleted"),
+            )
+            .about(Resource::space(id)));
         }
         let mut spaces = self.write();
         self.store.delete_space(id)?;

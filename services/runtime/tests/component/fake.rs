@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mentis_core::{
-    BackendSandbox, BackendSpec, BackendState, Endpoint, Error, Limits, Result, SandboxBackend,
-    SandboxId,
+    BackendSandbox, BackendSpec, BackendState, Endpoint, Error, Limits, Reason, Result,
+    SandboxBackend, SandboxId,
 };
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -235,13 +235,19 @@ impl SandboxBackend for FakeBackend {
         self.record("ensure_running", id);
         let (spec, workspace) = {
             let map = lock(&self.sandboxes);
-            let f = map
-                .get(&id)
-                .ok_or_else(|| Error::NotFound(format!("sandbox {id} is gone from the fake")))?;
+            let f = map.get(&id).ok_or_else(|| {
+                Error::new(
+                    Reason::ContainerGone,
+                    format!("sandbox {id} is gone from the fake"),
+                )
+            })?;
             match f.state {
                 BackendState::Running => return Ok(f.proxy.endpoint()),
                 BackendState::Paused => {
-                    return Err(Error::FailedPrecondition(format!("sandbox {id} is paused")));
+                    return Err(Error::new(
+                        Reason::SandboxPaused,
+                        format!("sandbox {id} is paused"),
+                    ));
                 }
                 BackendState::Stopped | BackendState::Missing => {}
             }
@@ -249,9 +255,12 @@ impl SandboxBackend for FakeBackend {
         };
         let (addr, stop) = start_executor(&spec, &workspace).await;
         let mut map = lock(&self.sandboxes);
-        let f = map
-            .get_mut(&id)
-            .ok_or_else(|| Error::NotFound(format!("sandbox {id} is gone from the fake")))?;
+        let f = map.get_mut(&id).ok_or_else(|| {
+            Error::new(
+                Reason::ContainerGone,
+                format!("sandbox {id} is gone from the fake"),
+            )
+        })?;
         f.executor = Some(stop);
         f.state = BackendState::Running;
         f.proxy.retarget(Some(addr));
@@ -261,9 +270,10 @@ impl SandboxBackend for FakeBackend {
     async fn restart(&self, id: SandboxId) -> Result<Endpoint> {
         self.record("restart", id);
         if self.state(id).is_none() {
-            return Err(Error::NotFound(format!(
-                "sandbox {id} is gone from the fake"
-            )));
+            return Err(Error::new(
+                Reason::ContainerGone,
+                format!("sandbox {id} is gone from the fake"),
+            ));
         }
         self.kill(id);
         self.ensure_running(id).await
@@ -277,9 +287,12 @@ impl SandboxBackend for FakeBackend {
             ));
         }
         let mut map = lock(&self.sandboxes);
-        let f = map
-            .get_mut(&id)
-            .ok_or_else(|| Error::NotFound(format!("sandbox {id} is gone from the fake")))?;
+        let f = map.get_mut(&id).ok_or_else(|| {
+            Error::new(
+                Reason::ContainerGone,
+                format!("sandbox {id} is gone from the fake"),
+            )
+        })?;
         f.spec.limits = limits;
         Ok(())
     }
@@ -294,9 +307,12 @@ impl SandboxBackend for FakeBackend {
             return Err(Error::unavailable("the fake engine cannot pause"));
         }
         let mut map = lock(&self.sandboxes);
-        let f = map
-            .get_mut(&id)
-            .ok_or_else(|| Error::NotFound(format!("sandbox {id} is gone from the fake")))?;
+        let f = map.get_mut(&id).ok_or_else(|| {
+            Error::new(
+                Reason::ContainerGone,
+                format!("sandbox {id} is gone from the fake"),
+            )
+        })?;
         f.proxy.set_frozen(true);
         f.state = BackendState::Paused;
         Ok(())
@@ -308,9 +324,12 @@ impl SandboxBackend for FakeBackend {
             return Err(Error::unavailable("the fake engine cannot resume"));
         }
         let mut map = lock(&self.sandboxes);
-        let f = map
-            .get_mut(&id)
-            .ok_or_else(|| Error::NotFound(format!("sandbox {id} is gone from the fake")))?;
+        let f = map.get_mut(&id).ok_or_else(|| {
+            Error::new(
+                Reason::ContainerGone,
+                format!("sandbox {id} is gone from the fake"),
+            )
+        })?;
         if f.state == BackendState::Paused {
             f.proxy.set_frozen(false);
             f.state = BackendState::Running;

@@ -6,6 +6,7 @@
 mod api;
 mod disk;
 mod drain;
+mod errors;
 mod fake;
 mod faults;
 mod health;
