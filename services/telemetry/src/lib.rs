@@ -21,11 +21,15 @@ use tracing::dispatcher::WeakDispatch;
 use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::prelude::*;
 
+#[cfg(feature = "grpc")]
 mod buffer;
 mod json;
+#[cfg(feature = "grpc")]
 mod propagation;
 
+#[cfg(feature = "grpc")]
 pub use buffer::SpanBuffer;
+#[cfg(feature = "grpc")]
 pub use propagation::{GrpcTraceLayer, GrpcTraceService, inject};
 
 /// Whether this process exports traces (a tracer provider was installed).
