@@ -76,7 +76,7 @@ lint: tools
 	@if git rev-parse -q --verify HEAD~1 >/dev/null; then $(TOOLS)/buf breaking --against '.git#ref=HEAD~1'; \
 	  else echo "buf breaking: no previous commit to compare with"; fi
 	@.tools/venv/bin/python tests/proto-codegen.py
-	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/backend-docker/src services/runtime/src executor/src tests
+	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/backend-docker/src services/telemetry/src services/runtime/src executor/src tests
 
 fmt:
 	$(CARGO) fmt --all

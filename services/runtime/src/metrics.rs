@@ -6,16 +6,13 @@
 //! Instruments record where things happen (a create, an action's end, a cut-off); gauges of state
 //! (sandboxes by state and space, pool members) are read from the manager at each collection.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use tokio_util::sync::CancellationToken;
-
-use crate::sandboxes::Manager;
 
 /// The instrumentation scope of our metrics.
 const SCOPE: &str = "mentis-runtime";
@@ -166,59 +163,9 @@ impl MetricsExport {
         Ok(EXPORT.get())
     }
 
-    /// Registers the gauges read from `manager` at each collection: sandboxes by state and space, and each
-    /// pool's idle members, hits and misses.
-    pub fn observe(&self, manager: &Arc<Manager>) {
-        let meter = self.provider.meter(SCOPE);
-        let m = Arc::downgrade(manager);
-        // Every (state, space) ever reported: one that has no sandbox any more reports 0 rather than its
-        // last count (the SDK keeps a series' last value).
-        let seen: Mutex<BTreeSet<(&'static str, String)>> = Mutex::default();
-        let _ = meter
-            .u64_observable_gauge("mentis.sandboxes")
-            .with_description("Sandboxes by state and space")
-            .with_callback(move |o| {
-                let Some(manager) = m.upgrade() else { return };
-                let mut counts: BTreeMap<(&'static str, String), u64> = BTreeMap::new();
-                for h in manager.registry().handles() {
-                    let s = h.snapshot();
-                    *counts
-                        .entry((s.state.name(), s.space_id.to_string()))
-                        .or_default() += 1;
-                }
-                let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
-                seen.extend(counts.keys().cloned());
-                for (state, space) in seen.iter() {
-                    let n = counts.get(&(*state, space.clone())).copied().unwrap_or(0);
-                    o.observe(n, &[kv("state", *state), kv("space", space.clone())]);
-                }
-            })
-            .build();
-        let m = Arc::downgrade(manager);
-        let _ = meter
-            .u64_observable_gauge("mentis.pool.idle")
-            .with_description("Idle members of each warm pool, by image")
-            .with_callback(move |o| {
-                let Some(manager) = m.upgrade() else { return };
-                for p in manager.pool_stats() {
-                    o.observe(p.idle as u64, &[kv("image", p.image)]);
-                }
-            })
-            .build();
-        let m = Arc::downgrade(manager);
-        let _ = meter
-            .u64_observable_counter("mentis.pool.claims")
-            .with_description(
-                "Creates that found an idle pool member (hit) or not (miss), by image",
-            )
-            .with_callback(move |o| {
-                let Some(manager) = m.upgrade() else { return };
-                for p in manager.pool_stats() {
-                    o.observe(p.hits, &[kv("image", p.image.clone()), kv("result", "hit")]);
-                    o.observe(p.misses, &[kv("image", p.image), kv("result", "miss")]);
-                }
-            })
-            .build();
+    /// The meter of the gauges read at each collection (`server::observe_manager`).
+    pub fn meter(&self) -> Meter {
+        self.provider.meter(SCOPE)
     }
 
     /// Serves `GET /metrics` (Prometheus text format) on `listener` until `shutdown`.

@@ -152,7 +152,7 @@ impl Runtime {
         );
         manager.start().await?;
         if let Some(export) = crate::metrics::export() {
-            export.observe(&manager);
+            observe_manager(export, &manager);
             if let Some(listener) = metrics_listener {
                 if let Ok(at) = listener.local_addr() {
                     tracing::info!(%at, "metrics served at /metrics");
@@ -329,4 +329,60 @@ async fn serve(
     manager.shutdown().await;
     tracing::info!("mentis-runtime stopped");
     result.map_err(ServeError::from)
+}
+
+/// Registers the metrics' gauges read from `manager` at each collection: sandboxes by state and space, and each
+/// pool's idle members, hits and misses.
+fn observe_manager(export: &crate::metrics::MetricsExport, manager: &Arc<Manager>) {
+    use crate::metrics::kv;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::{Mutex, PoisonError};
+    let meter = export.meter();
+    let m = Arc::downgrade(manager);
+    // Every (state, space) ever reported: one that has no sandbox any more reports 0 rather than its
+    // last count (the SDK keeps a series' last value).
+    let seen: Mutex<BTreeSet<(&'static str, String)>> = Mutex::default();
+    let _ = meter
+        .u64_observable_gauge("mentis.sandboxes")
+        .with_description("Sandboxes by state and space")
+        .with_callback(move |o| {
+            let Some(manager) = m.upgrade() else { return };
+            let mut counts: BTreeMap<(&'static str, String), u64> = BTreeMap::new();
+            for h in manager.registry().handles() {
+                let s = h.snapshot();
+                *counts
+                    .entry((s.state.name(), s.space_id.to_string()))
+                    .or_default() += 1;
+            }
+            let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+            seen.extend(counts.keys().cloned());
+            for (state, space) in seen.iter() {
+                let n = counts.get(&(*state, space.clone())).copied().unwrap_or(0);
+                o.observe(n, &[kv("state", *state), kv("space", space.clone())]);
+            }
+        })
+        .build();
+    let m = Arc::downgrade(manager);
+    let _ = meter
+        .u64_observable_gauge("mentis.pool.idle")
+        .with_description("Idle members of each warm pool, by image")
+        .with_callback(move |o| {
+            let Some(manager) = m.upgrade() else { return };
+            for p in manager.pool_stats() {
+                o.observe(p.idle as u64, &[kv("image", p.image)]);
+            }
+        })
+        .build();
+    let m = Arc::downgrade(manager);
+    let _ = meter
+        .u64_observable_counter("mentis.pool.claims")
+        .with_description("Creates that found an idle pool member (hit) or not (miss), by image")
+        .with_callback(move |o| {
+            let Some(manager) = m.upgrade() else { return };
+            for p in manager.pool_stats() {
+                o.observe(p.hits, &[kv("image", p.image.clone()), kv("result", "hit")]);
+                o.observe(p.misses, &[kv("image", p.image), kv("result", "miss")]);
+            }
+        })
+        .build();
 }

@@ -67,10 +67,10 @@ where
 
 /// The OpenTelemetry trace and span ids (lowercase hex) of a span, when traces are on and it is sampled.
 fn otel_ids(id: &tracing::span::Id) -> Option<(String, String)> {
-    if !crate::traces_on() {
+    if !crate::state::traces_on() {
         return None;
     }
-    let dispatch = crate::dispatch()?;
+    let dispatch = crate::state::dispatch()?;
     let cx = tracing_opentelemetry::get_otel_context(id, &dispatch)?;
     let span = cx.span();
     let sc = span.span_context();

@@ -11,13 +11,9 @@
 //! Traces are off unless a process installs a tracer provider; then nothing here creates a span or
 //! touches metadata.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Dispatch;
-use tracing::dispatcher::WeakDispatch;
 use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::prelude::*;
 
@@ -26,21 +22,14 @@ mod buffer;
 mod json;
 #[cfg(feature = "grpc")]
 mod propagation;
+mod state;
 
 #[cfg(feature = "grpc")]
 pub use buffer::SpanBuffer;
 #[cfg(feature = "grpc")]
 pub use propagation::{GrpcTraceLayer, GrpcTraceService, inject};
 
-/// Whether this process exports traces (a tracer provider was installed).
-static TRACES_ON: AtomicBool = AtomicBool::new(false);
-/// The process's subscriber, for the JSON lines' trace ids.
-static DISPATCH: OnceLock<WeakDispatch> = OnceLock::new();
-
-/// Whether this process exports traces.
-pub fn traces_on() -> bool {
-    TRACES_ON.load(Ordering::Relaxed)
-}
+pub use state::traces_on;
 
 /// Whether the current span belongs to a sampled trace: work done outside one (a background check, a
 /// reconciliation) gets no spans of its own, so it never shows up as a trace of its own.
@@ -146,15 +135,10 @@ where
             .boxed(),
     };
     let dispatch = Dispatch::new(tracing_subscriber::registry().with(otel).with(logs));
-    let _ = DISPATCH.set(dispatch.downgrade());
+    state::set_dispatch(&dispatch);
     tracing::dispatcher::set_global_default(dispatch)?;
     if traces.is_some() {
-        TRACES_ON.store(true, Ordering::Relaxed);
+        state::set_traces_on();
     }
     Ok(())
-}
-
-/// The subscriber [`install`] set, while it lives.
-fn dispatch() -> Option<Dispatch> {
-    DISPATCH.get().and_then(WeakDispatch::upgrade)
 }

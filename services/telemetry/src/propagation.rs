@@ -17,7 +17,7 @@ static PROPAGATOR: LazyLock<TraceContextPropagator> = LazyLock::new(TraceContext
 
 /// Puts the current span's trace context into an outgoing call's metadata (nothing when traces are off).
 pub fn inject(metadata: &mut MetadataMap) {
-    if !crate::traces_on() {
+    if !crate::state::traces_on() {
         return;
     }
     let cx = tracing::Span::current().context();
@@ -93,7 +93,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if !crate::traces_on() {
+        if !crate::state::traces_on() {
             return Either::Left(self.inner.call(request));
         }
         let path = request.uri().path().trim_start_matches('/');
