@@ -107,6 +107,12 @@ if ! command -v jq >/dev/null 2>&1; then
   installed+=("jq (Debian)")
 fi
 
+# --- curl (Debian), used by the README's observability block to scrape /metrics -------------------------------------
+if ! command -v curl >/dev/null 2>&1; then
+  apt_install curl ca-certificates
+  installed+=("curl (Debian)")
+fi
+
 # --- protoc with Go plugins (Debian), used by tests/proto-codegen.py to show that clients in other languages -----
 # generate code from the protos with no flags (protoc's own Java, C#, Objective-C, PHP, Ruby and Python
 # generators, and protoc-gen-go / protoc-gen-go-grpc).

@@ -80,7 +80,7 @@ CONF
   "$nginx" -c "$work/nginx/nginx.conf" -p "$work/nginx" 2>"$work/nginx/stderr" &
   nginx_pid=$!
 fi
-MENTIS_LISTEN=$listen MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
+MENTIS_METRICS_LISTEN=127.0.0.1:9464 MENTIS_LISTEN=$listen MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
 runtime_pid=$!
 for _ in $(seq 1 100); do
   grpcurl -plaintext -max-time 1 127.0.0.1:50051 grpc.health.v1.Health/Check >/dev/null 2>&1 && break
@@ -114,6 +114,7 @@ run_block python
 run_block lifecycle
 run_block keys
 run_block limits
+run_block observability
 run_block files \
   'SANDBOX=$(grpcurl -plaintext -H "$AUTH" -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)' \
   'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d
@@ -133,6 +134,13 @@ for want in 'Code: InvalidArgument' '512' '256' 'ROOT_FILESYSTEM_READ_ONLY' '"di
 done
 [ "$(grep -c '^1000$' "$work/limits.out")" = 1 ] ||
   { echo "readme-walkthrough: limits: expected uid 1000" >&2; cat "$work/limits.out" >&2; exit 1; }
+for want in traced 'mentis_actions_ended_total{kind="shell",reason="Exited"' \
+  'mentis_sandbox_creates_total{outcome="ok",path="cold"'; do
+  grep -qF -- "$want" "$work/observability.out" ||
+    { echo "readme-walkthrough: observability: output lacks $want" >&2; cat "$work/observability.out" >&2; exit 1; }
+done
+[ "$(tail -n 2 "$work/observability.out" | head -n 1)" = 1 ] ||
+  { echo "readme-walkthrough: observability: no memory figure for the sandbox" >&2; cat "$work/observability.out" >&2; exit 1; }
 [ "$(grep -c '^SANDBOX_STATE_RUNNING$' "$work/lifecycle.out")" = 2 ] ||
   { echo "readme-walkthrough: lifecycle: expected RUNNING twice" >&2; cat "$work/lifecycle.out" >&2; exit 1; }
 fail=0

@@ -31,6 +31,28 @@ pub(crate) struct Cgroup {
     memory_max: Option<PathBuf>,
     /// A count or `max`: `pids.max` on v1 and v2.
     pids_max: Option<PathBuf>,
+    /// Bytes in use: v1 `memory.usage_in_bytes`, v2 `memory.current`.
+    memory_current: Option<PathBuf>,
+    /// CPU time used: v1 `cpuacct.usage` (nanoseconds), v2 `cpu.stat`'s `usage_usec`.
+    cpu_usage: Option<CpuUsage>,
+}
+
+/// Where the CPU time is, and in which form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CpuUsage {
+    /// v1: nanoseconds, the whole file.
+    Nanos(PathBuf),
+    /// v2: `usage_usec` in a flat keyed file.
+    StatMicros(PathBuf),
+}
+
+/// The sandbox's resource use now (what the runtime's metrics show per sandbox).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Usage {
+    /// Memory in use, in bytes (page cache included, as the memory limit counts it).
+    pub(crate) memory_bytes: Option<u64>,
+    /// CPU time used since the container started, in microseconds.
+    pub(crate) cpu_usec: Option<u64>,
 }
 
 /// The counters at one moment; `None` where they could not be read.
@@ -78,6 +100,31 @@ impl Cgroup {
             pids_events: first(&["pids/pids.events", "pids.events"]),
             memory_max: first(&["memory/memory.limit_in_bytes", "memory.max"]),
             pids_max: first(&["pids/pids.max", "pids.max"]),
+            memory_current: first(&["memory/memory.usage_in_bytes", "memory.current"]),
+            cpu_usage: first(&["cpuacct/cpuacct.usage", "cpu,cpuacct/cpuacct.usage"])
+                .map(CpuUsage::Nanos)
+                .or_else(|| first(&["cpu.stat"]).map(CpuUsage::StatMicros)),
+        }
+    }
+
+    /// Memory and CPU time in use now; a file that cannot be read leaves its figure unknown.
+    pub(crate) async fn usage(&self) -> Usage {
+        let memory_bytes = read(self.memory_current.as_deref())
+            .await
+            .and_then(|t| t.trim().parse().ok());
+        let cpu_usec = match &self.cpu_usage {
+            Some(CpuUsage::Nanos(file)) => read(Some(file))
+                .await
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .map(|ns| ns / 1000),
+            Some(CpuUsage::StatMicros(file)) => {
+                keyed(read(Some(file)).await.as_deref(), "usage_usec")
+            }
+            None => None,
+        };
+        Usage {
+            memory_bytes,
+            cpu_usec,
         }
     }
 
@@ -320,5 +367,33 @@ mod tests {
         let cgroup = Cgroup::at(root.path());
         std::fs::remove_file(root.path().join("pids.events")).unwrap();
         assert_eq!(cgroup.counters().await, Counters::default());
+    }
+
+    #[tokio::test]
+    async fn usage_reads_both_versions() {
+        let v1 = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(v1.path().join("memory")).unwrap();
+        std::fs::create_dir_all(v1.path().join("cpuacct")).unwrap();
+        std::fs::write(v1.path().join("memory/memory.usage_in_bytes"), "1048576\n").unwrap();
+        std::fs::write(v1.path().join("cpuacct/cpuacct.usage"), "2500000000\n").unwrap();
+        let usage = Cgroup::at(v1.path()).usage().await;
+        assert_eq!(usage.memory_bytes, Some(1 << 20));
+        assert_eq!(usage.cpu_usec, Some(2_500_000));
+
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(v2.path().join("memory.current"), "4096\n").unwrap();
+        std::fs::write(
+            v2.path().join("cpu.stat"),
+            "usage_usec 1234\nuser_usec 1000\nsystem_usec 234\n",
+        )
+        .unwrap();
+        let usage = Cgroup::at(v2.path()).usage().await;
+        assert_eq!(
+            (usage.memory_bytes, usage.cpu_usec),
+            (Some(4096), Some(1234))
+        );
+
+        let none = tempfile::tempdir().unwrap();
+        assert_eq!(Cgroup::at(none.path()).usage().await, Usage::default());
     }
 }

@@ -12,9 +12,10 @@ use mentis_proto::executor::executor_service_server::{
 };
 use mentis_proto::executor::workspace_service_server::WorkspaceServiceServer;
 use mentis_proto::executor::{
-    AttachRequest, AttachResponse, CancelRequest, CancelResponse, InspectVariablesRequest,
-    InspectVariablesResponse, ResetKernelRequest, ResetKernelResponse, RunRequest, RunResponse,
-    TakeSpansRequest, TakeSpansResponse, WriteStdinRequest, WriteStdinResponse, attach_request,
+    AttachRequest, AttachResponse, CancelRequest, CancelResponse, GetUsageRequest,
+    GetUsageResponse, InspectVariablesRequest, InspectVariablesResponse, ResetKernelRequest,
+    ResetKernelResponse, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse,
+    WriteStdinRequest, WriteStdinResponse, attach_request,
 };
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
@@ -254,6 +255,17 @@ impl ExecutorService for ExecutorApi {
         let answer = self.actions.inspect_variables(names).await?;
         Ok(Response::new(InspectVariablesResponse {
             variables: convert::variable_summaries(answer),
+        }))
+    }
+
+    async fn get_usage(
+        &self,
+        _request: Request<GetUsageRequest>,
+    ) -> Result<Response<GetUsageResponse>, Status> {
+        let usage = crate::cgroup::Cgroup::get().usage().await;
+        Ok(Response::new(GetUsageResponse {
+            memory_bytes: usage.memory_bytes,
+            cpu_usec: usage.cpu_usec,
         }))
     }
 

@@ -69,6 +69,8 @@ async fn a_scrape_shows_sandboxes_and_actions_and_otlp_gets_the_same() -> anyhow
             // Metrics only over OTLP (traces stay off), pushed every second.
             ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", endpoint.as_str()),
             ("OTEL_METRIC_EXPORT_INTERVAL", "1000"),
+            // Per-sandbox usage is read at each health check.
+            ("MENTIS_HEALTH_INTERVAL_SECS", "1"),
         ],
     )
     .await?;
@@ -148,6 +150,38 @@ async fn a_scrape_shows_sandboxes_and_actions_and_otlp_gets_the_same() -> anyhow
         open = total(&samples(&scrape(port).await?), "mentis_streams_open", &[]);
     }
     assert_eq!(open, 0.0);
+
+    // Per-sandbox memory and CPU time from the sandbox's cgroup, as of its last health check; gone with it.
+    let of_sandbox = format!("sandbox_id=\"{id}\"");
+    let mut usage = (0.0, 0.0);
+    for _ in 0..50 {
+        let now = samples(&scrape(port).await?);
+        usage = (
+            total(&now, "mentis_sandbox_memory_bytes", &[&of_sandbox]),
+            total(&now, "mentis_sandbox_cpu_seconds_total", &[&of_sandbox]),
+        );
+        if usage.0 > 0.0 && usage.1 > 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("sandbox usage: {} bytes, {} s of CPU", usage.0, usage.1);
+    // The executor, its kernel and a shell: more than a MiB, less than the default 1 GiB limit.
+    assert!(
+        usage.0 > (1 << 20) as f64 && usage.0 < (1u64 << 30) as f64,
+        "{usage:?}"
+    );
+    assert!(usage.1 > 0.0, "{usage:?}");
+    h.sandboxes
+        .delete_sandbox(mentis_proto::api::DeleteSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?;
+    let gone = scrape(port).await?;
+    assert!(
+        !gone.contains(&of_sandbox),
+        "a deleted sandbox's series stays:\n{gone}"
+    );
 
     // The same instruments reach the OTLP receiver.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

@@ -15,7 +15,10 @@ pub async fn run_from_env() -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         // bollard logs request bodies at debug, and a container's env carries its executor token.
-        .add_directive("bollard=info".parse()?);
+        .add_directive("bollard=info".parse()?)
+        // OpenTelemetry's own notes (a provider was set, ...) only when something is wrong.
+        .add_directive("opentelemetry=warn".parse()?)
+        .add_directive("opentelemetry_sdk=warn".parse()?);
     let format = mentis_telemetry::LogFormat::from_env().map_err(anyhow::Error::msg)?;
     let traces = match telemetry::traces_endpoint(|name| std::env::var(name).ok()) {
         Some(endpoint) => Some(Traces::start(&endpoint).context("cannot start traces")?),

@@ -7,9 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use mentis_core::{Action, ActionId, Endpoint, Error, Reason, VariableSummary};
 use mentis_proto::executor::{
-    AttachRequest, AttachResponse, CancelRequest, InspectVariablesRequest, ResetKernelRequest,
-    Resume, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse, WriteStdinRequest,
-    attach_request, executor_service_client::ExecutorServiceClient,
+    AttachRequest, AttachResponse, CancelRequest, GetUsageRequest, InspectVariablesRequest,
+    ResetKernelRequest, Resume, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse,
+    WriteStdinRequest, attach_request, executor_service_client::ExecutorServiceClient,
     workspace_service_client::WorkspaceServiceClient,
 };
 use tokio::sync::mpsc;
@@ -248,7 +248,29 @@ impl ExecutorClient {
     }
 }
 
+/// A sandbox's resource use, read from its cgroup by its executor.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// Memory in use, in bytes; None when the executor cannot tell.
+    pub memory_bytes: Option<u64>,
+    /// CPU time used since the container started, in microseconds; None when unknown.
+    pub cpu_usec: Option<u64>,
+}
+
 impl ExecutorClient {
+    /// The sandbox's memory and CPU time in use.
+    pub async fn usage(&self) -> Result<Usage, Error> {
+        let mut rpc = self.rpc.clone();
+        let r = self
+            .timed(rpc.get_usage(GetUsageRequest {}))
+            .await?
+            .into_inner();
+        Ok(Usage {
+            memory_bytes: r.memory_bytes,
+            cpu_usec: r.cpu_usec,
+        })
+    }
+
     /// The executor's finished trace spans (see `telemetry::SpanRelay`).
     pub async fn take_spans(&self) -> Result<TakeSpansResponse, Error> {
         let mut rpc = self.rpc.clone();

@@ -168,6 +168,15 @@ impl MetricsExport {
         self.provider.meter(SCOPE)
     }
 
+    /// Adds a collector read at each scrape of `GET /metrics` (nothing without the endpoint).
+    pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
+        if let Some(registry) = &self.prometheus
+            && let Err(e) = registry.register(collector)
+        {
+            tracing::warn!(error = %e, "metrics: cannot register a collector");
+        }
+    }
+
     /// Serves `GET /metrics` (Prometheus text format) on `listener` until `shutdown`.
     pub fn serve(&self, listener: tokio::net::TcpListener, shutdown: CancellationToken) {
         let Some(registry) = self.prometheus.clone() else {
@@ -240,5 +249,74 @@ async fn serve_prometheus(
                 tracing::debug!(error = %e, "metrics: connection ended with an error");
             }
         });
+    }
+}
+
+/// Per-sandbox memory and CPU time, for the Prometheus endpoint only: made afresh at each scrape from the
+/// sandboxes running then, so a deleted sandbox's series goes with it. (OpenTelemetry's SDK keeps the last
+/// value of every series it ever saw, which per sandbox would grow without bound.)
+pub struct SandboxUsage<F> {
+    memory: prometheus::GaugeVec,
+    cpu: prometheus::CounterVec,
+    read: F,
+}
+
+/// One running sandbox's usage: id, space, memory bytes, CPU microseconds.
+pub type UsageRow = (String, String, Option<u64>, Option<u64>);
+
+impl<F> SandboxUsage<F>
+where
+    F: Fn() -> Vec<UsageRow> + Send + Sync + 'static,
+{
+    /// A collector reading the sandboxes' usage with `read`.
+    pub fn new(read: F) -> prometheus::Result<Self> {
+        let labels = ["sandbox_id", "space"];
+        Ok(Self {
+            memory: prometheus::GaugeVec::new(
+                prometheus::Opts::new(
+                    "mentis_sandbox_memory_bytes",
+                    "Memory a running sandbox uses (its cgroup, page cache included), as of its last health check",
+                ),
+                &labels,
+            )?,
+            cpu: prometheus::CounterVec::new(
+                prometheus::Opts::new(
+                    "mentis_sandbox_cpu_seconds_total",
+                    "CPU time a running sandbox used since its container started, as of its last health check",
+                ),
+                &labels,
+            )?,
+            read,
+        })
+    }
+}
+
+impl<F> prometheus::core::Collector for SandboxUsage<F>
+where
+    F: Fn() -> Vec<UsageRow> + Send + Sync + 'static,
+{
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        let mut d = self.memory.desc();
+        d.extend(self.cpu.desc());
+        d
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.memory.reset();
+        self.cpu.reset();
+        for (id, space, memory, cpu) in (self.read)() {
+            let labels = [id.as_str(), space.as_str()];
+            if let Some(bytes) = memory {
+                self.memory.with_label_values(&labels).set(bytes as f64);
+            }
+            if let Some(usec) = cpu {
+                self.cpu
+                    .with_label_values(&labels)
+                    .inc_by(usec as f64 / 1e6);
+            }
+        }
+        let mut families = self.memory.collect();
+        families.extend(self.cpu.collect());
+        families
     }
 }

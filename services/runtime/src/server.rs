@@ -385,4 +385,30 @@ fn observe_manager(export: &crate::metrics::MetricsExport, manager: &Arc<Manager
             }
         })
         .build();
+    let m = Arc::downgrade(manager);
+    match crate::metrics::SandboxUsage::new(move || {
+        let Some(manager) = m.upgrade() else {
+            return Vec::new();
+        };
+        manager
+            .registry()
+            .handles()
+            .into_iter()
+            .filter_map(|h| {
+                let s = h.snapshot();
+                let u = h.usage()?;
+                (s.state == mentis_core::SandboxState::Running).then(|| {
+                    (
+                        s.id.to_string(),
+                        s.space_id.to_string(),
+                        u.memory_bytes,
+                        u.cpu_usec,
+                    )
+                })
+            })
+            .collect()
+    }) {
+        Ok(collector) => export.register(Box::new(collector)),
+        Err(e) => tracing::warn!(error = %e, "metrics: cannot make the per-sandbox collector"),
+    }
 }

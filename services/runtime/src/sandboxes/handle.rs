@@ -13,7 +13,7 @@ use mentis_core::{
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::executor_client::ExecutorClient;
+use crate::executor_client::{ExecutorClient, Usage};
 use crate::observations::ObservationLog;
 use crate::store::Store;
 use crate::store::actions::StoredAction;
@@ -130,6 +130,8 @@ pub struct SandboxHandle {
     pub(crate) lifecycle: Arc<tokio::sync::Mutex<()>>,
     /// Every state change is written through to it.
     store: Arc<Store>,
+    /// Memory and CPU time in use at the last health check (read only with metrics on).
+    usage: Mutex<Option<Usage>>,
 }
 
 /// What the lock of a handle guards.
@@ -176,7 +178,18 @@ impl SandboxHandle {
             stored_seq: AtomicU64::new(0),
             lifecycle: Arc::new(tokio::sync::Mutex::new(())),
             store,
+            usage: Mutex::new(None),
         }
+    }
+
+    /// Memory and CPU time in use at the last health check, when metrics asked for it.
+    pub fn usage(&self) -> Option<Usage> {
+        *lock(&self.usage)
+    }
+
+    /// Keeps what the last health check read.
+    pub fn set_usage(&self, usage: Usage) {
+        *lock(&self.usage) = Some(usage);
     }
 
     /// Moves the sandbox to `to` through the lifecycle table (FailedPrecondition naming the state when the

@@ -57,6 +57,12 @@ async fn watch(
         match checked {
             Ok(()) => {
                 failures = 0;
+                // What the metrics show per sandbox, as of this check.
+                if crate::metrics::export().is_some()
+                    && let Ok(usage) = client.usage().await
+                {
+                    h.set_usage(usage);
+                }
                 if let Some(relay) = crate::telemetry::relay() {
                     tokio::select! {
                         () = h.cancel.cancelled() => return,
