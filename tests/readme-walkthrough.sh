@@ -139,7 +139,7 @@ for want in traced 'mentis_actions_ended_total{kind="shell",reason="Exited"' \
   grep -qF -- "$want" "$work/observability.out" ||
     { echo "readme-walkthrough: observability: output lacks $want" >&2; cat "$work/observability.out" >&2; exit 1; }
 done
-[ "$(tail -n 2 "$work/observability.out" | head -n 1)" = 1 ] ||
+grep -qx 1 "$work/observability.out" ||
   { echo "readme-walkthrough: observability: no memory figure for the sandbox" >&2; cat "$work/observability.out" >&2; exit 1; }
 [ "$(grep -c '^SANDBOX_STATE_RUNNING$' "$work/lifecycle.out")" = 2 ] ||
   { echo "readme-walkthrough: lifecycle: expected RUNNING twice" >&2; cat "$work/lifecycle.out" >&2; exit 1; }
