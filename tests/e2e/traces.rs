@@ -115,6 +115,8 @@ async fn a_clients_traceparent_continues_through_the_runtime_and_the_executor() 
             // Export batches quickly, and relay executor spans at every (1 s) health check.
             ("OTEL_BSP_SCHEDULE_DELAY", "200"),
             ("MENTIS_HEALTH_INTERVAL_SECS", "1"),
+            // A collector's auth header, sent by the exporter and by the relay of executor spans alike.
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-collector-token=t%201"),
         ],
     )
     .await?;

@@ -18,6 +18,7 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use prost::Message as _;
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::Channel;
 
 use crate::executor_client::ExecutorClient;
@@ -95,6 +96,7 @@ impl Traces {
             .connect_lazy();
         let _ = RELAY.set(SpanRelay {
             client: TraceServiceClient::new(channel),
+            headers: otlp_headers(|name| std::env::var(name).ok()),
         });
         Ok(Self { provider })
     }
@@ -121,6 +123,8 @@ pub fn relay() -> Option<&'static SpanRelay> {
 #[derive(Debug)]
 pub struct SpanRelay {
     client: TraceServiceClient<Channel>,
+    /// What the runtime's own exporter sends too (`OTEL_EXPORTER_OTLP_HEADERS`: a collector's auth).
+    headers: MetadataMap,
 }
 
 impl SpanRelay {
@@ -165,6 +169,13 @@ impl SpanRelay {
                 });
         }
         let mut client = self.client.clone();
+        let mut request = tonic::Request::new(request);
+        for (key, value) in self.headers.iter().filter_map(|kv| match kv {
+            tonic::metadata::KeyAndValueRef::Ascii(k, v) => Some((k.clone(), v.clone())),
+            tonic::metadata::KeyAndValueRef::Binary(..) => None,
+        }) {
+            request.metadata_mut().insert(key, value);
+        }
         match tokio::time::timeout(RELAY_TIMEOUT, client.export(request)).await {
             Ok(Ok(_)) => {}
             Ok(Err(s)) => {
@@ -172,5 +183,79 @@ impl SpanRelay {
             }
             Err(_) => tracing::warn!("traces: the collector did not answer in time"),
         }
+    }
+}
+
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` or `OTEL_EXPORTER_OTLP_HEADERS` (`key=value,key2=value2`, values
+/// percent-encoded) as gRPC metadata; entries that are not valid metadata are left out (and logged).
+fn otlp_headers(get: impl Fn(&str) -> Option<String>) -> MetadataMap {
+    let mut map = MetadataMap::new();
+    let Some(raw) = get("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+        .filter(|v| !v.trim().is_empty())
+        .or_else(|| get("OTEL_EXPORTER_OTLP_HEADERS"))
+    else {
+        return map;
+    };
+    for entry in raw.split(',').filter(|e| !e.trim().is_empty()) {
+        let parsed = entry.split_once('=').and_then(|(k, v)| {
+            let key = MetadataKey::from_bytes(k.trim().to_ascii_lowercase().as_bytes()).ok()?;
+            let value = MetadataValue::try_from(percent_decode(v.trim())?.as_str()).ok()?;
+            Some((key, value))
+        });
+        match parsed {
+            Some((key, value)) => {
+                map.insert(key, value);
+            }
+            None => {
+                tracing::warn!("traces: a header in OTEL_EXPORTER_OTLP_HEADERS is not key=value")
+            }
+        }
+    }
+    map
+}
+
+/// `%XX` sequences decoded; None when one is malformed or the result is not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn otlp_headers_parse_as_the_sdk_reads_them() {
+        let env = |general: &'static str, traces: &'static str| {
+            move |name: &str| match name {
+                "OTEL_EXPORTER_OTLP_HEADERS" => Some(general.to_owned()),
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS" => Some(traces.to_owned()),
+                _ => None,
+            }
+        };
+        let h = otlp_headers(env("Authorization=Bearer%20abc, x-tenant = t1", ""));
+        assert_eq!(
+            h.get("authorization").and_then(|v| v.to_str().ok()),
+            Some("Bearer abc")
+        );
+        assert_eq!(h.get("x-tenant").and_then(|v| v.to_str().ok()), Some("t1"));
+        // The traces' own setting wins; malformed entries are left out.
+        let h = otlp_headers(env("a=1", "b=2,broken,c=%zz"));
+        assert!(h.get("a").is_none());
+        assert_eq!(h.get("b").and_then(|v| v.to_str().ok()), Some("2"));
+        assert_eq!(h.len(), 1);
+        assert!(otlp_headers(|_| None).is_empty());
     }
 }
