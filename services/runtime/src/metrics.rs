@@ -168,6 +168,12 @@ impl MetricsExport {
         self.provider.meter(SCOPE)
     }
 
+    /// Whether per-sandbox usage is shown (on the Prometheus endpoint only: see [`SandboxUsage`]), so worth
+    /// reading at each health check.
+    pub fn per_sandbox(&self) -> bool {
+        self.prometheus.is_some()
+    }
+
     /// Adds a collector read at each scrape of `GET /metrics` (nothing without the endpoint).
     pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
         if let Some(registry) = &self.prometheus

@@ -170,12 +170,7 @@ impl SpanRelay {
         }
         let mut client = self.client.clone();
         let mut request = tonic::Request::new(request);
-        for (key, value) in self.headers.iter().filter_map(|kv| match kv {
-            tonic::metadata::KeyAndValueRef::Ascii(k, v) => Some((k.clone(), v.clone())),
-            tonic::metadata::KeyAndValueRef::Binary(..) => None,
-        }) {
-            request.metadata_mut().insert(key, value);
-        }
+        *request.metadata_mut() = self.headers.clone();
         match tokio::time::timeout(RELAY_TIMEOUT, client.export(request)).await {
             Ok(Ok(_)) => {}
             Ok(Err(s)) => {

@@ -57,8 +57,8 @@ async fn watch(
         match checked {
             Ok(()) => {
                 failures = 0;
-                // What the metrics show per sandbox, as of this check.
-                if crate::metrics::export().is_some()
+                // What the Prometheus endpoint shows per sandbox, as of this check.
+                if crate::metrics::export().is_some_and(crate::metrics::MetricsExport::per_sandbox)
                     && let Ok(usage) = client.usage().await
                 {
                     h.set_usage(usage);
