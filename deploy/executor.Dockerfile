@@ -8,7 +8,10 @@ FROM ${BASE_IMAGE}
 # (No --chmod: the legacy builder, used here because no buildx plugin is installed, does not know it.)
 COPY mentis-executor /usr/local/bin/mentis-executor
 
-# Everything in the sandbox runs as the unprivileged user `sandbox`, in the workspace volume.
+# User code runs as the unprivileged user `sandbox` (1000), in the workspace volume. The runtime starts the
+# container as root with only CAP_SETUID and CAP_SETGID and MENTIS_SANDBOX_USER=1000:1000: the executor keeps
+# root as its real uid (so user code cannot signal or trace it) and runs user code as 1000 with no capability
+# (docs/ARCHITECTURE.md, Security model). Run by hand without those, everything runs as 1000.
 USER 1000:1000
 WORKDIR /workspace
 EXPOSE 50052

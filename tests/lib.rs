@@ -493,6 +493,11 @@ pub fn stdout(obs: &[api::Observation]) -> String {
     String::from_utf8_lossy(&output(obs, api::OutputStream::Stdout)).into_owned()
 }
 
+/// Stderr as text (lossy).
+pub fn stderr(obs: &[api::Observation]) -> String {
+    String::from_utf8_lossy(&output(obs, api::OutputStream::Stderr)).into_owned()
+}
+
 /// The terminal observations (cmd_end / ipython_result) among `obs`.
 pub fn terminals(obs: &[api::Observation]) -> Vec<&api::Observation> {
     obs.iter()

@@ -19,6 +19,7 @@ mod demote;
 mod error;
 mod events;
 mod files;
+pub mod identity;
 mod ipython;
 pub mod launch;
 mod reclaim;

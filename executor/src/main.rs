@@ -2,7 +2,7 @@
 //! `mentis-executor launch -- PROGRAM ARGS...` is the container's entrypoint (see `launch`).
 
 use anyhow::Context as _;
-use mentis_executor::{Config, TOKEN_ENV, launch, threads};
+use mentis_executor::{Config, TOKEN_ENV, identity, launch, threads};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -37,6 +37,13 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
+    // User code runs as the sandbox user and the executor keeps root as its real and saved uid, so user
+    // code cannot signal or trace it (see identity). Process-wide: before any thread starts.
+    if let Err(e) = identity::become_supervisor(|name| std::env::var(name).ok(), &config.workspace)
+    {
+        eprintln!("mentis-executor: {e}");
+        std::process::exit(2);
+    }
     // The container's layout (launch execs tini, PID 1, which starts us): every other process there but
     // tini is user code, which a reclaim at the pids limit may kill.
     config.reclaim_all = from_fd.is_some() && nix::unistd::getppid().as_raw() == 1;

@@ -154,6 +154,8 @@ async fn work_dir(workspace: &Path, work_dir: &str) -> Result<PathBuf, String> {
 fn command(spec: &ShellSpec, dir: &Path) -> Command {
     // bash as user code: the OOM killer's first choice from its start.
     let mut command = demote::bash();
+    // As the sandbox user, when the executor supervises; before the env, which may set HOME.
+    crate::identity::user_process(&mut command);
     command
         .arg("-c")
         .arg(&spec.action.command)

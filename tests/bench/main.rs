@@ -403,7 +403,12 @@ async fn main() -> anyhow::Result<()> {
     let docker_tp = measure("docker exec (same command)", 3, 1, long, || {
         let container = container.clone();
         let writer = writer.clone();
-        async move { timed("docker", &["exec", &container, "sh", "-c", &writer]) }
+        async move {
+            timed(
+                "docker",
+                &["exec", "-u", "1000", &container, "sh", "-c", &writer],
+            )
+        }
     })
     .await?;
     // What the observation journal costs: the same figures on a runtime whose logs are in memory only

@@ -48,10 +48,6 @@ async fn workspace_kib(h: &mut Harness, sandbox: &str) -> anyhow::Result<u64> {
     Ok(out.trim().parse()?)
 }
 
-fn stderr(obs: &[api::Observation]) -> String {
-    String::from_utf8_lossy(&output(obs, api::OutputStream::Stderr)).into_owned()
-}
-
 async fn write_file(
     h: &Harness,
     sandbox: &str,

@@ -367,6 +367,113 @@ async fn edits_need_exactly_one_match_and_unknown_sandboxes_are_not_found() {
     h.stop().await.unwrap();
 }
 
+/// An edit whose result would pass the write cap is refused before anything is built (RESOURCE_EXHAUSTED,
+/// the file unchanged, the sandbox's processes untouched); a large one within the cap is written without
+/// holding copies of the file, in a sandbox of 256 MiB.
+#[tokio::test]
+async fn an_edit_past_the_write_cap_is_refused_and_changes_nothing() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let sandbox = h
+        .create(api::SandboxSpec {
+            memory_limit_mb: 256,
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    let mut client = files(&h);
+    h.py(&sandbox, "kept = 41").await?;
+    let made = h
+        .sh(
+            &sandbox,
+            "head -c 3000000 /dev/zero | tr '\\0' x > big.txt; md5sum big.txt",
+        )
+        .await?;
+    let digest = stdout(&made);
+    let edit = |new: usize| api::EditFileRequest {
+        sandbox_id: sandbox.clone(),
+        path: "big.txt".into(),
+        old_string: "x".into(),
+        new_string: "x".repeat(new),
+        replace_all: true,
+    };
+    // 3 MB, each byte a thousand: 3 GB, over the 1 GiB cap.
+    let status = client.edit_file(edit(1000)).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("3000000000 bytes"), "{status:?}");
+    assert_eq!(stdout(&h.sh(&sandbox, "md5sum big.txt").await?), digest);
+    let cell = h.py(&sandbox, "print(kept)").await?;
+    assert_eq!(cell_stdout(&cell), "41\n", "the kernel lives on: {cell:?}");
+    // Each byte ten: 30 MB, within the cap, written in chunks.
+    let r = client.edit_file(edit(10)).await?.into_inner();
+    assert_eq!(r.replacements, 3_000_000);
+    assert_eq!(
+        stdout(
+            &h.sh(&sandbox, "stat -c %s big.txt; tr -d x < big.txt | wc -c")
+                .await?
+        ),
+        "30000000\n0\n"
+    );
+    assert_eq!(cell_stdout(&h.py(&sandbox, "print(kept)").await?), "41\n");
+    h.stop().await?;
+    Ok(())
+}
+
+/// Far offsets read nothing (past the end, as documented, up to 2^64 - 1), and a tree too deep to
+/// download (3000 levels) is refused with FAILED_PRECONDITION naming the limit, never INTERNAL; a subtree
+/// within it downloads.
+#[tokio::test]
+async fn far_offsets_read_nothing_and_a_too_deep_tree_is_refused() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let sandbox = h.create_default().await?.sandbox_id;
+    let mut client = files(&h);
+    h.sh(
+        &sandbox,
+        "echo hello > f.txt; python3 -c \"import os\nfor _ in range(3000): os.mkdir('d'); os.chdir('d')\"",
+    )
+    .await?;
+    for offset in [5, 6, 1 << 40, 1 << 62, 1 << 63, u64::MAX] {
+        let mut stream = client
+            .read_file(api::ReadFileRequest {
+                sandbox_id: sandbox.clone(),
+                path: "f.txt".into(),
+                offset,
+                length: 0,
+            })
+            .await?
+            .into_inner();
+        let mut got = Vec::new();
+        while let Some(chunk) = stream.message().await? {
+            got.extend_from_slice(&chunk.data);
+        }
+        let want: &[u8] = if offset == 5 { b"\n" } else { b"" };
+        assert_eq!(got, want, "offset {offset}");
+    }
+    let download = |path: &str| api::DownloadRequest {
+        sandbox_id: sandbox.clone(),
+        path: path.into(),
+    };
+    let mut fetch = async |path: &str| -> Result<usize, tonic::Status> {
+        let mut stream = client.download(download(path)).await?.into_inner();
+        let mut n = 0;
+        while let Some(chunk) = stream.message().await? {
+            n += chunk.data.len();
+        }
+        Ok(n)
+    };
+    let status = fetch("d").await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert!(
+        status.message().contains("deeper than 128 levels"),
+        "{status:?}"
+    );
+    let shallow = ["d"; 100].join("/");
+    assert!(fetch(&shallow).await.unwrap_err().code() == Code::FailedPrecondition);
+    let deep_leaf = ["d"; 2950].join("/");
+    assert!(fetch(&deep_leaf).await? > 0, "the last 50 levels download");
+    h.stop().await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn file_calls_on_a_paused_sandbox_fail_or_resume_it() -> anyhow::Result<()> {
     let mut h = Harness::start().await?;

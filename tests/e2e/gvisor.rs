@@ -72,6 +72,18 @@ async fn gvisor_sandboxes_run_shell_and_ipython() -> anyhow::Result<()> {
         .await?;
     assert_eq!(stdout(&obs), "1000\n/workspace\ndata\n");
     assert_eq!(cmd_end(&obs)?.exit_code, 3);
+    // The executor apart from user code under gVisor too (see isolation.rs): its ids, and a refused signal.
+    let obs = h
+        .sh(
+            &id,
+            "grep -h '^Uid:' /proc/self/status /proc/$PPID/status | tr -s '\\t ' ' '; \
+             kill -STOP $PPID 2>/dev/null; echo stop=$?",
+        )
+        .await?;
+    assert_eq!(
+        stdout(&obs),
+        "Uid: 1000 1000 1000 1000\nUid: 0 1000 0 1000\nstop=1\n"
+    );
 
     // IPython: a real kernel under gVisor, with state kept from one cell to the next.
     let started = Instant::now();

@@ -260,3 +260,94 @@ async fn misbehaving_commands_end_and_the_sandbox_keeps_working() -> anyhow::Res
     assert_eq!(status, "1000\nCapEff:\t0000000000000000\n");
     h.stop().await
 }
+
+/// The executor apart from user code (docs/ARCHITECTURE.md, Security model): user code runs as 1000 with no
+/// capability and no supplementary group, the executor and tini keep root as their real uid, so user code can
+/// neither signal them (`kill -STOP`, `kill -9 -1`) nor reach their descriptors (`/proc/1/fd/1`, which would
+/// forge lines in `docker logs`) or environment.
+#[tokio::test]
+async fn user_code_cannot_signal_trace_or_write_into_its_executor() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let id = h.create_default().await?.sandbox_id;
+    let container = container_of(&id);
+
+    let ids = stdout(
+        &h.sh(
+            &id,
+            "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapAmb):' /proc/self/status | tr -s '\\t ' ' '; \
+             echo home=$HOME",
+        )
+        .await?,
+    );
+    assert_eq!(
+        ids,
+        "Uid: 1000 1000 1000 1000\nGid: 1000 1000 1000 1000\nGroups: \nCapInh: 0000000000000000\n\
+         CapPrm: 0000000000000000\nCapEff: 0000000000000000\nCapAmb: 0000000000000000\nhome=/tmp\n",
+        "a command runs as the sandbox user with nothing else"
+    );
+    let cell = h
+        .py(
+            &id,
+            "import os\nprint(os.getresuid(), os.getresgid(), os.getgroups())\nkept = 41",
+        )
+        .await?;
+    assert_eq!(
+        cell_stdout(&cell),
+        "(1000, 1000, 1000) (1000, 1000, 1000) []\n"
+    );
+    // The executor (a command's parent) and tini (PID 1): root is their real and saved uid.
+    let executor_pid = stdout(&h.sh(&id, "echo $PPID").await?).trim().to_owned();
+    let theirs = stdout(
+        &h.sh(
+            &id,
+            "grep -h '^Uid:' /proc/1/status /proc/$PPID/status | tr -s '\\t ' ' '",
+        )
+        .await?,
+    );
+    assert_eq!(theirs, "Uid: 0 0 0 0\nUid: 0 1000 0 1000\n");
+
+    // Signals: refused, for the executor and for tini.
+    let signals = h
+        .sh(
+            &id,
+            "kill -STOP $PPID; echo stop=$?; kill -TERM $PPID; echo term=$?; kill -KILL 1; echo init=$?",
+        )
+        .await?;
+    assert_eq!(stdout(&signals), "stop=1\nterm=1\ninit=1\n", "{signals:?}");
+    assert!(
+        stderr(&signals).contains("Operation not permitted"),
+        "{signals:?}"
+    );
+    // Descriptors and environment: refused (ptrace access).
+    let forged = h
+        .sh(
+            &id,
+            "echo FORGED-LINE > /proc/1/fd/1; echo tini=$?; echo FORGED-LINE > /proc/$PPID/fd/2; \
+             echo executor=$?; cat /proc/$PPID/environ >/dev/null; echo environ=$?",
+        )
+        .await?;
+    assert_eq!(
+        stdout(&forged),
+        "tini=1\nexecutor=1\nenviron=1\n",
+        "{forged:?}"
+    );
+    let logs = docker(&["logs", &container])?;
+    assert!(!logs.contains("FORGED-LINE"), "{logs}");
+
+    // `kill -9 -1` kills every process user code may signal but the caller: user code, not the executor.
+    // The command goes on, the next one runs on the same executor, and the container was not restarted.
+    let started_at = inspect(&container, "{{.State.StartedAt}}")?;
+    let all = h.sh(&id, "kill -9 -1; echo rc=$?").await?;
+    assert_eq!(stdout(&all), "rc=0\n", "{all:?}");
+    assert_eq!(
+        stdout(&h.sh(&id, "echo $PPID").await?).trim(),
+        executor_pid,
+        "the same executor serves on"
+    );
+    assert_eq!(inspect(&container, "{{.State.StartedAt}}")?, started_at);
+    assert_eq!(inspect(&container, "{{.RestartCount}}")?.trim(), "0");
+    // The kernel is user code too, so it went with the rest; cells run on a fresh one.
+    let after = h.py(&id, "print('kept' in globals())").await?;
+    assert_eq!(cell_stdout(&after), "False\n", "{after:?}");
+    h.stop().await
+}

@@ -202,7 +202,19 @@ async fn main() -> anyhow::Result<()> {
                 docker(&["exec", "-d", &c, "pkill", "-9", "mentis-executor"]).map(drop)
             }),
             "kernel killed" => pick(&mut rng).map_or(Ok(()), |c| {
-                docker(&["exec", "-d", &c, "pkill", "-9", "-f", "ipykernel"]).map(drop)
+                // As the sandbox user: the container's root has no CAP_KILL for user code.
+                docker(&[
+                    "exec",
+                    "-d",
+                    "-u",
+                    "1000",
+                    &c,
+                    "pkill",
+                    "-9",
+                    "-f",
+                    "ipykernel",
+                ])
+                .map(drop)
             }),
             "runtime SIGKILL and restart" => {
                 rt.process.kill();

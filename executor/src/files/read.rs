@@ -52,6 +52,11 @@ pub(crate) fn send_range(
     length: u64,
     tx: &mpsc::Sender<Result<Bytes, Error>>,
 ) {
+    // Past the end reads nothing (the API's contract), also past what lseek takes (2^63 - 1).
+    match file.metadata() {
+        Ok(meta) if offset >= meta.len() && meta.is_file() => return,
+        _ => {}
+    }
     if let Err(e) = file.seek(SeekFrom::Start(offset)) {
         let _ = tx.blocking_send(Err(io_error(e, shown)));
         return;

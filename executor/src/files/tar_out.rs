@@ -17,6 +17,11 @@ use super::write::io_error;
 use super::{Workspace, info};
 use crate::error::Error;
 
+/// How deep Download goes: a directory holds its descriptor while its subdirectories are archived, so a
+/// deeper tree (thousands of levels are easy to make) would run out of descriptors midway. Refused instead,
+/// naming where; real trees are far shallower (node_modules nests a few dozen levels).
+pub(crate) const MAX_DOWNLOAD_DEPTH: usize = 128;
+
 impl Workspace {
     /// Writes `p` as a tar archive to `out`, entry names relative to `p` (a file is archived under its
     /// own name). Blocking.
@@ -25,16 +30,16 @@ impl Workspace {
         let root = self.open_root()?;
         let mut builder = tar::Builder::new(out);
         match p.split_last() {
-            None => add_dir_contents(&mut builder, &root, &PathBuf::new())?,
+            None => add_dir_contents(&mut builder, &root, &PathBuf::new(), 0)?,
             Some((parent, name)) => {
                 let dir = walk(&root, parent, None, &shown)?;
                 let meta = info::stat_at(&dir.fd, name, p)?;
                 if meta.r#type == FileType::Directory as i32 {
                     let sub = open_dir_at(&dir.fd, name)
                         .map_err(|e| errno_error(e, &dir.fd, name, &shown))?;
-                    add_dir_contents(&mut builder, &sub, &PathBuf::new())?;
+                    add_dir_contents(&mut builder, &sub, &PathBuf::new(), 0)?;
                 } else {
-                    add_entry(&mut builder, &dir.fd, name, &PathBuf::from(name))?;
+                    add_entry(&mut builder, &dir.fd, name, &PathBuf::from(name), 0)?;
                 }
             }
         }
@@ -43,16 +48,29 @@ impl Workspace {
     }
 }
 
-/// Adds every entry below `dir` (whose archive name is `prefix`), depth first.
+/// Adds every entry below `dir` (whose archive name is `prefix`, `depth` levels below the archived
+/// directory), depth first.
 fn add_dir_contents<W: Write>(
     builder: &mut tar::Builder<W>,
     dir: &OwnedFd,
     prefix: &std::path::Path,
+    depth: usize,
 ) -> Result<(), Error> {
+    if depth >= MAX_DOWNLOAD_DEPTH {
+        let shown = prefix.display().to_string();
+        let mut at: String = shown.chars().take(120).collect();
+        if at.len() < shown.len() {
+            at.push('…');
+        }
+        return Err(Error::FailedPrecondition(format!(
+            "the directory tree is deeper than {MAX_DOWNLOAD_DEPTH} levels (at {at:?}); download a \
+             subdirectory, or pack it in the sandbox (tar) and read the file"
+        )));
+    }
     let mut entries = names(dir, &prefix.display().to_string())?;
     entries.sort();
     for name in entries {
-        add_entry(builder, dir, &name, &prefix.join(&name))?;
+        add_entry(builder, dir, &name, &prefix.join(&name), depth)?;
     }
     Ok(())
 }
@@ -63,6 +81,7 @@ fn add_entry<W: Write>(
     dir: &OwnedFd,
     name: &OsStr,
     archived: &std::path::Path,
+    depth: usize,
 ) -> Result<(), Error> {
     let shown = archived.display().to_string();
     let meta = match info::stat_at(dir, name, &WsPath::root()) {
@@ -87,7 +106,7 @@ fn add_entry<W: Write>(
                 // Swapped for something else since the stat: leave it out rather than follow it.
                 Err(_) => return Ok(()),
             };
-            add_dir_contents(builder, &sub, archived)
+            add_dir_contents(builder, &sub, archived, depth + 1)
         }
         FileType::File => {
             let fd = match openat(

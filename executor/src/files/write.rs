@@ -12,7 +12,7 @@ use nix::sys::stat::{Mode, fchmod, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::path::{WsPath, errno_error, name_bytes, path_error, undo_created, walk};
-use super::{MAX_EDIT_BYTES, Workspace, dir_mode, file_mode, info};
+use super::{CHUNK, MAX_EDIT_BYTES, Workspace, dir_mode, file_mode, info};
 use crate::error::Error;
 
 /// A file being written: the temporary file, its directory and the name it will take. Dropped without
@@ -137,9 +137,35 @@ impl Workspace {
                  or set replace_all; the file is unchanged"
             )));
         }
-        let replaced = replace(&content, old.as_bytes(), new.as_bytes());
+        // The result's size is known before anything is built: past the write cap, refuse with the file
+        // unchanged (a 3 MB file whose every byte becomes a thousand would otherwise be built whole in
+        // memory, and the OOM killer would take the sandbox's processes).
+        let size = result_size(content.len(), found, old.len(), new.len());
+        if size.is_none_or(|size| size > self.max_write_bytes) {
+            return Err(Error::TooLarge(format!(
+                "editing {shown:?} would make it {} bytes, over the cap of {} bytes per write \
+                 (MENTIS_EXECUTOR_MAX_WRITE_BYTES); the file is unchanged",
+                size.map_or_else(|| "more than 2^64".to_owned(), |s| s.to_string()),
+                self.max_write_bytes
+            )));
+        }
+        // Streamed into the new file through one chunk-sized buffer: memory holds the old content and a
+        // chunk, never a second copy of the file.
         let mut out = self.create_atomic(p, before.mode & 0o1777)?;
-        out.write(&replaced)?;
+        let mut buffer = Vec::with_capacity(CHUNK);
+        replace_into(&content, old.as_bytes(), new.as_bytes(), |piece| {
+            if buffer.len() + piece.len() > CHUNK && !buffer.is_empty() {
+                out.write(&buffer)?;
+                buffer.clear();
+            }
+            if piece.len() >= CHUNK {
+                out.write(piece)
+            } else {
+                buffer.extend_from_slice(piece);
+                Ok(())
+            }
+        })?;
+        out.write(&buffer)?;
         let info = out.commit()?;
         Ok((u32::try_from(found).unwrap_or(u32::MAX), info))
     }
@@ -241,16 +267,40 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// `hay` with every non-overlapping occurrence of `needle` replaced by `with`.
-fn replace(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(hay.len());
+/// The size of `len` bytes once `found` occurrences of `old_len` bytes become `new_len` bytes; None past
+/// u64.
+fn result_size(len: usize, found: usize, old_len: usize, new_len: usize) -> Option<u64> {
+    let (len, found) = (len as u64, found as u64);
+    let removed = found.checked_mul(old_len as u64)?;
+    let added = found.checked_mul(new_len as u64)?;
+    len.checked_sub(removed)?.checked_add(added)
+}
+
+/// `hay` with every non-overlapping occurrence of `needle` replaced by `with`, handed to `sink` piece by
+/// piece (the first error stops it).
+fn replace_into(
+    hay: &[u8],
+    needle: &[u8],
+    with: &[u8],
+    mut sink: impl FnMut(&[u8]) -> Result<(), Error>,
+) -> Result<(), Error> {
     let mut i = 0;
     while let Some(at) = find(&hay[i..], needle) {
-        out.extend_from_slice(&hay[i..i + at]);
-        out.extend_from_slice(with);
+        sink(&hay[i..i + at])?;
+        sink(with)?;
         i += at + needle.len();
     }
-    out.extend_from_slice(&hay[i..]);
+    sink(&hay[i..])
+}
+
+#[cfg(test)]
+fn replace(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    replace_into(hay, needle, with, |piece| {
+        out.extend_from_slice(piece);
+        Ok(())
+    })
+    .ok();
     out
 }
 
@@ -264,6 +314,13 @@ mod tests {
         assert_eq!(count(b"abc", b"x"), 0);
         assert_eq!(replace(b"a-b-c", b"-", b"+="), b"a+=b+=c".to_vec());
         assert_eq!(replace(b"aaa", b"aa", b"b"), b"ba".to_vec());
+        assert_eq!(result_size(5, 2, 1, 2), Some(7));
+        assert_eq!(result_size(3, 1, 2, 1), Some(2));
+        assert_eq!(
+            result_size(3_000_000, 3_000_000, 1, 1000),
+            Some(3_000_000_000)
+        );
+        assert_eq!(result_size(usize::MAX, usize::MAX, 1, usize::MAX), None);
     }
 
     #[test]

@@ -240,6 +240,8 @@ impl Drop for KernelProcess {
 
 fn command(launch: &Launch<'_>, connection_file: &Path) -> Command {
     let mut command = Command::new(launch.python);
+    // As the sandbox user, when the executor supervises; before the env, which may set HOME.
+    crate::identity::user_process(&mut command);
     command
         .arg("-m")
         .arg("ipykernel_launcher")

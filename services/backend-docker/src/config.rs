@@ -15,7 +15,8 @@ pub struct DockerConfig {
     pub network: String,
     /// Second network, with a route out, attached to sandboxes whose spec allows egress.
     pub egress_network: String,
-    /// User (uid:gid) the executor runs as.
+    /// The sandbox user (uid:gid, numeric) that user code runs as and the workspace belongs to. The
+    /// container starts as root so the executor can supervise it (docs/ARCHITECTURE.md, Security model).
     pub user: String,
     /// Upper bound of any one Docker call.
     pub call_timeout: Duration,

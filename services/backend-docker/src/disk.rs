@@ -263,7 +263,7 @@ fn tool_path(tool: &str) -> PathBuf {
 }
 
 /// `uid:gid` from the container user (`1000:1000`, or `1000` for uid and gid alike).
-fn owner_of(user: &str) -> String {
+pub(crate) fn owner_of(user: &str) -> String {
     match user.split_once(':') {
         Some((uid, gid)) => format!("{uid}:{gid}"),
         None => format!("{user}:{user}"),

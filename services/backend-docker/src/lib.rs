@@ -53,6 +53,8 @@ fn docker_limits(limits: Limits) -> (i64, i64) {
 pub const EXECUTOR_PORT: u16 = 50052;
 /// Env var through which the executor receives its token (it removes it from its own environment).
 pub const TOKEN_ENV: &str = "MENTIS_EXECUTOR_TOKEN";
+/// Env var naming the sandbox user (`uid:gid`) to the executor (its identity module).
+pub const SANDBOX_USER_ENV: &str = "MENTIS_SANDBOX_USER";
 
 /// Docker implementation of [`SandboxBackend`].
 pub struct DockerBackend {
@@ -188,7 +190,11 @@ impl DockerBackend {
             memory_swap: Some(memory),
             nano_cpus: Some(nano_cpus),
             pids_limit: Some(spec.limits.pids),
+            // The executor starts as root with these two only, to become the supervisor of user code
+            // (real uid root, effective uid the sandbox user) and start user processes as the sandbox
+            // user; user code ends up with none (see the executor's identity module).
             cap_drop: Some(vec!["ALL".into()]),
+            cap_add: Some(vec!["SETUID".into(), "SETGID".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
             ulimits: Some(vec![ResourcesUlimits {
                 name: Some("nofile".into()),
@@ -215,10 +221,15 @@ impl DockerBackend {
         };
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
-            // Numeric, so it holds for any image: the executor and user code never run as root.
-            user: Some(self.config.user.clone()),
+            // Root, numeric so it holds for any image; the executor takes the sandbox user's identity at
+            // once and runs user code as that user, never as root.
+            user: Some("0:0".to_owned()),
             env: Some(
                 std::iter::once(format!("{TOKEN_ENV}={}", spec.token))
+                    .chain(std::iter::once(format!(
+                        "{SANDBOX_USER_ENV}={}",
+                        disk::owner_of(&self.config.user)
+                    )))
                     .chain(self.config.executor_env.iter().cloned())
                     .chain(spec.executor_env.iter().cloned())
                     .chain(spec.read_only_rootfs.then(|| "HOME=/tmp".to_owned()))
