@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Builds the sandbox base image mentis/base:bookworm without any container registry
-# (docs/ARCHITECTURE.md, Machines and images).
+# Builds a base image without any container registry (docs/ARCHITECTURE.md, Machines and images):
+#   sandbox  mentis/base:bookworm          what every sandbox runs (Python, the Jupyter kernel, the data stack,
+#                                          the user `sandbox` 1000:1000 owning /workspace); deploy/base-image.packages
+#   service  mentis/service-base:bookworm  what the runtime image and the Docker-in-Docker image build on (Docker's
+#                                          engine and CLI from Debian, iptables, e2fsprogs, tini);
+#                                          deploy/service-image.packages
 #
 # Why: this machine (and CI) reach the Debian, PyPI, npm and crates registries but no container registry, so
-# `docker pull debian` fails. We debootstrap a minimal Debian bookworm, install Python, the Jupyter kernel and the
-# data stack from the Debian mirror inside a chroot, add the unprivileged user `sandbox` (uid/gid 1000) and the
-# /workspace directory it owns, and `docker import` the tree.
+# `docker pull debian` fails. We debootstrap a minimal Debian bookworm, install the flavour's packages from the
+# Debian mirror inside a chroot and `docker import` the tree.
 #
-# The image is tagged mentis/base:bookworm-<hash> and mentis/base:bookworm, and labelled io.mentis.base-hash=<hash>,
-# where <hash> is a short sha256 over this script and deploy/base-image.packages: when an image with that tag exists,
+# The image is tagged <repo>:bookworm-<hash> and <repo>:bookworm, and labelled io.mentis.base-hash=<hash>, where
+# <hash> is a short sha256 over this script and the flavour's packages file: when an image with that tag exists,
 # nothing is rebuilt. The Debian mirror is read at run time from /etc/apt/sources.list.d/debian.sources.
 #
-# Usage: deploy/build-base-image.sh        (root; prints the hash-tagged image name on stdout, progress on stderr)
+# Usage: deploy/build-base-image.sh [sandbox|service]   (root; prints the hash-tagged image name on stdout,
+#                                                       progress on stderr; default sandbox)
 #   MENTIS_BASE_FORCE=1  rebuild even when the hash-tagged image exists
 set -euo pipefail
 
@@ -22,8 +26,12 @@ log() { echo "build-base-image: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 start=$SECONDS
-packages_file=deploy/base-image.packages
-repo=mentis/base
+flavor=${1:-sandbox}
+case "$flavor" in
+  sandbox) packages_file=deploy/base-image.packages repo=mentis/base ;;
+  service) packages_file=deploy/service-image.packages repo=mentis/service-base ;;
+  *) die "unknown flavour $flavor (sandbox or service)" ;;
+esac
 suite=bookworm
 sources=/etc/apt/sources.list.d/debian.sources
 
@@ -47,7 +55,7 @@ use_cached && exit 0
 # look again, since the build we waited for may have made the image.
 state_dir=${MENTIS_STATE_DIR:-/var/tmp/mentis}
 mkdir -p "$state_dir"
-exec 9>"$state_dir/build-base-image.lock"
+exec 9>"$state_dir/build-base-image-$flavor.lock"
 flock 9
 use_cached && exit 0
 
@@ -132,13 +140,15 @@ log "apt-get install: ${packages[*]}"
 }
 log "packages installed ($((SECONDS - t)) s, $(in_root dpkg-query -f '.\n' -W | wc -l) packages in the image)"
 
-log "adding user sandbox (1000:1000) and /workspace"
-in_root groupadd --gid 1000 sandbox
-in_root useradd --uid 1000 --gid 1000 --create-home --home-dir /home/sandbox --shell /bin/bash sandbox
-# A Docker named volume mounted on /workspace copies this ownership on first use.
-mkdir -p "$rootfs/workspace"
-chown 1000:1000 "$rootfs/workspace"
-chmod 755 "$rootfs/workspace"
+if [ "$flavor" = sandbox ]; then
+  log "adding user sandbox (1000:1000) and /workspace"
+  in_root groupadd --gid 1000 sandbox
+  in_root useradd --uid 1000 --gid 1000 --create-home --home-dir /home/sandbox --shell /bin/bash sandbox
+  # A Docker named volume mounted on /workspace copies this ownership on first use.
+  mkdir -p "$rootfs/workspace"
+  chown 1000:1000 "$rootfs/workspace"
+  chmod 755 "$rootfs/workspace"
+fi
 
 log "cleaning up the rootfs"
 umount "$rootfs/proc"
@@ -157,23 +167,33 @@ find "$rootfs/usr/share/locale" -path '*/LC_MESSAGES/*.mo' -delete
 : >"$rootfs/etc/hostname"
 # Let the sandbox user `pip install --user` (into ~/.local, last on PATH) without --break-system-packages.
 rm -f "$rootfs"/usr/lib/python3*/EXTERNALLY-MANAGED
-# The sandbox has no apt sources: the mirror used for the build is not baked into the image.
+# No apt sources in the image: the mirror used for the build is not baked into it.
 rm -f "$rootfs/etc/apt/sources.list.d/debian.sources"
-printf '# mentis/base: no apt sources are configured in the sandbox image (it is built offline from a mirror).\n' \
+printf '# %s: no apt sources are configured in this image (it is built offline from a mirror).\n' "$repo" \
   >"$rootfs/etc/apt/sources.list"
 
 t=$SECONDS
 log "docker import"
+if [ "$flavor" = sandbox ]; then
+  changes=(
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/home/sandbox/.local/bin'
+    --change 'ENV PYTHONUNBUFFERED=1'
+    --change 'ENV MPLBACKEND=Agg'
+    --change 'ENV PYDEVD_DISABLE_FILE_VALIDATION=1'
+    --change 'LABEL io.mentis.component=base'
+  )
+else
+  changes=(
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+    --change 'LABEL io.mentis.component=service-base'
+  )
+fi
 tar --numeric-owner -C "$rootfs" -c . | docker import \
-  --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/home/sandbox/.local/bin' \
+  "${changes[@]}" \
   --change 'ENV LANG=C.UTF-8' \
-  --change 'ENV PYTHONUNBUFFERED=1' \
-  --change 'ENV MPLBACKEND=Agg' \
-  --change 'ENV PYDEVD_DISABLE_FILE_VALIDATION=1' \
   --change "LABEL io.mentis.base-hash=$hash" \
-  --change 'LABEL io.mentis.component=base' \
   --change 'CMD ["/bin/bash"]' \
-  --message "mentis base image $suite ($hash)" \
+  --message "$repo image $suite ($hash)" \
   - "$image" >/dev/null
 docker tag "$image" "$repo:$suite"
 log "imported ($((SECONDS - t)) s)"

@@ -3,5 +3,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    mentis_runtime::cli::run_from_env().await
+    mentis_runtime::cli::main_with_args(std::env::args().skip(1).collect()).await
 }

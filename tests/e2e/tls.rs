@@ -128,3 +128,79 @@ async fn the_api_speaks_tls_and_mutual_tls_with_the_certificates_it_is_given() -
     drop(h);
     Ok(())
 }
+
+/// `mentis-runtime healthcheck` (the runtime image's HEALTHCHECK) with the runtime's own environment, run as
+/// the real binary: exit 0 and SERVING while it serves, 1 once it drains or is gone; with the API over TLS it
+/// asks `MENTIS_HEALTH_LISTEN`, a plaintext listener serving health alone (grpcurl finds health there and
+/// nothing else), and without one it says what to set (exit 2).
+#[tokio::test]
+async fn healthcheck_asks_the_plaintext_health_listener_of_a_tls_runtime() -> anyhow::Result<()> {
+    let bin = env!("CARGO_BIN_EXE_mentis-runtime-under-test");
+    let pki = Pki::make()?;
+    let (cert, key) = (pki.path("server.pem"), pki.path("server.key"));
+    let (cert, key) = (
+        cert.to_str().unwrap_or_default(),
+        key.to_str().unwrap_or_default(),
+    );
+    let health_port = free_port()?;
+    let health_listen = format!("127.0.0.1:{health_port}");
+    let guard = Harness::new_instance();
+    let data_dir = tempfile::tempdir()?;
+    let env = [
+        ("MENTIS_TLS_CERT", cert),
+        ("MENTIS_TLS_KEY", key),
+        ("MENTIS_HEALTH_LISTEN", health_listen.as_str()),
+    ];
+    let mut runtime =
+        RuntimeProcess::start_with_env(bin, &guard.instance, data_dir.path(), &env).await?;
+    let listen = runtime.addr.to_string();
+    let check = |with_health: bool| {
+        let mut c = Command::new(bin);
+        c.arg("healthcheck")
+            .env("MENTIS_LISTEN", &listen)
+            .env("MENTIS_TLS_CERT", cert)
+            .env("MENTIS_TLS_KEY", key);
+        if with_health {
+            c.env("MENTIS_HEALTH_LISTEN", &health_listen);
+        }
+        c.output()
+    };
+    let out = check(true)?;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "SERVING\n");
+    let out = check(false)?;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MENTIS_HEALTH_LISTEN"));
+    // Health alone, in plaintext: the API is not there.
+    let plain = grpcurl(health_port, &["-plaintext"])?.map_err(anyhow::Error::msg)?;
+    assert!(plain.contains("SERVING"), "{plain}");
+    let bin_grpcurl = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin/grpcurl");
+    let listed = Command::new(bin_grpcurl)
+        .args([
+            "-plaintext",
+            &health_listen,
+            "mentis.v1.SandboxService/ListSandboxes",
+        ])
+        .output()?;
+    assert!(!listed.status.success(), "{listed:?}");
+
+    // Draining (SIGTERM): NOT_SERVING, exit 1; gone: unreachable, exit 1.
+    runtime.signal("TERM")?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let out = loop {
+        let out = check(true)?;
+        if out.status.code() != Some(0) || std::time::Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    runtime.kill();
+    let out = check(true)?;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("unreachable"),
+        "{out:?}"
+    );
+    Ok(())
+}

@@ -4,11 +4,41 @@
 //! it with SIGKILL and start it again).
 
 use anyhow::Context;
+use tonic_health::pb::health_check_response::ServingStatus;
 use tracing_subscriber::EnvFilter;
 
 use crate::metrics::MetricsExport;
 use crate::telemetry::{self, Traces};
 use crate::{Runtime, RuntimeConfig};
+
+const USAGE: &str = "usage: mentis-runtime [healthcheck | --version | --help]
+  (no argument)  serve the API; every setting comes from MENTIS_* environment variables (see the README)
+  healthcheck    ask the runtime configured by this environment whether it serves: exit 0 SERVING, 1 not";
+
+/// The `mentis-runtime` command line: no argument serves, `healthcheck` checks a running runtime.
+pub async fn main_with_args(args: Vec<String>) -> anyhow::Result<()> {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [] => run_from_env().await,
+        ["healthcheck"] => std::process::exit(healthcheck().await),
+        ["--version"] => {
+            println!("mentis-runtime {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        ["--help" | "-h"] => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}
 
 /// Runs the runtime as a process until it is told to stop.
 pub async fn run_from_env() -> anyhow::Result<()> {
@@ -72,4 +102,68 @@ pub async fn run_from_env() -> anyhow::Result<()> {
         let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
     }
     result
+}
+
+/// `mentis-runtime healthcheck`: asks the running runtime's `grpc.health.v1` (on `MENTIS_HEALTH_LISTEN`, or
+/// on `MENTIS_LISTEN` when the API is plaintext) whether it serves, with the same environment as the runtime
+/// (Docker's HEALTHCHECK runs it in the runtime's container). Exit status: 0 SERVING, 1 anything else (not
+/// serving, draining, unreachable), 2 a configuration it cannot use.
+pub async fn healthcheck() -> i32 {
+    let config = match RuntimeConfig::from_env() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("mentis-runtime healthcheck: bad configuration: {e}");
+            return 2;
+        }
+    };
+    let addr = match (config.health_listen, &config.tls) {
+        (Some(addr), _) => addr,
+        (None, None) => config.listen,
+        (None, Some(_)) => {
+            eprintln!(
+                "mentis-runtime healthcheck: the API is served over TLS; set MENTIS_HEALTH_LISTEN (a plaintext \
+                 listener for health alone, e.g. 127.0.0.1:50060) for the runtime and this check"
+            );
+            return 2;
+        }
+    };
+    match health_of(addr).await {
+        Ok(ServingStatus::Serving) => {
+            println!("SERVING");
+            0
+        }
+        Ok(status) => {
+            println!("{}", status.as_str_name());
+            1
+        }
+        Err(e) => {
+            println!("unreachable: {e:#}");
+            1
+        }
+    }
+}
+
+/// The overall health status at `addr` (an unspecified address, as listened on, is asked on loopback).
+async fn health_of(addr: std::net::SocketAddr) -> anyhow::Result<ServingStatus> {
+    let mut addr = addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(std::time::Duration::from_secs(3))
+        .timeout(std::time::Duration::from_secs(5))
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    let reply = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .with_context(|| format!("grpc.health.v1.Health/Check at {addr}"))?
+        .into_inner();
+    Ok(ServingStatus::try_from(reply.status).unwrap_or(ServingStatus::Unknown))
 }

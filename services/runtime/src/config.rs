@@ -41,6 +41,10 @@ pub struct RuntimeConfig {
     pub listen: SocketAddr,
     /// `MENTIS_METRICS_LISTEN`: where `GET /metrics` (Prometheus text format) is served; off when None.
     pub metrics_listen: Option<SocketAddr>,
+    /// `MENTIS_HEALTH_LISTEN`: a second listener serving only `grpc.health.v1`, in plaintext whatever the
+    /// API's transport, for probes that cannot speak TLS or carry a client certificate (Kubernetes' gRPC
+    /// probes, Docker's HEALTHCHECK through `mentis-runtime healthcheck`); off when None.
+    pub health_listen: Option<SocketAddr>,
     /// `MENTIS_EXECUTOR_IMAGE`: image of sandboxes whose spec names none.
     pub executor_image: String,
     /// `MENTIS_DATA_DIR`: the durable store (`mentis.db`).
@@ -265,6 +269,7 @@ impl Default for RuntimeConfig {
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 50051))),
             metrics_listen: None,
+            health_listen: None,
             executor_image: DEFAULT_EXECUTOR_IMAGE.into(),
             data_dir: PathBuf::from("mentis-data"),
             docker: DockerConfig::default(),
@@ -320,6 +325,9 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_METRICS_LISTEN").filter(|v| !v.is_empty()) {
             c.metrics_listen = Some(parse("MENTIS_METRICS_LISTEN", &v)?);
+        }
+        if let Some(v) = get("MENTIS_HEALTH_LISTEN").filter(|v| !v.is_empty()) {
+            c.health_listen = Some(parse("MENTIS_HEALTH_LISTEN", &v)?);
         }
         if let Some(v) = get("MENTIS_EXECUTOR_IMAGE").filter(|v| !v.is_empty()) {
             c.executor_image = v;

@@ -123,6 +123,14 @@ impl Runtime {
             ),
             None => None,
         };
+        let health_listener = match config.health_listen {
+            Some(at) => Some(
+                TcpListener::bind(at)
+                    .await
+                    .map_err(|source| ServeError::Listen { addr: at, source })?,
+            ),
+            None => None,
+        };
         let mut config = config;
         if config.disk_limits == DiskLimits::Off {
             // GetSandbox never claims a limit nothing enforces.
@@ -175,6 +183,7 @@ impl Runtime {
             backend,
             keyring,
             listener,
+            health_listener,
             tls,
             shutdown.clone(),
         ));
@@ -215,11 +224,55 @@ impl Runtime {
     }
 }
 
+/// `MENTIS_HEALTH_LISTEN`: the same health service (so it follows the drain: NOT_SERVING first), alone and in
+/// plaintext, until the runtime stops. Health carries no secret and needs no key.
+fn serve_health<T: tonic_health::pb::health_server::Health>(
+    listener: TcpListener,
+    health: tonic_health::pb::health_server::HealthServer<T>,
+    shutdown: CancellationToken,
+) {
+    if let Ok(at) = listener.local_addr() {
+        tracing::info!(%at, "grpc.health.v1 served in plaintext");
+    }
+    // Reflection of health alone, so grpcurl finds it there.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let (v1, v1alpha) = (reflection().build_v1(), reflection().build_v1alpha());
+    tokio::spawn(async move {
+        let (v1, v1alpha) = match (v1, v1alpha) {
+            (Ok(v1), Ok(v1alpha)) => (v1, v1alpha),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(error = %e, "the health listener's reflection failed to build");
+                return;
+            }
+        };
+        let served = tonic::transport::Server::builder()
+            .add_service(health)
+            .add_service(v1)
+            .add_service(v1alpha)
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener),
+                async move {
+                    shutdown.cancelled().await;
+                    // Probes see NOT_SERVING during the drain's grace, like the API port's health.
+                    tokio::time::sleep(DRAIN_GRACE).await;
+                },
+            )
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the health listener failed");
+        }
+    });
+}
+
 async fn serve(
     manager: Arc<Manager>,
     backend: Arc<dyn SandboxBackend>,
     keyring: Arc<Keyring>,
     listener: TcpListener,
+    health_listener: Option<TcpListener>,
     tls: Option<ServerTlsConfig>,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
@@ -236,6 +289,9 @@ async fn serve(
     );
     health.serving(true).await;
     tokio::spawn(Arc::clone(&health).watch(backend, shutdown.clone()));
+    if let Some(listener) = health_listener {
+        serve_health(listener, health_service.clone(), shutdown.clone());
+    }
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(mentis_proto::PUBLIC_FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
