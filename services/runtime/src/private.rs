@@ -67,7 +67,7 @@ pub fn secure(dir: &Path) -> Result<Vec<PathBuf>> {
                 path = %path.display(),
                 was = format!("{mode:04o}"),
                 now = format!("{private:04o}"),
-                "made a file of the data folder private to the runtime's user (it was open to others)"
+                "made a path in the data folder private to the runtime's user (it was open to others)"
             );
             fixed.push(path);
         }
