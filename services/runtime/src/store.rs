@@ -39,6 +39,9 @@ const SEALED_SCHEMA: i64 = 6;
 /// Name of the database file in the data folder.
 pub const DB_FILE: &str = "mentis.db";
 
+/// What the migration to schema 6 leaves in the `token` column of a pool member made before it.
+const LEGACY_MEMBER: &str = "replace";
+
 /// The meta key holding the id of the key the store is sealed with.
 const KEY_ID: &str = "key_id";
 
@@ -136,8 +139,8 @@ pub struct StoredMember {
     pub image: String,
     /// Never logged.
     pub token: String,
-    /// Made by a runtime of schema 5 or older with a stored token: replaced rather than taken over (a claim
-    /// would give the sandbox a derived token its container does not know).
+    /// Made by a runtime of schema 5 or older, with a random token its container alone knows now (the
+    /// migration removed it from the store, leaving [`LEGACY_MEMBER`]): replaced rather than taken over.
     pub legacy: bool,
 }
 
@@ -450,11 +453,7 @@ impl Store {
                     id,
                     image,
                     legacy: !stored.is_empty(),
-                    token: if stored.is_empty() {
-                        self.executor_token(id)
-                    } else {
-                        stored
-                    },
+                    token: self.executor_token(id),
                 }),
                 Err(_) => tracing::warn!(%id, "store: skipping a pool member with an invalid id"),
             }
@@ -626,10 +625,11 @@ fn schema_version(conn: &Connection) -> Result<i64> {
         .map_err(db_err("schema version"))
 }
 
-/// The migration to schema 6, in one transaction: every plain env sealed, and the stored tokens of ended
-/// sandboxes emptied (nothing calls their executors again). Live sandboxes and pool members keep theirs:
-/// their containers know no other token (a member is replaced at start instead, see [`StoredMember`]).
-/// The WAL is then emptied, so the plain text it held of the old rows goes too.
+/// The migration to schema 6, in one transaction: every plain env sealed, the stored tokens of ended
+/// sandboxes emptied (nothing calls their executors again) and those of pool members replaced by
+/// [`LEGACY_MEMBER`] (such a member is replaced at start, see [`StoredMember`]). Live sandboxes keep theirs:
+/// their containers know no other token. The WAL is then emptied, so the plain text it held of the old rows
+/// goes too.
 fn seal_rows(conn: &Connection, sealer: &Sealer) -> Result<()> {
     let rows: Vec<(String, String, String)> = {
         let mut stmt = conn
@@ -657,6 +657,10 @@ fn seal_rows(conn: &Connection, sealer: &Sealer) -> Result<()> {
                 conn.execute("UPDATE sandboxes SET token = '' WHERE id = ?1", params![id])?;
             }
         }
+        conn.execute(
+            "UPDATE pool SET token = ?1 WHERE token <> ''",
+            params![LEGACY_MEMBER],
+        )?;
         Ok::<_, rusqlite::Error>(())
     })();
     match sealed {
@@ -999,13 +1003,12 @@ mod tests {
             assert_eq!(get(id).env["PASSWORD"], "plain-value-9");
         }
         let members = store.members().unwrap();
-        assert_eq!(
-            (members[0].token.as_str(), members[0].legacy),
-            ("member-token-3", true)
-        );
+        assert_eq!((members[0].id, members[0].legacy), (member, true));
         drop(store);
         let bytes = file_bytes(dir.path());
-        assert!(!holds(&bytes, "plain-value-9") && !holds(&bytes, "ended-token-2"));
+        for gone in ["plain-value-9", "ended-token-2", "member-token-3"] {
+            assert!(!holds(&bytes, gone), "{gone}");
+        }
         // Opened again: nothing migrates twice, and the key is required from now on.
         let store = Store::open(dir.path()).unwrap();
         assert_eq!(store.sandboxes().unwrap().len(), 2);

@@ -1,10 +1,12 @@
 //! The data folder holds no usable secret and is private to the runtime's user: executor tokens are derived
 //! from the key in `mentis.key`, envs are sealed, modes wider than 0700/0600 are fixed at start, and a store
-//! whose key is missing, corrupt or another is refused with an error naming the file.
+//! whose key is missing, corrupt or another is refused with an error naming the file. A store of schema 5
+//! keeps its live sandboxes' stored tokens, has its envs sealed and its pool members replaced.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use mentis_core::{BackendSpec, SandboxBackend, SandboxId};
 use mentis_proto::api::{self, SandboxState};
 use mentis_runtime::Runtime;
 use mentis_runtime::store::{DB_FILE, KEY_FILE};
@@ -152,4 +154,72 @@ async fn a_missing_corrupt_or_other_key_stops_the_start_naming_the_file() {
         TestRuntime::start_on(rt.backend.clone(), rt.config.clone(), rt.data_dir.clone()).await;
     assert_eq!(rt.state(&sb.sandbox_id).await, SandboxState::Running);
     rt.sh(&sb.sandbox_id, "true").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_store_of_schema_5_keeps_its_live_sandboxes_and_replaces_its_pool_members() {
+    let mut rt = TestRuntime::start_with(|c| {
+        c.pools = vec![mentis_runtime::config::PoolConfig {
+            image: c.executor_image.clone(),
+            min_idle: 1,
+            max_total: 4,
+            kernel: false,
+        }];
+    })
+    .await;
+    let template = rt.create_default().await;
+    stop(&mut rt).await;
+    // What a runtime of schema 5 left: a sandbox and a pool member whose containers were made with random
+    // tokens kept in the store, and an env in plain text.
+    let (sandbox, member) = (SandboxId::new(), SandboxId::new());
+    let (old_token, member_token) = ("a1".repeat(32), "b2".repeat(32));
+    for (id, token) in [(sandbox, &old_token), (member, &member_token)] {
+        let _busy = Busy::hold();
+        rt.backend
+            .create(&BackendSpec {
+                id,
+                space_id: None,
+                image: rt.config.executor_image.clone(),
+                limits: Default::default(),
+                token: token.clone(),
+                data_mounts: Vec::new(),
+                executor_env: Vec::new(),
+                egress: false,
+                read_only_rootfs: false,
+            })
+            .await
+            .unwrap();
+    }
+    let db = rt.data_dir.path().join(DB_FILE);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(&format!(
+        "CREATE TEMP TABLE t AS SELECT * FROM sandboxes WHERE id = '{}';
+         UPDATE t SET id = '{sandbox}', token = '{old_token}', env = '{{\"OLD\":\"{ENV_VALUE}\"}}';
+         INSERT INTO sandboxes SELECT * FROM t;
+         INSERT INTO pool (id, image, token, created_ms) VALUES ('{member}', '{}', '{member_token}', 0);
+         DELETE FROM meta WHERE key = 'key_id';
+         PRAGMA user_version = 5;",
+        template.sandbox_id, rt.config.executor_image
+    ))
+    .unwrap();
+    drop(conn);
+
+    let mut rt =
+        TestRuntime::start_on(rt.backend.clone(), rt.config.clone(), rt.data_dir.clone()).await;
+    // Reached with its stored token, its env as it was; the template with its derived one.
+    let id = sandbox.to_string();
+    assert_eq!(rt.state(&id).await, SandboxState::Running);
+    let obs = rt.sh(&id, "printf %s \"$OLD\" | wc -c").await.unwrap();
+    assert_eq!(stdout(&obs).trim(), ENV_VALUE.len().to_string());
+    rt.sh(&template.sandbox_id, "true").await.unwrap();
+    // The old member is replaced, not taken over.
+    assert_eq!(rt.backend.calls("ensure_running", member), 0, "not reached");
+    assert_eq!(rt.backend.calls("delete", member), 1);
+    assert_eq!(rt.backend.state(member), None);
+    // The env is sealed now; the live sandbox's token stays until it is deleted.
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes.extend(std::fs::read(rt.data_dir.path().join("mentis.db-wal")).unwrap_or_default());
+    assert!(!holds(&bytes, ENV_VALUE));
+    assert!(!holds(&bytes, &member_token));
+    rt.delete(&id).await.unwrap();
 }
