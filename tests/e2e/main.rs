@@ -21,6 +21,7 @@ mod pool;
 mod proxy;
 mod reattach;
 mod recovery;
+mod secrets;
 mod shell;
 mod spaces;
 mod streams;

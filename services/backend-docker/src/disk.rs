@@ -109,7 +109,17 @@ impl Disks {
             .ok()
             .and_then(|mb| mb.checked_mul(1 << 20))
             .ok_or_else(|| Error::invalid(format!("disk limit {size_mb} MiB")))?;
-        let file = std::fs::File::create(&image).map_err(|e| io_err("create", &image, e))?;
+        // 0600: the image holds the sandbox's files (the folder is 0700 too).
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&image)
+                .map_err(|e| io_err("create", &image, e))?
+        };
         // Sparse: the host's disk holds only what is written.
         file.set_len(size).map_err(|e| io_err("size", &image, e))?;
         drop(file);

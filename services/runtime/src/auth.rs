@@ -273,14 +273,12 @@ pub const ADMIN_KEY_FILE: &str = "admin.key";
 
 fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::private::create_dir(dir)?;
     }
-    let mut f = std::fs::OpenOptions::new()
+    let mut f = crate::private::file_options()
         .write(true)
         .create_new(true)
-        .mode(0o600)
         .open(path)?;
     f.write_all(text.as_bytes())?;
     f.sync_all()

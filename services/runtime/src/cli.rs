@@ -42,6 +42,9 @@ pub async fn main_with_args(args: Vec<String>) -> anyhow::Result<()> {
 
 /// Runs the runtime as a process until it is told to stop.
 pub async fn run_from_env() -> anyhow::Result<()> {
+    // What the process makes is its user's alone (the data folder: see `private`); the library makes its
+    // files with explicit modes too, for embedders that keep another umask.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         // bollard logs request bodies at debug, and a container's env carries its executor token.

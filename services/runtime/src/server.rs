@@ -138,6 +138,9 @@ impl Runtime {
         }
         let config = Arc::new(config);
         let shutdown = CancellationToken::new();
+        // The data folder and everything in it private to this user before anything is read or written
+        // there (the store, the keys and the journals are in it).
+        crate::private::secure(&config.data_dir)?;
         let store = Arc::new(Store::open(&config.data_dir)?);
         let keyring = Arc::new(match &config.auth {
             AuthConfig::Keys { admin_key } => Keyring::new(

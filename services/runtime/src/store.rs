@@ -7,6 +7,11 @@
 //! Calls are synchronous: each is one small statement on a WAL-mode database with `synchronous=NORMAL`
 //! (no fsync per commit), well under a millisecond, made at control-plane rates. The connection sits
 //! behind a mutex.
+//!
+//! The store holds no usable secret (`seal`): executor tokens are derived from the data folder's key, never
+//! written (the `token` columns stay empty; rows of schema 5 and older keep theirs, see
+//! [`Store::open`]), and each sandbox's env is sealed with it. The database file is made 0600, and SQLite
+//! gives its `-wal` and `-shm` files the same mode.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,9 +26,24 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 pub mod actions;
 mod keys;
+pub mod seal;
+
+pub use seal::{KEY_FILE, Sealer};
 
 /// Schema version in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
+
+/// The first schema whose tokens are derived and envs sealed: from it on, the key file must exist.
+const SEALED_SCHEMA: i64 = 6;
+
+/// Name of the database file in the data folder.
+pub const DB_FILE: &str = "mentis.db";
+
+/// What the migration to schema 6 leaves in the `token` column of a pool member made before it.
+const LEGACY_MEMBER: &str = "replace";
+
+/// The meta key holding the id of the key the store is sealed with.
+const KEY_ID: &str = "key_id";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS spaces (
@@ -93,13 +113,23 @@ CREATE TABLE IF NOT EXISTS actions (
 ";
 
 /// A sandbox as stored: its record and what the runtime needs to take it over again.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct StoredSandbox {
     pub record: Sandbox,
     pub env: BTreeMap<String, String>,
-    /// The executor's token. Never logged.
+    /// The executor's token: derived from the key, or the one a sandbox of schema 5 or older was made with.
+    /// Never logged.
     pub token: String,
     pub last_seq: u64,
+}
+
+impl std::fmt::Debug for StoredSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredSandbox")
+            .field("record", &self.record)
+            .field("last_seq", &self.last_seq)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A warm pool member as stored: a container made ahead, not yet any sandbox.
@@ -109,6 +139,9 @@ pub struct StoredMember {
     pub image: String,
     /// Never logged.
     pub token: String,
+    /// Made by a runtime of schema 5 or older, with a random token its container alone knows now (the
+    /// migration removed it from the store, leaving [`LEGACY_MEMBER`]): replaced rather than taken over.
+    pub legacy: bool,
 }
 
 impl std::fmt::Debug for StoredMember {
@@ -116,6 +149,7 @@ impl std::fmt::Debug for StoredMember {
         f.debug_struct("StoredMember")
             .field("id", &self.id)
             .field("image", &self.image)
+            .field("legacy", &self.legacy)
             .finish_non_exhaustive()
     }
 }
@@ -123,6 +157,7 @@ impl std::fmt::Debug for StoredMember {
 /// The database.
 pub struct Store {
     conn: Mutex<Connection>,
+    sealer: Sealer,
 }
 
 impl std::fmt::Debug for Store {
@@ -183,37 +218,75 @@ fn parse_state(s: &str) -> SandboxState {
 }
 
 impl Store {
-    /// Opens (creating when missing) the database `mentis.db` in `dir`.
+    /// Opens (creating when missing) the database `mentis.db` in `dir` with the key `mentis.key` beside it.
+    /// The key is made with a new store, and with a store of schema 5 or older, which is then migrated: its
+    /// plain envs are sealed, ended sandboxes lose their stored tokens, and live ones keep theirs (their
+    /// containers know no other), so a running sandbox survives the upgrade; no token is written again. From
+    /// schema 6 on, a missing key, or another key than the store's, is an error naming the file.
     pub fn open(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| {
+        crate::private::create_dir(dir).map_err(|e| {
             Error::internal(format!(
                 "store: cannot create the data folder {}: {e}",
                 dir.display()
             ))
         })?;
-        let conn = Connection::open(dir.join("mentis.db")).map_err(db_err("open"))?;
-        Self::init(conn)
+        let db = dir.join(DB_FILE);
+        // Made 0600 before SQLite opens it: SQLite gives the -wal and -shm files the database's mode.
+        crate::private::file_options()
+            .append(true)
+            .create(true)
+            .open(&db)
+            .map_err(|e| Error::internal(format!("store: cannot create {}: {e}", db.display())))?;
+        let conn = Connection::open(&db).map_err(db_err("open"))?;
+        let version = schema_version(&conn)?;
+        let key_file = dir.join(KEY_FILE);
+        let sealer = Sealer::load(&key_file, version < SEALED_SCHEMA)?;
+        Self::init(conn, sealer, &key_file.display().to_string())
     }
 
-    /// A database in memory (unit tests).
+    /// A database in memory with a key of its own (unit tests).
     pub fn in_memory() -> Result<Self> {
-        Self::init(Connection::open_in_memory().map_err(db_err("open"))?)
+        Self::init(
+            Connection::open_in_memory().map_err(db_err("open"))?,
+            Sealer::random(),
+            "(in memory)",
+        )
     }
 
-    fn init(conn: Connection) -> Result<Self> {
+    fn init(conn: Connection, sealer: Sealer, key_file: &str) -> Result<Self> {
         conn.busy_timeout(Duration::from_secs(5))
             .map_err(db_err("busy timeout"))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(db_err("journal mode"))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(db_err("synchronous"))?;
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(db_err("schema version"))?;
+        // What is deleted or overwritten (an env sealed in place of its plain text) is zeroed in the file.
+        conn.pragma_update(None, "secure_delete", "ON")
+            .map_err(db_err("secure delete"))?;
+        let version = schema_version(&conn)?;
         if version > SCHEMA_VERSION {
             return Err(Error::internal(format!(
                 "store: the database has schema {version}, newer than this runtime's {SCHEMA_VERSION}"
             )));
+        }
+        match conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                params![KEY_ID],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+        {
+            Ok(Some(id)) if id != sealer.key_id() => {
+                return Err(Error::internal(format!(
+                    "the store's key {key_file} is not the key the store was sealed with (key id {}, \
+                     the store's is {id}): put the right file back, or start on an empty MENTIS_DATA_DIR \
+                     (this instance's existing sandboxes are then removed)",
+                    sealer.key_id()
+                )));
+            }
+            // A new database has no meta table yet.
+            Ok(_) | Err(_) => {}
         }
         conn.execute_batch(SCHEMA).map_err(db_err("schema"))?;
         // CREATE TABLE IF NOT EXISTS leaves an older table as it was: add what later versions added
@@ -228,11 +301,25 @@ impl Store {
         ] {
             add_column_if_missing(&conn, table, column, decl)?;
         }
+        if version > 0 && version < SEALED_SCHEMA {
+            seal_rows(&conn, &sealer)?;
+        }
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
+            params![KEY_ID, sealer.key_id()],
+        )
+        .map_err(db_err("write the key id"))?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(db_err("schema version"))?;
         Ok(Self {
             conn: Mutex::new(conn),
+            sealer,
         })
+    }
+
+    /// The executor token of sandbox (or pool member) `id`, derived from the key.
+    pub fn executor_token(&self, id: SandboxId) -> String {
+        self.sealer.executor_token(id)
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -319,19 +406,18 @@ impl Store {
         &self,
         s: &Sandbox,
         env: &BTreeMap<String, String>,
-        token: &str,
         last_seq: u64,
     ) -> Result<()> {
-        insert_sandbox(&self.conn(), s, env, token, last_seq)
+        insert_sandbox(&self.conn(), &self.sealer, s, env, last_seq)
     }
 
     /// Records a pool member before its container is made (a crash then leaves a row to clean up, never an
     /// unknown container taken for a sandbox).
-    pub fn put_member(&self, m: &StoredMember) -> Result<()> {
+    pub fn put_member(&self, id: SandboxId, image: &str) -> Result<()> {
         self.conn()
             .execute(
-                "INSERT OR REPLACE INTO pool (id, image, token, created_ms) VALUES (?1, ?2, ?3, ?4)",
-                params![m.id.to_string(), m.image, m.token, ms(SystemTime::now())],
+                "INSERT OR REPLACE INTO pool (id, image, token, created_ms) VALUES (?1, ?2, '', ?3)",
+                params![id.to_string(), image, ms(SystemTime::now())],
             )
             .map_err(db_err("write a pool member"))?;
         Ok(())
@@ -361,9 +447,14 @@ impl Store {
             .map_err(db_err("read the pool"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, image, token) = row.map_err(db_err("read a pool member"))?;
+            let (id, image, stored) = row.map_err(db_err("read a pool member"))?;
             match SandboxId::parse(&id) {
-                Ok(id) => out.push(StoredMember { id, image, token }),
+                Ok(id) => out.push(StoredMember {
+                    id,
+                    image,
+                    legacy: !stored.is_empty(),
+                    token: self.executor_token(id),
+                }),
                 Err(_) => tracing::warn!(%id, "store: skipping a pool member with an invalid id"),
             }
         }
@@ -372,7 +463,7 @@ impl Store {
 
     /// Turns a pool member into a sandbox in one transaction: after a crash the container is either still
     /// an idle member or the claimed sandbox, never both or neither.
-    pub fn claim(&self, s: &Sandbox, env: &BTreeMap<String, String>, token: &str) -> Result<()> {
+    pub fn claim(&self, s: &Sandbox, env: &BTreeMap<String, String>) -> Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db_err("begin a claim"))?;
         let removed = tx
@@ -384,7 +475,7 @@ impl Store {
                 s.id
             )));
         }
-        insert_sandbox(&tx, s, env, token, 0)?;
+        insert_sandbox(&tx, &self.sealer, s, env, 0)?;
         tx.commit().map_err(db_err("commit a claim"))?;
         Ok(())
     }
@@ -440,9 +531,13 @@ impl Store {
                 let space: String = r.get(1)?;
                 let state: String = r.get(2)?;
                 let policy: String = r.get(13)?;
+                let env: String = r.get(6)?;
+                let token: String = r.get(10)?;
                 Ok((
                     id,
                     space,
+                    env,
+                    token,
                     StoredSandbox {
                         record: Sandbox {
                             id: SandboxId::new(),
@@ -471,8 +566,9 @@ impl Store {
                             egress: r.get(20)?,
                             read_only_rootfs: r.get(22)?,
                         },
-                        env: from_json(&r.get::<_, String>(6)?),
-                        token: r.get(10)?,
+                        // Opened below, once the id is known.
+                        env: BTreeMap::new(),
+                        token: String::new(),
                         last_seq: u64::try_from(r.get::<_, i64>(19)?).unwrap_or(0),
                     },
                 ))
@@ -480,11 +576,21 @@ impl Store {
             .map_err(db_err("read sandboxes"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, space, mut stored) = row.map_err(db_err("read a sandbox"))?;
+            let (id, space, env, token, mut stored) = row.map_err(db_err("read a sandbox"))?;
             match (SandboxId::parse(&id), SpaceId::parse(&space)) {
                 (Ok(id), Ok(space)) => {
                     stored.record.id = id;
                     stored.record.space_id = space;
+                    stored.env = self.sealer.open_env(id, &env).unwrap_or_else(|| {
+                        tracing::warn!(sandbox_id = %id, "store: a sandbox's env does not open (damaged): it has none now");
+                        BTreeMap::new()
+                    });
+                    // A stored token is a sandbox of schema 5 or older, whose container knows only it.
+                    stored.token = if token.is_empty() {
+                        self.executor_token(id)
+                    } else {
+                        token
+                    };
                     out.push(stored);
                 }
                 _ => tracing::warn!(%id, "store: skipping a sandbox with an invalid id"),
@@ -512,6 +618,67 @@ impl Store {
             .map_err(db_err("write meta"))?;
         Ok(())
     }
+}
+
+fn schema_version(conn: &Connection) -> Result<i64> {
+    conn.pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(db_err("schema version"))
+}
+
+/// The migration to schema 6, in one transaction: every plain env sealed, the stored tokens of ended
+/// sandboxes emptied (nothing calls their executors again) and those of pool members replaced by
+/// [`LEGACY_MEMBER`] (such a member is replaced at start, see [`StoredMember`]). Live sandboxes keep theirs:
+/// their containers know no other token. The WAL is then emptied, so the plain text it held of the old rows
+/// goes too.
+fn seal_rows(conn: &Connection, sealer: &Sealer) -> Result<()> {
+    let rows: Vec<(String, String, String)> = {
+        let mut stmt = conn
+            .prepare("SELECT id, env, state FROM sandboxes")
+            .map_err(db_err("read sandboxes to seal"))?;
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(db_err("read sandboxes to seal"))?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(db_err("read a sandbox to seal"))?
+    };
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(db_err("begin sealing"))?;
+    let sealed = (|| {
+        for (id, env, state) in &rows {
+            let Ok(sid) = SandboxId::parse(id) else {
+                continue;
+            };
+            if !Sealer::is_sealed(env) {
+                conn.execute(
+                    "UPDATE sandboxes SET env = ?2 WHERE id = ?1",
+                    params![id, sealer.seal_env(sid, &from_json(env))],
+                )?;
+            }
+            if parse_state(state).is_final() {
+                conn.execute("UPDATE sandboxes SET token = '' WHERE id = ?1", params![id])?;
+            }
+        }
+        conn.execute(
+            "UPDATE pool SET token = ?1 WHERE token <> ''",
+            params![LEGACY_MEMBER],
+        )?;
+        Ok::<_, rusqlite::Error>(())
+    })();
+    match sealed {
+        Ok(()) => conn
+            .execute_batch("COMMIT")
+            .map_err(db_err("commit sealing"))?,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(db_err("seal the sandboxes' env")(e));
+        }
+    }
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .map_err(db_err("checkpoint after sealing"))?;
+    tracing::info!(
+        sandboxes = rows.len(),
+        "store: migrated to schema 6: envs sealed, tokens of ended sandboxes removed"
+    );
+    Ok(())
 }
 
 fn add_column_if_missing(conn: &Connection, table: &str, column: &str, decl: &str) -> Result<()> {
@@ -560,11 +727,12 @@ fn space_limits_from_json(max_sandboxes: u32, text: &str) -> SpaceLimits {
     }
 }
 
+/// Writes a new record: its env sealed, no token (it is derived).
 fn insert_sandbox(
     conn: &Connection,
+    sealer: &Sealer,
     s: &Sandbox,
     env: &BTreeMap<String, String>,
-    token: &str,
     last_seq: u64,
 ) -> Result<()> {
     conn.execute(
@@ -581,11 +749,11 @@ fn insert_sandbox(
             s.state_reason,
             s.image,
             to_json(&s.labels),
-            to_json(env),
+            sealer.seal_env(s.id, env),
             s.limits.cpu,
             s.limits.memory_mb,
             s.limits.pids,
-            token,
+            "",
             s.external_key,
             s.expiry.idle_timeout.as_secs(),
             s.expiry.idle_policy.as_str(),
@@ -649,7 +817,7 @@ mod tests {
         let env: BTreeMap<String, String> = [("A".to_owned(), "1".to_owned())].into();
         {
             let store = Store::open(dir.path()).unwrap();
-            store.put_sandbox(&s, &env, "tok", 41).unwrap();
+            store.put_sandbox(&s, &env, 41).unwrap();
             let mut space = Space::default_space(s.created_at);
             space.metadata.insert("team".into(), "a".into());
             store.put_space(&space).unwrap();
@@ -660,8 +828,8 @@ mod tests {
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].record, s);
         assert_eq!(
-            (all[0].env.clone(), all[0].token.as_str(), all[0].last_seq),
-            (env, "tok", 41)
+            (all[0].env.clone(), all[0].token.clone(), all[0].last_seq),
+            (env, store.executor_token(s.id), 41)
         );
         let mut changed = s.clone();
         changed.state = SandboxState::Running;
@@ -698,7 +866,7 @@ mod tests {
         }
         let store = Store::open(dir.path()).unwrap();
         let s = sandbox();
-        store.put_sandbox(&s, &BTreeMap::new(), "tok", 1).unwrap();
+        store.put_sandbox(&s, &BTreeMap::new(), 1).unwrap();
         assert_eq!(store.sandboxes().unwrap()[0].record, s);
         let mut space = Space::default_space(time(ms(SystemTime::now())));
         space.limits.sandbox_max.memory_mb = 512;
@@ -717,7 +885,7 @@ mod tests {
         let s = sandbox();
         {
             let store = Store::open(dir.path()).unwrap();
-            store.put_sandbox(&s, &BTreeMap::new(), "tok", 1).unwrap();
+            store.put_sandbox(&s, &BTreeMap::new(), 1).unwrap();
             let conn = store.conn();
             conn.execute_batch("ALTER TABLE sandboxes DROP COLUMN disk_mb")
                 .unwrap();
@@ -733,18 +901,135 @@ mod tests {
     fn a_claim_moves_a_member_to_the_sandboxes_once() {
         let store = Store::in_memory().unwrap();
         let s = sandbox();
-        let member = StoredMember {
-            id: s.id,
-            image: "img:1".into(),
-            token: "tok".into(),
-        };
-        store.put_member(&member).unwrap();
-        assert_eq!(store.members().unwrap().len(), 1);
-        store.claim(&s, &BTreeMap::new(), "tok").unwrap();
+        store.put_member(s.id, "img:1").unwrap();
+        let members = store.members().unwrap();
+        assert_eq!(members.len(), 1);
+        assert_eq!(
+            (members[0].token.clone(), members[0].legacy),
+            (store.executor_token(s.id), false)
+        );
+        store.claim(&s, &BTreeMap::new()).unwrap();
         assert!(store.members().unwrap().is_empty());
-        assert_eq!(store.sandboxes().unwrap()[0].record.id, s.id);
+        // The claimed sandbox has the member's token: both are derived from the same id.
+        let claimed = &store.sandboxes().unwrap()[0];
+        assert_eq!(claimed.record.id, s.id);
+        assert_eq!(claimed.token, members[0].token);
         // The same member cannot be claimed twice.
-        assert!(store.claim(&s, &BTreeMap::new(), "tok").is_err());
+        assert!(store.claim(&s, &BTreeMap::new()).is_err());
         assert_eq!(store.sandboxes().unwrap().len(), 1);
+    }
+
+    fn file_bytes(dir: &Path) -> Vec<u8> {
+        let mut all = Vec::new();
+        for name in [DB_FILE, "mentis.db-wal"] {
+            all.extend(std::fs::read(dir.join(name)).unwrap_or_default());
+        }
+        all
+    }
+
+    fn holds(hay: &[u8], needle: &str) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+    }
+
+    #[test]
+    fn the_files_hold_neither_tokens_nor_env_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let s = sandbox();
+        let env: BTreeMap<String, String> =
+            [("API_KEY".to_owned(), "env-secret-4711".to_owned())].into();
+        store.put_sandbox(&s, &env, 1).unwrap();
+        store.put_member(SandboxId::new(), "img:1").unwrap();
+        let token = store.executor_token(s.id);
+        let bytes = file_bytes(dir.path());
+        assert!(!bytes.is_empty());
+        assert!(!holds(&bytes, &token) && !holds(&bytes, "env-secret-4711"));
+        for m in store.members().unwrap() {
+            assert!(!holds(&bytes, &m.token));
+        }
+        assert_eq!(store.sandboxes().unwrap()[0].env, env);
+        // 0600, the WAL and the shared memory file too.
+        for name in [DB_FILE, "mentis.db-wal", "mentis.db-shm", KEY_FILE] {
+            let mode = std::os::unix::fs::PermissionsExt::mode(
+                &std::fs::metadata(dir.path().join(name))
+                    .unwrap()
+                    .permissions(),
+            );
+            assert_eq!(mode & 0o777, 0o600, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_schema_5_store_keeps_the_tokens_of_live_sandboxes_and_seals_every_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let (live, ended, member) = (sandbox(), sandbox(), SandboxId::new());
+        {
+            // A store as schema 5 wrote it: tokens and plain envs, no key file.
+            let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.pragma_update(None, "user_version", 5).unwrap();
+            let plain = Sealer::random();
+            for (s, state, token) in [
+                (&live, SandboxState::Running, "live-token-1"),
+                (&ended, SandboxState::Terminated, "ended-token-2"),
+            ] {
+                let mut s = s.clone();
+                s.state = state;
+                insert_sandbox(&conn, &plain, &s, &BTreeMap::new(), 3).unwrap();
+                conn.execute(
+                    "UPDATE sandboxes SET token = ?2, env = ?3 WHERE id = ?1",
+                    params![s.id.to_string(), token, r#"{"PASSWORD":"plain-value-9"}"#],
+                )
+                .unwrap();
+            }
+            conn.execute(
+                "INSERT INTO pool (id, image, token, created_ms) VALUES (?1, 'img', 'member-token-3', 0)",
+                params![member.to_string()],
+            )
+            .unwrap();
+        }
+        assert!(!dir.path().join(KEY_FILE).exists());
+        let store = Store::open(dir.path()).unwrap();
+        assert!(dir.path().join(KEY_FILE).exists(), "the key is made");
+        let all = store.sandboxes().unwrap();
+        let get = |id: SandboxId| all.iter().find(|s| s.record.id == id).unwrap();
+        assert_eq!(
+            get(live.id).token,
+            "live-token-1",
+            "a live sandbox keeps its token"
+        );
+        assert_eq!(get(ended.id).token, store.executor_token(ended.id));
+        for id in [live.id, ended.id] {
+            assert_eq!(get(id).env["PASSWORD"], "plain-value-9");
+        }
+        let members = store.members().unwrap();
+        assert_eq!((members[0].id, members[0].legacy), (member, true));
+        drop(store);
+        let bytes = file_bytes(dir.path());
+        for gone in ["plain-value-9", "ended-token-2", "member-token-3"] {
+            assert!(!holds(&bytes, gone), "{gone}");
+        }
+        // Opened again: nothing migrates twice, and the key is required from now on.
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.sandboxes().unwrap().len(), 2);
+        drop(store);
+        std::fs::rename(dir.path().join(KEY_FILE), dir.path().join("moved")).unwrap();
+        let err = Store::open(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("mentis.key") && err.contains("missing"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_store_refuses_another_key() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path()).unwrap());
+        std::fs::write(dir.path().join(KEY_FILE), format!("{}\n", "ab".repeat(32))).unwrap();
+        let err = Store::open(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("not the key the store was sealed with"),
+            "{err}"
+        );
     }
 }

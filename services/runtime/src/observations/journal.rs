@@ -181,7 +181,9 @@ impl Journal {
         if dir.exists() {
             fs::remove_dir_all(dir)?;
         }
-        fs::create_dir_all(dir)?;
+        // Private to the runtime's user, as all of the data folder (`private`): observations are what
+        // sandboxes printed.
+        crate::private::create_dir(dir)?;
         Ok(Self {
             dir: dir.to_owned(),
             segments: VecDeque::new(),
@@ -295,7 +297,10 @@ impl Journal {
         let record_len = (record.len() + bulk.len()) as u64;
         if self.current.is_none() || self.current_bytes >= SEGMENT_BYTES {
             let path = self.dir.join(segment_name(o.seq));
-            let file = OpenOptions::new().create(true).append(true).open(&path)?;
+            let file = crate::private::file_options()
+                .create(true)
+                .append(true)
+                .open(&path)?;
             if let Some(old) = self.current.take() {
                 // The finished segment is synced with the next sync, off the append path.
                 let first = self.segments.back().map_or(0, |s| s.first_seq);

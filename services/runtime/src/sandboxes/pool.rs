@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::reach::{random_token, reach_executor, ready_executor};
+use super::reach::{reach_executor, ready_executor};
 use crate::config::{PoolConfig, RuntimeConfig};
 use crate::executor_client::ExecutorClient;
 use crate::store::{Store, StoredMember};
@@ -200,12 +200,14 @@ impl Pools {
     }
 
     async fn make_member(&self, pool: &Pool) -> Result<Member> {
+        let id = SandboxId::new();
         let stored = StoredMember {
-            id: SandboxId::new(),
+            id,
             image: pool.config.image.clone(),
-            token: random_token(),
+            token: self.store.executor_token(id),
+            legacy: false,
         };
-        self.store.put_member(&stored)?;
+        self.store.put_member(stored.id, &stored.image)?;
         let spec = BackendSpec {
             id: stored.id,
             space_id: None,
@@ -294,8 +296,11 @@ impl Pools {
         for m in members {
             let pool = self.pool_for(&m.image);
             let running = found.get(&m.id) == Some(&BackendState::Running);
+            if m.legacy {
+                tracing::info!(sandbox_id = %m.id, image = %m.image, "replacing a pool member made by an earlier version (its token was stored)");
+            }
             let kept = match pool {
-                Some(pool) if running && pool.idle().len() < pool.config.max_total => {
+                Some(pool) if running && !m.legacy && pool.idle().len() < pool.config.max_total => {
                     let reached = reach_executor(
                         self.backend.as_ref(),
                         &self.config,

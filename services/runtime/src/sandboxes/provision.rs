@@ -15,7 +15,7 @@ use tracing::Instrument;
 use super::handle::SandboxHandle;
 use super::health;
 use super::pool::{Member, Pool, Pools};
-use super::reach::{random_token, ready_executor};
+use super::reach::ready_executor;
 use super::registry::{Admission, Recording, Registry};
 use super::spaces::Spaces;
 use crate::config::RuntimeConfig;
@@ -109,7 +109,10 @@ impl Provisioner {
         let member = pool.as_ref().and_then(|p| p.take());
         let (id, token) = match &member {
             Some(m) => (m.id, m.token.clone()),
-            None => (SandboxId::new(), random_token()),
+            None => {
+                let id = SandboxId::new();
+                (id, self.store.executor_token(id))
+            }
         };
         let now = crate::clock::now();
         let record = Sandbox {

@@ -37,11 +37,3 @@ pub(super) async fn reach_executor(
     let client = ready_executor(config, &endpoint, token, within).await?;
     Ok((client, endpoint))
 }
-
-/// A fresh executor token: 32 random bytes, hex.
-pub(super) fn random_token() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}

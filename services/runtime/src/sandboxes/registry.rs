@@ -126,8 +126,8 @@ impl Registry {
             .about(Resource::space(&record.space_id)));
         }
         match recording {
-            Recording::Claim => self.store.claim(&record, env, &handle.token)?,
-            Recording::New => self.store.put_sandbox(&record, env, &handle.token, 0)?,
+            Recording::Claim => self.store.claim(&record, env)?,
+            Recording::New => self.store.put_sandbox(&record, env, 0)?,
         }
         map.insert(record.id, Arc::clone(handle));
         Ok(Admission::Admitted)

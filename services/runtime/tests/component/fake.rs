@@ -127,6 +127,11 @@ impl FakeBackend {
     }
 
     /// The limits the sandbox was created or updated with.
+    /// The executor token a sandbox's container was made with.
+    pub fn token(&self, id: SandboxId) -> Option<String> {
+        lock(&self.sandboxes).get(&id).map(|f| f.spec.token.clone())
+    }
+
     pub fn limits(&self, id: SandboxId) -> Option<Limits> {
         lock(&self.sandboxes).get(&id).map(|f| f.spec.limits)
     }

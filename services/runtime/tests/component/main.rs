@@ -16,5 +16,6 @@ mod lifecycle;
 mod pool;
 mod race;
 mod restart;
+mod secrets;
 mod time;
 mod transport;
