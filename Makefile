@@ -15,7 +15,8 @@ help:
 	@echo "make demo   - set everything up, start a runtime, run the README walk-through and show its output"
 	@echo "make bench  - measure round trips through the whole chain (median, p95; JSON in target/bench.json)"
 	@echo "make soak   - chaos soak: clients and random faults for SOAK_DURATION (30m), invariants checked (target/soak.json)"
-	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint and breaking, code generation in other languages"
+	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint and breaking, code generation in other languages,"
+	@echo "              the Helm chart rendered, linted and checked against Kubernetes' schemas (offline)"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
 
 setup:
@@ -76,6 +77,9 @@ lint: tools
 	@if git rev-parse -q --verify HEAD~1 >/dev/null; then $(TOOLS)/buf breaking --against '.git#ref=HEAD~1'; \
 	  else echo "buf breaking: no previous commit to compare with"; fi
 	@.tools/venv/bin/python tests/proto-codegen.py
+	@# helm/mentis for several value sets: Helm's lint and render (Helm's own library), every manifest against
+	@# Kubernetes 1.34's schemas (strict), bad values refused. No cluster is involved (helm/mentis/README.md).
+	@.tools/venv/bin/python tests/helm-check.py
 	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/backend-docker/src services/telemetry/src services/runtime/src executor/src tests
 
 fmt:

