@@ -7,7 +7,7 @@ CARGO ?= cargo
 export MENTIS_EXECUTOR_IMAGE ?= mentis/executor:latest
 TOOLS := $(CURDIR)/.tools/bin
 
-.PHONY: help setup tools executor image run demo bench soak test test-unit test-e2e lint fmt clean-sandboxes
+.PHONY: help setup tools executor image service-images run demo bench soak test test-unit test-e2e test-deploy lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
@@ -18,6 +18,7 @@ help:
 	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint and breaking, code generation in other languages,"
 	@echo "              the Helm chart rendered, linted and checked against Kubernetes' schemas (offline)"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
+	@echo "make service-images - build the runtime and Docker-in-Docker images (mentis/runtime, mentis/dind; docs/DEPLOY.md)"
 
 setup:
 	@deploy/ensure-docker.sh
@@ -32,6 +33,11 @@ executor:
 
 image: setup executor
 	@deploy/build-executor-image.sh target/release/mentis-executor
+
+# The runtime as a container (deploy/compose.yaml, the Helm chart): the runtime image carries the executor image.
+service-images: image
+	$(CARGO) build --release -p mentis-runtime
+	@deploy/build-service-images.sh target/release/mentis-runtime
 
 run: image tools
 	$(CARGO) build --release -p mentis-runtime
@@ -65,8 +71,14 @@ test: image tools
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=2
 	@tests/readme-walkthrough.sh
 	@tests/readme-walkthrough.sh --behind-nginx
+	@$(MAKE) --no-print-directory test-deploy
 	$(CARGO) build -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
 	target/debug/mentis-soak --duration 3m --clients $(SOAK_CLIENTS)
+
+# The walk-through against the runtime image under Compose, in both modes (each also upgrades the runtime in place).
+test-deploy: service-images tools
+	@tests/readme-walkthrough.sh --compose host
+	@tests/readme-walkthrough.sh --compose dind
 
 lint: tools
 	$(CARGO) fmt --all -- --check

@@ -15,7 +15,6 @@ ENV MENTIS_LISTEN=0.0.0.0:50051 \
     MENTIS_HEALTH_LISTEN=127.0.0.1:50060 \
     MENTIS_DATA_DIR=/var/lib/mentis \
     MENTIS_EXECUTOR_IMAGE=mentis/executor:latest
-VOLUME /var/lib/mentis
 EXPOSE 50051
 LABEL io.mentis.managed=true \
       io.mentis.component=runtime

@@ -5,15 +5,23 @@
 # also prints what the walk-through printed. With --behind-nginx the runtime serves on 127.0.0.1:50052 and
 # Debian's nginx, with the settings block of docs/PROXY.md, passes gRPC to it from 127.0.0.1:50051 (HTTP/2
 # without TLS, so the README's commands run unchanged; tests/e2e/proxy.rs covers nginx with TLS).
+# With --compose host or --compose dind the runtime is the runtime image started by deploy/compose.yaml in that
+# mode (docs/DEPLOY.md), and after the walk-through the runtime is upgraded in place (another image, the same
+# data folder): it must take its sandbox over.
 set -euo pipefail
 show=
 behind_nginx=
-for arg in "$@"; do
-  case $arg in
+compose=
+while [ $# -gt 0 ]; do
+  case $1 in
     --show) show=--show ;;
     --behind-nginx) behind_nginx=1 ;;
-    *) echo "readme-walkthrough: unknown argument $arg" >&2; exit 2 ;;
+    --compose)
+      shift
+      case ${1:-} in host | dind) compose=$1 ;; *) echo "readme-walkthrough: --compose host|dind" >&2; exit 2 ;; esac ;;
+    *) echo "readme-walkthrough: unknown argument $1" >&2; exit 2 ;;
   esac
+  shift
 done
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -22,7 +30,23 @@ work=$(mktemp -d)
 instance="readme-$$"
 runtime_pid=
 nginx_pid=
+project="mentis-readme-$$"
+dc() { MENTIS_DATA_DIR=$work/data MENTIS_INSTANCE=$instance docker-compose -p "$project" -f deploy/compose.yaml --profile "$compose" "$@"; }
+# Sandbox containers of this run: in the host's engine, or in the Docker-in-Docker engine.
+sandboxes_left() {
+  if [ "$compose" = dind ]; then
+    dc exec -T dind docker ps -aq --filter "label=io.mentis.instance=$instance" 2>/dev/null || true
+  else
+    docker ps -aq --filter "label=io.mentis.instance=$instance"
+  fi
+}
 cleanup() {
+  if [ -n "$compose" ]; then
+    if [ "${keep_logs:-}" = 1 ]; then dc logs --no-color >&2 || true; fi
+    # Down first (dind takes its sandboxes with it), then what a host-mode runtime left in the host's engine.
+    dc down -v --remove-orphans >/dev/null 2>&1 || true
+    docker image rm mentis/runtime:readme-upgrade >/dev/null 2>&1 || true
+  fi
   if [ -n "$nginx_pid" ]; then kill "$nginx_pid" 2>/dev/null || true; wait "$nginx_pid" 2>/dev/null || true; fi
   if [ -n "$runtime_pid" ]; then kill "$runtime_pid" 2>/dev/null || true; wait "$runtime_pid" 2>/dev/null || true; fi
   docker ps -aq --filter "label=io.mentis.instance=$instance" | xargs -r docker rm -f -v >/dev/null
@@ -41,8 +65,8 @@ if grpcurl -plaintext -max-time 1 127.0.0.1:50051 list >/dev/null 2>&1; then
   echo "readme-walkthrough: something already serves on 127.0.0.1:50051; stop it first" >&2
   exit 1
 fi
-cargo build -q -p mentis-runtime
 listen=127.0.0.1:50051
+if [ -z "$compose" ]; then cargo build -q -p mentis-runtime; fi
 if [ -n "$behind_nginx" ]; then
   listen=127.0.0.1:50052
   if grpcurl -plaintext -max-time 1 "$listen" list >/dev/null 2>&1; then
@@ -80,14 +104,39 @@ CONF
   "$nginx" -c "$work/nginx/nginx.conf" -p "$work/nginx" 2>"$work/nginx/stderr" &
   nginx_pid=$!
 fi
-MENTIS_METRICS_LISTEN=127.0.0.1:9464 MENTIS_LISTEN=$listen MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
-runtime_pid=$!
-for _ in $(seq 1 100); do
-  grpcurl -plaintext -max-time 1 127.0.0.1:50051 grpc.health.v1.Health/Check >/dev/null 2>&1 && break
-  kill -0 "$runtime_pid" 2>/dev/null || { cat "$work/runtime.log" >&2; exit 1; }
-  if [ -n "$nginx_pid" ]; then kill -0 "$nginx_pid" 2>/dev/null || { cat "$work/nginx/stderr" >&2; exit 1; }; fi
-  sleep 0.2
-done
+if [ -n "$compose" ]; then
+  command -v docker-compose >/dev/null || { echo "readme-walkthrough: docker-compose is missing: make tools installs it" >&2; exit 1; }
+  for image in mentis/runtime:latest mentis/dind:latest; do
+    docker image inspect "$image" >/dev/null 2>&1 ||
+      { echo "readme-walkthrough: $image is missing: make service-images builds it" >&2; exit 1; }
+  done
+  mkdir -p "$work/data"
+  dc up -d >"$work/runtime.log" 2>&1 || { cat "$work/runtime.log" >&2; keep_logs=1; exit 1; }
+  # The first start of dind loads the executor image into a fresh engine: allow for it.
+  up=
+  for _ in $(seq 1 600); do
+    if grpcurl -plaintext -max-time 1 127.0.0.1:50051 grpc.health.v1.Health/Check >/dev/null 2>&1; then up=1; break; fi
+    sleep 0.5
+  done
+  [ -n "$up" ] || { echo "readme-walkthrough: the compose runtime ($compose) did not serve within 5 minutes" >&2; keep_logs=1; exit 1; }
+  # The image's own HEALTHCHECK (mentis-runtime healthcheck) says healthy too.
+  runtime_service=runtime; [ "$compose" = dind ] && runtime_service=runtime-dind
+  for _ in $(seq 1 60); do
+    health=$(docker inspect --format '{{.State.Health.Status}}' "$(dc ps -q "$runtime_service")")
+    [ "$health" = healthy ] && break
+    sleep 1
+  done
+  [ "$health" = healthy ] || { echo "readme-walkthrough: the runtime container is $health, not healthy" >&2; keep_logs=1; exit 1; }
+else
+  MENTIS_METRICS_LISTEN=127.0.0.1:9464 MENTIS_LISTEN=$listen MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
+  runtime_pid=$!
+  for _ in $(seq 1 100); do
+    grpcurl -plaintext -max-time 1 127.0.0.1:50051 grpc.health.v1.Health/Check >/dev/null 2>&1 && break
+    kill -0 "$runtime_pid" 2>/dev/null || { cat "$work/runtime.log" >&2; exit 1; }
+    if [ -n "$nginx_pid" ]; then kill -0 "$nginx_pid" 2>/dev/null || { cat "$work/nginx/stderr" >&2; exit 1; }; fi
+    sleep 0.2
+  done
+fi
 
 # The README reads the admin key from the data folder; blocks after the first get $AUTH from here.
 export MENTIS_DATA_DIR=$work/data
@@ -153,12 +202,45 @@ for want in 'mentis.v1.SandboxService' 'mentis.v1.ActionService' 'grpc.health.v1
 done
 if grep -qF mentis.executor "$work/out"; then echo "readme-walkthrough: reflection shows the internal API" >&2; fail=1; fi
 [ "$(grep -c '"cmdEnd"' "$work/out")" = 1 ] || { echo "readme-walkthrough: expected exactly one cmdEnd" >&2; fail=1; }
-if [ -n "$(docker ps -aq --filter "label=io.mentis.instance=$instance")" ]; then
+if [ -n "$(sandboxes_left)" ]; then
   echo "readme-walkthrough: DeleteSandbox left a container behind" >&2; fail=1
 fi
 if [ -n "$(loops_under "$work")" ]; then
   echo "readme-walkthrough: DeleteSandbox left a loop device behind: $(loops_under "$work")" >&2; fail=1
 fi
 if [ "$fail" != 0 ]; then cat "$work/out" >&2; exit 1; fi
+
+if [ -n "$compose" ]; then
+  # An upgrade in place: another runtime image (a new tag of the same build), the same data folder. The new
+  # runtime takes the sandbox over: its file, and the kernel's state, are still there.
+  g() { grpcurl -plaintext -H "$AUTH" "$@"; }
+  SANDBOX=$(g -d '{}' 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)
+  g -d "{\"sandbox_id\": \"$SANDBOX\", \"action\": {\"shell\": {\"command\": \"echo before > kept.txt\"}}}" \
+    127.0.0.1:50051 mentis.v1.ActionService/Execute >/dev/null
+  g -d "{\"sandbox_id\": \"$SANDBOX\", \"action\": {\"ipython\": {\"code\": \"kept = 41\"}}}" \
+    127.0.0.1:50051 mentis.v1.ActionService/Execute >/dev/null
+  if [ "$compose" = dind ]; then
+    # Its sandboxes are the dind engine's containers, apart from the host's.
+    [ -z "$(docker ps -aq --filter "label=io.mentis.instance=$instance")" ] ||
+      { echo "readme-walkthrough: a dind-mode sandbox is in the host's engine" >&2; exit 1; }
+    [ -n "$(sandboxes_left)" ] || { echo "readme-walkthrough: the dind engine lists no sandbox" >&2; exit 1; }
+  fi
+  old_container=$(dc ps -q "$runtime_service")
+  docker tag mentis/runtime:latest mentis/runtime:readme-upgrade
+  MENTIS_RUNTIME_IMAGE=mentis/runtime:readme-upgrade dc up -d >>"$work/runtime.log" 2>&1 ||
+    { echo "readme-walkthrough: the upgrade did not start" >&2; keep_logs=1; exit 1; }
+  [ "$(MENTIS_RUNTIME_IMAGE=mentis/runtime:readme-upgrade dc ps -q "$runtime_service")" != "$old_container" ] ||
+    { echo "readme-walkthrough: the upgrade kept the old container" >&2; exit 1; }
+  for _ in $(seq 1 120); do
+    grpcurl -plaintext -max-time 1 127.0.0.1:50051 grpc.health.v1.Health/Check 2>/dev/null | grep -q SERVING && break
+    sleep 0.5
+  done
+  after=$(g -d "{\"sandbox_id\": \"$SANDBOX\", \"action\": {\"ipython\": {\"code\": \"print(open('kept.txt').read().strip(), kept + 1)\"}}}" \
+    127.0.0.1:50051 mentis.v1.ActionService/Execute)
+  grep -qF '"text": "before 42' <<<"$after" ||
+    { echo "readme-walkthrough: after the upgrade the sandbox lost its file or its kernel: $after" >&2; keep_logs=1; exit 1; }
+  g -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.SandboxService/DeleteSandbox >/dev/null
+  echo "readme-walkthrough: the upgraded runtime took its sandbox over"
+fi
 if [ "$show" = --show ]; then cat "$work/out"; fi
-echo "readme-walkthrough${behind_nginx:+ (behind nginx)}: 1 passed, 0 failed"
+echo "readme-walkthrough${behind_nginx:+ (behind nginx)}${compose:+ (compose, $compose mode)}: 1 passed, 0 failed"
