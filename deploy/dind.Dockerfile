@@ -1,7 +1,7 @@
 # The Docker-in-Docker engine for the runtime (Compose's dind mode, the Helm chart's sidecar): Debian's dockerd
-# on the service base (deploy/build-base-image.sh service), so no registry is needed. It must run privileged
-# (it creates namespaces, cgroups, bridges and iptables rules of its own); its sandboxes are its own containers,
-# apart from the host's. Built by deploy/build-service-images.sh.
+# on the service base (deploy/build-base-image.sh service), so no registry is needed. It needs what a privileged
+# container gets (it creates namespaces, cgroups, bridges and iptables rules of its own: deploy/compose.yaml spells
+# it out); its sandboxes are its own containers, apart from the host's. Built by deploy/build-service-images.sh.
 ARG BASE_IMAGE=mentis/service-base:bookworm
 FROM ${BASE_IMAGE}
 
