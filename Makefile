@@ -7,7 +7,7 @@ CARGO ?= cargo
 export MENTIS_EXECUTOR_IMAGE ?= mentis/executor:latest
 TOOLS := $(CURDIR)/.tools/bin
 
-.PHONY: help setup tools executor image service-images run demo bench soak test test-unit test-e2e test-deploy lint fmt clean-sandboxes
+.PHONY: help setup tools executor image service-images bundle run demo bench soak test test-unit test-e2e test-deploy lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
@@ -19,6 +19,7 @@ help:
 	@echo "              the Helm chart rendered, linted and checked against Kubernetes' schemas (offline)"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
 	@echo "make service-images - build the runtime and Docker-in-Docker images (mentis/runtime, mentis/dind; docs/DEPLOY.md)"
+	@echo "make bundle - the offline bundle: images, binaries, Compose, the chart and install.sh in one tarball"
 
 setup:
 	@deploy/ensure-docker.sh
@@ -38,6 +39,10 @@ image: setup executor
 service-images: image
 	$(CARGO) build --release -p mentis-runtime
 	@deploy/build-service-images.sh target/release/mentis-runtime
+
+# One tarball to install from with no network (docs/DEPLOY.md): the images, the binaries, Compose, the chart.
+bundle: service-images
+	@deploy/bundle.sh
 
 run: image tools
 	$(CARGO) build --release -p mentis-runtime
@@ -75,10 +80,12 @@ test: image tools
 	$(CARGO) build -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
 	target/debug/mentis-soak --duration 3m --clients $(SOAK_CLIENTS)
 
-# The walk-through against the runtime image under Compose, in both modes (each also upgrades the runtime in place).
+# The walk-through against the runtime image under Compose, in both modes (each also upgrades the runtime in
+# place), then installed from the offline bundle on an engine without the images.
 test-deploy: service-images tools
 	@tests/readme-walkthrough.sh --compose host
 	@tests/readme-walkthrough.sh --compose dind
+	@tests/bundle-check.sh
 
 lint: tools
 	$(CARGO) fmt --all -- --check

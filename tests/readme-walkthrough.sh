@@ -31,7 +31,11 @@ instance="readme-$$"
 runtime_pid=
 nginx_pid=
 project="mentis-readme-$$"
-dc() { MENTIS_DATA_DIR=$work/data MENTIS_INSTANCE=$instance docker-compose -p "$project" -f deploy/compose.yaml --profile "$compose" "$@"; }
+# MENTIS_COMPOSE_FILE: another copy of deploy/compose.yaml (the offline bundle's, tests/bundle-check.sh).
+dc() {
+  MENTIS_DATA_DIR=$work/data MENTIS_INSTANCE=$instance \
+    docker-compose -p "$project" -f "${MENTIS_COMPOSE_FILE:-deploy/compose.yaml}" --profile "$compose" "$@"
+}
 # Sandbox containers of this run: in the host's engine, or in the Docker-in-Docker engine.
 sandboxes_left() {
   if [ "$compose" = dind ]; then
