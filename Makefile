@@ -80,9 +80,11 @@ test: image tools
 	$(CARGO) build -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
 	target/debug/mentis-soak --duration 3m --clients $(SOAK_CLIENTS)
 
-# The walk-through against the runtime image under Compose, in both modes (each also upgrades the runtime in
-# place), then installed from the offline bundle on an engine without the images.
+# The Helm chart rendered, linted and validated offline (also in make lint); the walk-through against the runtime
+# image under Compose, in both modes (each also upgrades the runtime in place), then installed from the offline
+# bundle on an engine without the images.
 test-deploy: service-images tools
+	@.tools/venv/bin/python tests/helm-check.py
 	@tests/readme-walkthrough.sh --compose host
 	@tests/readme-walkthrough.sh --compose dind
 	@tests/bundle-check.sh

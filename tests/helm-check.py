@@ -113,7 +113,10 @@ def expect(set_name: str, kinds: dict[str, list[dict]]) -> None:
     tls = "MENTIS_TLS_CERT" in env
     for probe in probes:
         if tls:
-            check(probe is not None and "tcpSocket" in probe, "with TLS the probes are not TCP checks")
+            check(probe is not None and probe.get("grpc") == {"port": 50060, "service": ""},
+                  "with TLS a probe does not ask the plaintext health listener (port 50060)")
+            check(env.get("MENTIS_HEALTH_LISTEN") == "0.0.0.0:50060",
+                  "with TLS MENTIS_HEALTH_LISTEN is not 0.0.0.0:50060")
         else:
             check(probe is not None and probe.get("grpc") == {"port": 50051, "service": ""},
                   "a probe is not Kubernetes' gRPC probe on grpc.health.v1 (service \"\")")
