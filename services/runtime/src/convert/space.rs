@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use mentis_core::{Error, Limits, Space, SpaceId, SpaceLimits, SpaceUpdate};
+use mentis_core::{Error, Limits, Space, SpaceId, SpaceLimits, SpaceUpdate, quoted};
 use mentis_proto::api;
 
 use super::sandbox::{read_only_from_proto, read_only_to_proto};
@@ -65,7 +65,8 @@ pub fn update_from_proto(
     for p in &paths {
         if !["display_name", "description", "metadata", "limits"].contains(&p.as_str()) {
             return Err(Error::invalid(format!(
-                "update_mask: {p:?} cannot be updated (display_name, description, metadata, limits)"
+                "update_mask: {} cannot be updated (display_name, description, metadata, limits)",
+                quoted(p)
             ))
             .at("update_mask"));
         }
