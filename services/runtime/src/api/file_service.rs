@@ -18,6 +18,7 @@ use mentis_proto::executor as exec;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::access::{self, caller};
+use super::decode;
 use super::status::to_status;
 use crate::auth::Caller;
 use crate::executor_client::{ExecutorClient, status_to_error};
@@ -100,7 +101,7 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let end = ClientEnd::of(&req)?;
         let mut inbound = req.into_inner();
-        let header = match inbound.message().await? {
+        let header = match inbound.message().await.map_err(decode::inbound)? {
             Some(api::WriteFileRequest {
                 kind: Some(api::write_file_request::Kind::Header(h)),
             }) => h,
@@ -244,7 +245,7 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let end = ClientEnd::of(&req)?;
         let mut inbound = req.into_inner();
-        let header = match inbound.message().await? {
+        let header = match inbound.message().await.map_err(decode::inbound)? {
             Some(api::UploadRequest {
                 kind: Some(api::upload_request::Kind::Header(h)),
             }) => h,
