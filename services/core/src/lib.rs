@@ -17,7 +17,7 @@ pub mod sandbox;
 pub mod space;
 
 pub use mentis_model::action;
-pub use mentis_model::quote::quoted;
+pub use mentis_model::quote::{self, quoted};
 
 pub use action::{Action, IPythonAction, ShellAction};
 pub use backend::{BackendSandbox, BackendSpec, BackendState, DataMount, Endpoint, SandboxBackend};

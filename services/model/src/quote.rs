@@ -6,6 +6,18 @@ use std::fmt;
 /// How many characters of the input a message quotes at most.
 pub const QUOTE_CHARS: usize = 64;
 
+/// Longest message (in characters) passed on from another service (the executor's statuses), which may
+/// quote its input whole.
+pub const MAX_MESSAGE_CHARS: usize = 512;
+
+/// `message` cut to its first [`MAX_MESSAGE_CHARS`] characters, with "…" when it was longer.
+pub fn bounded(message: &str) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((i, _)) => format!("{}…", &message[..i]),
+        None => message.to_owned(),
+    }
+}
+
 /// `s` as a message quotes it: Rust-quoted (control characters escaped), cut to its first
 /// [`QUOTE_CHARS`] characters with "…" after the quote when it is longer.
 pub fn quoted(s: &str) -> Quoted<'_> {
@@ -59,6 +71,16 @@ mod tests {
             "{q}"
         );
         assert!(q.ends_with(&format!("({} bytes)", 3 << 20)), "{q}");
+    }
+
+    #[test]
+    fn messages_from_elsewhere_are_bounded() {
+        assert_eq!(bounded("short"), "short");
+        let long = "z".repeat(10_000);
+        assert_eq!(
+            bounded(&long),
+            format!("{}…", "z".repeat(MAX_MESSAGE_CHARS))
+        );
     }
 
     #[test]

@@ -162,6 +162,7 @@ impl SandboxService for SandboxApi {
         let r = req.into_inner();
         let space = SpaceId::parse_or_default(&r.space_id).map_err(to_status)?;
         caller.require_space(&space).map_err(to_status)?;
+        mentis_core::sandbox::validate_external_key(&r.external_key).map_err(to_status)?;
         let (sandbox, last_seq) = self
             .manager
             .get_by_key(&space, &r.external_key)
