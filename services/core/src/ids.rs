@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::error::Error;
-use crate::quoted;
+use mentis_model::quote::quoted;
 
 /// A sandbox id: a UUID, always shown in its lowercase hyphenated form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

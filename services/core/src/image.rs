@@ -65,7 +65,7 @@ fn check_domain(d: &str) -> Result<(), String> {
     let bad = || {
         Err(format!(
             "the registry {} is not a host name with an optional port",
-            crate::quoted(d)
+            mentis_model::quote::quoted(d)
         ))
     };
     let (host, port) = if let Some(v6) = d.strip_prefix('[') {
@@ -115,7 +115,7 @@ fn check_path_component(p: &str) -> Result<(), String> {
     let msg = || {
         Err(format!(
             "the name component {} must be lower-case letters and digits, separated by '.', '_', '__' or '-'",
-            crate::quoted(p)
+            mentis_model::quote::quoted(p)
         ))
     };
     let b = p.as_bytes();
@@ -155,7 +155,7 @@ fn check_tag(t: &str) -> Result<(), String> {
     {
         return Err(format!(
             "the tag {} must be 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'",
-            crate::quoted(t)
+            mentis_model::quote::quoted(t)
         ));
     }
     Ok(())
@@ -165,7 +165,7 @@ fn check_digest(d: &str) -> Result<(), String> {
     let bad = || {
         Err(format!(
             "the digest {} is not ALGORITHM:HEX (at least 32 hex digits)",
-            crate::quoted(d)
+            mentis_model::quote::quoted(d)
         ))
     };
     let Some((alg, hex)) = d.split_once(':') else {

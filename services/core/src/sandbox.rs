@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, Reason};
 use crate::ids::{SandboxId, SpaceId};
-use crate::quoted;
+use mentis_model::quote::quoted;
 
 pub use mentis_model::env::validate_env;
 

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use crate::error::Error;
 use crate::ids::SpaceId;
 use crate::limits::Limits;
-use crate::quoted;
+use mentis_model::quote::quoted;
 
 const MAX_DISPLAY_NAME: usize = 256;
 const MAX_DESCRIPTION: usize = 4096;
