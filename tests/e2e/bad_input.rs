@@ -1,6 +1,9 @@
 //! Bad input gets a clear status with details a program can act on (the reason, the field at fault;
 //! docs/ARCHITECTURE.md, Errors and statuses) and the runtime keeps serving.
 
+mod raw;
+mod table;
+
 use mentis_e2e::*;
 use mentis_proto::api;
 use tonic::Code;
@@ -279,4 +282,76 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
         "alive\n"
     );
     h.stop().await
+}
+
+/// The bad-input suite (`table`): every method of the public API, the usual malformed inputs and each
+/// method's own mistakes, each answered with the status docs/ERRORS.md lists; the runtime keeps serving.
+#[tokio::test]
+async fn every_method_answers_malformed_input_with_the_status_docs_errors_lists()
+-> anyhow::Result<()> {
+    let mut h = Harness::start_with(|c| c.max_message_bytes = table::LIMIT).await?;
+    let sb = h.create_default().await?;
+    let id = sb.sandbox_id.clone();
+    assert_eq!(
+        stdout(&h.sh(&id, "echo hi > /workspace/f.txt; echo ok").await?),
+        "ok\n"
+    );
+    let last_seq = h.get(&id).await?.last_seq;
+    let image = no_command_image(&h.guard.instance)?;
+    let fixture = table::Fixture {
+        sandbox: id.clone(),
+        last_seq,
+        no_command_image: image.clone(),
+    };
+    let cases = table::cases(&fixture);
+    let wrong = table::run(&h.channel, &cases).await;
+    let _ = docker(&["image", "rm", "--force", &image]);
+    assert!(
+        wrong.is_empty(),
+        "{} of {} cases answered otherwise:\n{}",
+        wrong.len(),
+        cases.len(),
+        wrong.join("\n")
+    );
+
+    // InspectVariables names the names that do not exist.
+    h.py(&id, "present = 1").await?;
+    let got = h
+        .actions
+        .inspect_variables(api::InspectVariablesRequest {
+            sandbox_id: id.clone(),
+            names: vec!["present".into(), "absent".into(), "absent".into()],
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        got.variables
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect::<Vec<_>>(),
+        ["present"]
+    );
+    assert_eq!(got.missing_names, ["absent"]);
+
+    // Nothing of the refused creates is left, and the runtime still serves.
+    assert_eq!(h.guard.containers().len(), 1, "{:?}", h.guard.containers());
+    assert_eq!(stdout(&h.sh(&id, "echo alive").await?), "alive\n");
+    h.stop().await
+}
+
+/// An image with no command (no ENTRYPOINT or CMD): an empty filesystem imported under a tag of this
+/// instance (removed by the test).
+fn no_command_image(instance: &str) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let tar = dir.path().join("empty.tar");
+    let mut builder = ::tar::Builder::new(std::fs::File::create(&tar)?);
+    let mut header = ::tar::Header::new_gnu();
+    header.set_size(0);
+    header.set_mode(0o644);
+    header.set_cksum();
+    builder.append_data(&mut header, "empty", std::io::empty())?;
+    builder.finish()?;
+    let image = format!("mentis/e2e-no-command:{instance}");
+    docker(&["import", &tar.to_string_lossy(), &image])?;
+    Ok(image)
 }

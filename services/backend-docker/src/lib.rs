@@ -260,7 +260,23 @@ impl DockerBackend {
                 message,
             } => Error::new(
                 Reason::ImageMissing,
-                format!("image {} is not available: {message}", spec.image),
+                format!(
+                    "image {} is not available: {message}",
+                    mentis_core::quoted(&spec.image)
+                ),
+            )
+            .about(Resource::sandbox(spec.id)),
+            // The image names no command (no ENTRYPOINT or CMD): the client's image cannot run as a
+            // sandbox, which no retry changes.
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 400,
+                message,
+            } if message.to_ascii_lowercase().contains("no command specified") => Error::new(
+                Reason::FailedPrecondition,
+                format!(
+                    "image {} has no command (no ENTRYPOINT or CMD), so it cannot run a sandbox: {message}",
+                    mentis_core::quoted(&spec.image)
+                ),
             )
             .about(Resource::sandbox(spec.id)),
             _ => error::to_core("create the container", e),

@@ -36,6 +36,9 @@ pub enum Error {
     /// Known credentials that do not allow this call (another space, an admin-only call).
     #[error("{0}")]
     PermissionDenied(Detail),
+    /// A value past the end of what exists (an `after_seq` beyond the newest seq).
+    #[error("{0}")]
+    OutOfRange(Detail),
     /// Anything else. The message and the error it came from are for the log, not for the client.
     #[error("{0}")]
     Internal(#[source] Detail),
@@ -229,6 +232,7 @@ impl Error {
             Code::Unavailable => Self::Unavailable(d),
             Code::Unauthenticated => Self::Unauthenticated(d),
             Code::PermissionDenied => Self::PermissionDenied(d),
+            Code::OutOfRange => Self::OutOfRange(d),
             Code::Internal => Self::Internal(d),
         }
     }
@@ -269,6 +273,7 @@ impl Error {
             | Self::Unavailable(d)
             | Self::Unauthenticated(d)
             | Self::PermissionDenied(d)
+            | Self::OutOfRange(d)
             | Self::Internal(d) => d,
         }
     }
@@ -283,6 +288,7 @@ impl Error {
             | Self::Unavailable(d)
             | Self::Unauthenticated(d)
             | Self::PermissionDenied(d)
+            | Self::OutOfRange(d)
             | Self::Internal(d) => d,
         }
     }
@@ -298,6 +304,7 @@ impl Error {
             Self::Unavailable(_) => Code::Unavailable,
             Self::Unauthenticated(_) => Code::Unauthenticated,
             Self::PermissionDenied(_) => Code::PermissionDenied,
+            Self::OutOfRange(_) => Code::OutOfRange,
             Self::Internal(_) => Code::Internal,
         }
     }

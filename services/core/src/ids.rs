@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::error::Error;
+use mentis_model::quote::quoted;
 
 /// A sandbox id: a UUID, always shown in its lowercase hyphenated form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -19,9 +20,9 @@ impl SandboxId {
         if s.is_empty() {
             return Err(Error::invalid("sandbox_id is required").at("sandbox_id"));
         }
-        uuid::Uuid::try_parse(s)
-            .map(Self)
-            .map_err(|_| Error::invalid(format!("sandbox_id {s:?} is not a UUID")).at("sandbox_id"))
+        uuid::Uuid::try_parse(s).map(Self).map_err(|_| {
+            Error::invalid(format!("sandbox_id {} is not a UUID", quoted(s))).at("sandbox_id")
+        })
     }
 }
 
@@ -100,7 +101,8 @@ impl SpaceId {
             Ok(Self(s.to_owned()))
         } else {
             Err(Error::invalid(format!(
-                "space_id {s:?} must be 1-63 lowercase letters, digits or '-', not starting or ending with '-'"
+                "space_id {} must be 1-63 lowercase letters, digits or '-', not starting or ending with '-'",
+                quoted(s)
             ))
             .at("space_id"))
         }

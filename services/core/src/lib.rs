@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod error;
 pub mod ids;
+pub mod image;
 pub mod kernel;
 pub mod lifecycle;
 pub mod limits;
@@ -16,6 +17,7 @@ pub mod sandbox;
 pub mod space;
 
 pub use mentis_model::action;
+pub use mentis_model::quote::{self, quoted};
 
 pub use action::{Action, IPythonAction, ShellAction};
 pub use backend::{BackendSandbox, BackendSpec, BackendState, DataMount, Endpoint, SandboxBackend};

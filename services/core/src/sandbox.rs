@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, Reason};
 use crate::ids::{SandboxId, SpaceId};
+use mentis_model::quote::quoted;
 
 pub use mentis_model::env::validate_env;
 
@@ -190,15 +191,10 @@ impl SandboxRequest {
         let space_id = self.space()?;
         let image = if self.image.is_empty() {
             None
-        } else if self.image.len() > 255
-            || !self
-                .image
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"./:_-@".contains(&b))
-        {
+        } else if let Err(cause) = crate::image::check_reference(&self.image) {
             return Err(Error::invalid(format!(
-                "image {:?} is not a valid image reference",
-                self.image
+                "image {} is not a valid image reference: {cause}",
+                quoted(&self.image)
             ))
             .at("spec.image"));
         } else {
@@ -258,7 +254,8 @@ fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), Error> {
     for (k, v) in labels {
         if k.is_empty() || k.len() > MAX_KEY_LEN || k.chars().any(char::is_control) {
             return Err(
-                Error::invalid(format!("spec.labels: {k:?} is not a valid key")).at("spec.labels"),
+                Error::invalid(format!("spec.labels: {} is not a valid key", quoted(k)))
+                    .at("spec.labels"),
             );
         }
         if k.starts_with(RESERVED_LABEL_PREFIX) {

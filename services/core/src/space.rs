@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use crate::error::Error;
 use crate::ids::SpaceId;
 use crate::limits::Limits;
+use mentis_model::quote::quoted;
 
 const MAX_DISPLAY_NAME: usize = 256;
 const MAX_DESCRIPTION: usize = 4096;
@@ -131,7 +132,8 @@ fn validate_fields(
         for (k, v) in m {
             if k.is_empty() || k.len() > MAX_METADATA_KEY || k.chars().any(char::is_control) {
                 return Err(
-                    Error::invalid(format!("metadata: {k:?} is not a valid key")).at("metadata"),
+                    Error::invalid(format!("metadata: {} is not a valid key", quoted(k)))
+                        .at("metadata"),
                 );
             }
             if v.len() > MAX_METADATA_VALUE {

@@ -2,6 +2,7 @@
 //! bounded numbers and sizes.
 
 use crate::error::Error;
+use crate::quote::quoted;
 
 /// Most variables in one env map.
 pub const MAX_ENV_ENTRIES: usize = 256;
@@ -29,7 +30,7 @@ where
         if k.is_empty() || k.len() > MAX_ENV_NAME_LEN || k.contains('=') || k.contains('\0') {
             return Err(Error::invalid(
                 field,
-                format!("{field}: {k:?} is not a valid variable name"),
+                format!("{field}: {} is not a valid variable name", quoted(k)),
             ));
         }
         if v.len() > MAX_ENV_VALUE_BYTES || v.contains('\0') {

@@ -1,6 +1,7 @@
 //! The kernel's requests between cells: which variable names InspectVariables may ask for.
 
 use crate::error::Error;
+use crate::quote::quoted;
 
 /// Most names one InspectVariables call may ask for.
 pub const MAX_INSPECT_NAMES: usize = 256;
@@ -24,7 +25,7 @@ pub fn validate_names(names: &[String]) -> Result<(), Error> {
         if !ok {
             return Err(Error::invalid(
                 "names",
-                format!("{n:?} is not a Python identifier"),
+                format!("{} is not a Python identifier", quoted(n)),
             ));
         }
     }

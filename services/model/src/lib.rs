@@ -8,6 +8,7 @@ pub mod env;
 pub mod error;
 pub mod kernel;
 pub mod observation;
+pub mod quote;
 pub mod reason;
 
 pub use action::{Action, ActionKind, IPythonAction, ShellAction};
@@ -16,4 +17,5 @@ pub use observation::{
     CmdEnd, EndReason, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus,
     ObservationKind, OutputStream,
 };
+pub use quote::quoted;
 pub use reason::Reason;

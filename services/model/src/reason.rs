@@ -20,6 +20,7 @@ pub enum Code {
     Unavailable,
     Unauthenticated,
     PermissionDenied,
+    OutOfRange,
     Internal,
 }
 
@@ -35,6 +36,7 @@ impl Code {
             Self::Unavailable => "UNAVAILABLE",
             Self::Unauthenticated => "UNAUTHENTICATED",
             Self::PermissionDenied => "PERMISSION_DENIED",
+            Self::OutOfRange => "OUT_OF_RANGE",
             Self::Internal => "INTERNAL",
         }
     }
@@ -50,6 +52,7 @@ impl Code {
             Self::Unavailable => Reason::Unavailable,
             Self::Unauthenticated => Reason::Unauthenticated,
             Self::PermissionDenied => Reason::PermissionDenied,
+            Self::OutOfRange => Reason::OutOfRange,
             Self::Internal => Reason::Internal,
         }
     }
@@ -160,6 +163,8 @@ reasons! {
     WorkspaceFull = "WORKSPACE_FULL", ResourceExhausted, None;
     /// The client stopped reading its stream: reconnect and resume after the last seq.
     ClientTooSlow = "CLIENT_TOO_SLOW", ResourceExhausted, secs(0);
+    /// A request message over the size limit (MENTIS_MAX_MESSAGE_BYTES), compressed or once decompressed.
+    MessageTooLarge = "MESSAGE_TOO_LARGE", ResourceExhausted, None;
     /// A limit reached, nothing more specific known.
     ResourceExhausted = "RESOURCE_EXHAUSTED", ResourceExhausted, secs(1);
 
@@ -191,6 +196,11 @@ reasons! {
     AdminRequired = "ADMIN_REQUIRED", PermissionDenied, None;
     /// Denied, nothing more specific known.
     PermissionDenied = "PERMISSION_DENIED", PermissionDenied, None;
+
+    /// `after_seq` is beyond the sandbox's newest seq (no observation has that seq yet).
+    SeqOutOfRange = "SEQ_OUT_OF_RANGE", OutOfRange, None;
+    /// Out of range, nothing more specific known.
+    OutOfRange = "OUT_OF_RANGE", OutOfRange, None;
 
     /// A failure of the service; the message carries an error id to quote.
     Internal = "INTERNAL", Internal, None;

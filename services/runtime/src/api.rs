@@ -4,6 +4,7 @@
 pub mod access;
 mod action_service;
 mod connect;
+pub mod decode;
 mod file_service;
 pub mod follow;
 mod key_service;

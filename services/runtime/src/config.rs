@@ -161,6 +161,10 @@ fn parse_pools(value: &str, default_image: &str) -> Result<Vec<PoolConfig>, Conf
             "default" => default_image.to_owned(),
             i => i.to_owned(),
         };
+        // A name Docker would refuse can never make a member: say so at the start.
+        if let Err(why) = mentis_core::image::check_reference(&image) {
+            return Err(bad(&format!("not an image reference: {why}")));
+        }
         if out.iter().any(|p| p.image == image) {
             return Err(bad("a second pool for the same image"));
         }
@@ -330,6 +334,13 @@ impl RuntimeConfig {
             c.health_listen = Some(parse("MENTIS_HEALTH_LISTEN", &v)?);
         }
         if let Some(v) = get("MENTIS_EXECUTOR_IMAGE").filter(|v| !v.is_empty()) {
+            if let Err(why) = mentis_core::image::check_reference(&v) {
+                return Err(err(
+                    "MENTIS_EXECUTOR_IMAGE",
+                    &v,
+                    format!("not an image reference: {why}"),
+                ));
+            }
             c.executor_image = v;
         }
         if let Some(v) = get("MENTIS_DATA_DIR").filter(|v| !v.is_empty()) {
@@ -559,9 +570,13 @@ mod tests {
             "default=0:0",
             "default=1:2;default=1:2",
             "default=1:2:x",
+            "../../etc=1:2",
+            "UPPER/../x=1:2",
         ] {
             assert!(cfg(&[("MENTIS_POOL", bad)]).is_err(), "{bad}");
         }
+        let e = cfg(&[("MENTIS_EXECUTOR_IMAGE", "mentis/Executor")]).expect_err("refused");
+        assert!(e.to_string().contains("MENTIS_EXECUTOR_IMAGE"), "{e}");
     }
 
     #[test]

@@ -313,7 +313,8 @@ impl ExecutorClient {
 /// anything odd is Internal.
 pub fn status_to_error(s: tonic::Status) -> Error {
     use tonic::Code;
-    let msg = s.message().to_owned();
+    // The executor may quote a request's field whole; the client gets a bounded message.
+    let msg = mentis_core::quote::bounded(s.message());
     let told = reason_of(&s);
     let e = match s.code() {
         Code::InvalidArgument | Code::OutOfRange => Error::invalid(msg),

@@ -277,6 +277,11 @@ impl Manager {
         self.actions.submit(sandbox, action_id, action).await
     }
 
+    /// Ok when the sandbox knows the action; see [`actions::Actions::require_action`].
+    pub fn require_action(&self, sandbox: SandboxId, action: &ActionId) -> Result<()> {
+        self.actions.require_action(sandbox, action)
+    }
+
     /// Cancels a running action.
     pub async fn cancel(&self, sandbox: SandboxId, action: &ActionId) -> Result<()> {
         self.actions.cancel(sandbox, action).await

@@ -339,6 +339,8 @@ async fn serve(
         // Every call in a span continuing the caller's trace, when traces are on (outermost, so refused
         // calls are traced too).
         .layer(mentis_telemetry::GrpcTraceLayer)
+        // A request tonic cannot decode is the client's mistake, not INTERNAL (see `api::decode`).
+        .layer(crate::api::decode::DecodeErrorLayer)
         // Every call but health and reflection needs a key (see `auth::layer`).
         .layer(AuthLayer::new(Arc::clone(&keyring)))
         .add_service(health_service)

@@ -64,6 +64,18 @@ impl ActionApi {
     }
 }
 
+/// The names of `asked` that are not among `found`, in the order asked, each once. The executor's answer
+/// leaves out exactly the names that are not defined, so these are they.
+fn missing_names<'a>(asked: &[String], found: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let found: std::collections::HashSet<&str> = found.collect();
+    let mut seen = std::collections::HashSet::new();
+    asked
+        .iter()
+        .filter(|n| !found.contains(n.as_str()) && seen.insert(n.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// An optional client-chosen action id.
 pub(super) fn parse_action_id(s: &str) -> Result<Option<ActionId>, Error> {
     if s.is_empty() {
@@ -116,6 +128,12 @@ impl ActionService for ActionApi {
         let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
         let action = parse_action_id(&r.action_id).map_err(to_status)?;
         let handle = self.manager.handle(sandbox).map_err(to_status)?;
+        follow::check_after_seq(&handle.log, r.after_seq).map_err(to_status)?;
+        if let Some(id) = &action {
+            self.manager
+                .require_action(sandbox, id)
+                .map_err(to_status)?;
+        }
         let items = handle.log.follow(r.after_seq);
         let items: Pin<Box<dyn Stream<Item = LogItem> + Send>> = match action {
             Some(id) => Box::pin(only_action(items, id)),
@@ -161,11 +179,27 @@ impl ActionService for ActionApi {
         let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
         let vars = self
             .manager
-            .inspect_variables(sandbox, r.names)
+            .inspect_variables(sandbox, r.names.clone())
             .await
             .map_err(to_status)?;
         Ok(Response::new(api::InspectVariablesResponse {
+            missing_names: missing_names(&r.names, vars.iter().map(|v| v.name.as_str())),
             variables: vars.iter().map(summary_to_proto).collect(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_names_are_the_asked_ones_not_found_in_order_once() {
+        let asked = ["b", "a", "c", "b", "d"].map(str::to_owned);
+        assert_eq!(
+            missing_names(&asked, ["a", "d"].into_iter()),
+            ["b", "c"].map(str::to_owned)
+        );
+        assert!(missing_names(&[], ["a"].into_iter()).is_empty());
     }
 }

@@ -12,6 +12,7 @@ use mentis_proto::api::{self, connect_request, connect_response};
 use tonic::{Status, Streaming};
 
 use super::action_service::{ActionApi, parse_action_id};
+use super::decode;
 use super::follow::{self, with_keepalives};
 use super::outbound::{self, Guarded, Outbound};
 use super::status::{client_message, code_name, reason, to_status};
@@ -70,13 +71,22 @@ impl ActionApi {
                 .await;
                 return;
             }
-            Ok(None) | Err(_) => return,
+            Ok(None) => return,
+            // A message the server cannot decode (or one over the size limit) ends the stream with the
+            // client's mistake as its status, never a silent OK.
+            Err(status) => {
+                tx.send(Err(decode::inbound(status))).await;
+                return;
+            }
         };
         // The caller may act on this sandbox (its space); the session never leaves it.
         let handle = match SandboxId::parse(&attach.sandbox_id)
             .and_then(|id| self.manager.handle(id))
             .and_then(|h| caller.require_space(&h.space_id()).map(|()| h))
-        {
+            .and_then(|h| match attach.after_seq {
+                Some(after) => follow::check_after_seq(&h.log, after).map(|()| h),
+                None => Ok(h),
+            }) {
             Ok(h) => h,
             Err(e) => {
                 tx.send(Err(to_status(e))).await;
@@ -113,7 +123,10 @@ impl ActionApi {
                     },
                     // The client closed its side; it still gets observations until it hangs up.
                     Ok(None) => { inbound_open = false; true }
-                    Err(_) => return,
+                    Err(status) => {
+                        tx.send(Err(decode::inbound(status))).await;
+                        return;
+                    }
                 },
                 next = follow.next() => match next {
                     Some(next) => follow::send(tx, next).await,

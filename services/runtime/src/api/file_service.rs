@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt as _};
-use mentis_core::Error;
+use mentis_core::{Error, quoted};
 use mentis_proto::api::{
     self, file_service_server::FileService, file_service_server::FileServiceServer,
 };
@@ -18,6 +18,7 @@ use mentis_proto::executor as exec;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::access::{self, caller};
+use super::decode;
 use super::status::to_status;
 use crate::auth::Caller;
 use crate::executor_client::{ExecutorClient, status_to_error};
@@ -68,6 +69,26 @@ where
     Box::pin(stream.map(move |r| r.map(wrap).map_err(|s| to_status(status_to_error(s)))))
 }
 
+/// Longest workspace path a request may name, and longest component (Linux's PATH_MAX less the NUL, and
+/// NAME_MAX): longer ones could never name a file, and the executor's answer would quote them whole.
+const MAX_PATH_BYTES: usize = 4095;
+const MAX_NAME_BYTES: usize = 255;
+
+/// INVALID_ARGUMENT (naming `field`) for a path no file can have: too long, a component too long, or NUL.
+/// The rest (`..`, absolute paths outside the workspace, links) the executor judges.
+fn check_path(path: &str, field: &str) -> Result<(), Error> {
+    let why = if path.len() > MAX_PATH_BYTES {
+        format!("is {} bytes; the limit is {MAX_PATH_BYTES}", path.len())
+    } else if path.split('/').any(|c| c.len() > MAX_NAME_BYTES) {
+        format!("has a component longer than {MAX_NAME_BYTES} bytes")
+    } else if path.contains('\0') {
+        "contains NUL".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(Error::invalid(format!("{field} {} {why}", quoted(path))).at(field))
+}
+
 #[tonic::async_trait]
 impl FileService for FileApi {
     type ReadFileStream = ChunkStream<api::ReadFileResponse>;
@@ -79,6 +100,7 @@ impl FileService for FileApi {
     ) -> Result<Response<Self::ReadFileStream>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
+        check_path(&r.path, "path").map_err(to_status)?;
         let executor = self.executor(&caller, &r.sandbox_id).await?;
         let stream = executor
             .read_file(exec::ReadFileRequest {
@@ -100,7 +122,7 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let end = ClientEnd::of(&req)?;
         let mut inbound = req.into_inner();
-        let header = match inbound.message().await? {
+        let header = match inbound.message().await.map_err(decode::inbound)? {
             Some(api::WriteFileRequest {
                 kind: Some(api::write_file_request::Kind::Header(h)),
             }) => h,
@@ -110,6 +132,7 @@ impl FileService for FileApi {
                 )));
             }
         };
+        check_path(&header.path, "header.path").map_err(to_status)?;
         let executor = self.executor(&caller, &header.sandbox_id).await?;
         let first = exec::WriteFileRequest {
             kind: Some(exec::write_file_request::Kind::Header(
@@ -148,6 +171,7 @@ impl FileService for FileApi {
     ) -> Result<Response<api::ListFilesResponse>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
+        check_path(&r.path, "path").map_err(to_status)?;
         let executor = self.executor(&caller, &r.sandbox_id).await?;
         let listed = executor
             .list_files(exec::ListFilesRequest {
@@ -171,6 +195,7 @@ impl FileService for FileApi {
     ) -> Result<Response<api::StatFileResponse>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
+        check_path(&r.path, "path").map_err(to_status)?;
         let executor = self.executor(&caller, &r.sandbox_id).await?;
         let file = executor
             .stat_file(exec::StatFileRequest { path: r.path })
@@ -185,6 +210,7 @@ impl FileService for FileApi {
     ) -> Result<Response<api::EditFileResponse>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
+        check_path(&r.path, "path").map_err(to_status)?;
         let executor = self.executor(&caller, &r.sandbox_id).await?;
         let edited = executor
             .edit_file(exec::EditFileRequest {
@@ -207,6 +233,7 @@ impl FileService for FileApi {
     ) -> Result<Response<api::DeleteFileResponse>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
+        check_path(&r.path, "path").map_err(to_status)?;
         let executor = self.executor(&caller, &r.sandbox_id).await?;
         executor
             .delete_file(exec::DeleteFileRequest {
@@ -224,6 +251,7 @@ impl FileService for FileApi {
     ) -> Result<Response<api::MakeDirectoryResponse>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
+        check_path(&r.path, "path").map_err(to_status)?;
         let executor = self.executor(&caller, &r.sandbox_id).await?;
         let directory = executor
             .make_directory(exec::MakeDirectoryRequest {
@@ -244,7 +272,7 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let end = ClientEnd::of(&req)?;
         let mut inbound = req.into_inner();
-        let header = match inbound.message().await? {
+        let header = match inbound.message().await.map_err(decode::inbound)? {
             Some(api::UploadRequest {
                 kind: Some(api::upload_request::Kind::Header(h)),
             }) => h,
@@ -254,6 +282,7 @@ impl FileService for FileApi {
                 )));
             }
         };
+        check_path(&header.path, "header.path").map_err(to_status)?;
         let executor = self.executor(&caller, &header.sandbox_id).await?;
         let first = exec::UploadRequest {
             kind: Some(exec::upload_request::Kind::Header(exec::UploadHeader {
@@ -289,6 +318,7 @@ impl FileService for FileApi {
     ) -> Result<Response<Self::DownloadStream>, Status> {
         let caller = caller(&req)?;
         let r = req.into_inner();
+        check_path(&r.path, "path").map_err(to_status)?;
         let executor = self.executor(&caller, &r.sandbox_id).await?;
         let stream = executor
             .download(exec::DownloadRequest { path: r.path })
@@ -297,5 +327,22 @@ impl FileService for FileApi {
         Ok(Response::new(forward_chunks(stream, |c| {
             api::DownloadResponse { data: c.data }
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_no_file_can_have_are_invalid_with_a_short_message() {
+        assert!(check_path("src/main.py", "path").is_ok());
+        assert!(check_path("", "path").is_ok());
+        assert!(check_path(&"a/".repeat(2000), "path").is_ok());
+        for bad in ["a\0b".to_owned(), "d/".repeat(3000), "n".repeat(256)] {
+            let e = check_path(&bad, "header.path").expect_err("refused");
+            assert_eq!(e.field(), Some("header.path"));
+            assert!(e.to_string().len() < 200, "{e}");
+        }
     }
 }

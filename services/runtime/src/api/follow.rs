@@ -16,6 +16,21 @@ use super::status::expected_status;
 use crate::convert::observation_to_proto;
 use crate::observations::{LogItem, ObservationLog};
 
+/// OUT_OF_RANGE (SEQ_OUT_OF_RANGE) when `after_seq` is beyond the newest seq of `log`: no observation has
+/// that seq yet, so the client asks for something it cannot have seen (a stream would wait for seqs it
+/// means to skip, and 2^64-1 would wrap round to a full replay). Every RPC taking an after_seq asks here.
+pub fn check_after_seq(log: &ObservationLog, after_seq: u64) -> Result<(), Error> {
+    let last = log.last_seq();
+    if after_seq > last {
+        return Err(Error::new(
+            Reason::SeqOutOfRange,
+            format!("after_seq {after_seq} is beyond the sandbox's newest seq {last}"),
+        )
+        .at("after_seq"));
+    }
+    Ok(())
+}
+
 /// What a follow stream sends: a log item, or a keepalive carrying the newest seq.
 #[derive(Debug)]
 pub enum Outgoing {

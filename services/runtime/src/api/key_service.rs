@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use mentis_core::{Error, Reason, SpaceId};
+use mentis_core::{Error, Reason, SpaceId, quoted};
 use mentis_proto::api::{self, key_service_server::KeyService};
 use tonic::{Request, Response, Status};
 
@@ -34,6 +34,24 @@ fn key_to_proto(k: &KeyRecord) -> api::ApiKey {
         create_time: Some(timestamp(k.created_at)),
         revoke_time: k.revoked_at.map(timestamp),
     }
+}
+
+/// Longest key id a request may name (the runtime's are `key-` and 16 hex digits).
+const MAX_KEY_ID_LEN: usize = 64;
+
+/// A key id in a request: given, bounded and printable (an unknown one is then NOT_FOUND).
+fn check_key_id(id: &str) -> Result<(), Error> {
+    if id.is_empty() {
+        return Err(Error::invalid("key_id is required").at("key_id"));
+    }
+    if id.len() > MAX_KEY_ID_LEN || id.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "key_id {} is not a key id (at most {MAX_KEY_ID_LEN} printable characters, like key-3f9c2a71d0b4e6a8)",
+            quoted(id)
+        ))
+        .at("key_id"));
+    }
+    Ok(())
 }
 
 #[tonic::async_trait]
@@ -82,12 +100,30 @@ impl KeyService for KeyApi {
         req: Request<api::RevokeApiKeyRequest>,
     ) -> Result<Response<api::RevokeApiKeyResponse>, Status> {
         access::admin(&req, "RevokeApiKey")?;
-        let key = self
-            .keyring
-            .revoke(&req.into_inner().key_id)
-            .map_err(to_status)?;
+        let id = req.into_inner().key_id;
+        check_key_id(&id).map_err(to_status)?;
+        let key = self.keyring.revoke(&id).map_err(to_status)?;
         Ok(Response::new(api::RevokeApiKeyResponse {
             api_key: Some(key_to_proto(&key)),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_id_must_be_given_bounded_and_printable() {
+        assert!(check_key_id("key-3f9c2a71d0b4e6a8").is_ok());
+        assert!(
+            check_key_id("key-nope").is_ok(),
+            "well formed: NOT_FOUND later"
+        );
+        for bad in ["", "a\0b", &"k".repeat(MAX_KEY_ID_LEN + 1)] {
+            let e = check_key_id(bad).expect_err(bad);
+            assert_eq!(e.field(), Some("key_id"));
+            assert!(e.to_string().len() < 200);
+        }
     }
 }

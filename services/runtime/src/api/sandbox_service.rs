@@ -31,7 +31,7 @@ impl SandboxService for SandboxApi {
         req: Request<api::CreateSandboxRequest>,
     ) -> Result<Response<api::CreateSandboxResponse>, Status> {
         let caller = caller(&req)?;
-        let request = request_from_proto(req.into_inner().spec);
+        let request = request_from_proto(req.into_inner().spec).map_err(to_status)?;
         let space = request.space().map_err(to_status)?;
         caller.require_space(&space).map_err(to_status)?;
         let sandbox = self.manager.create(request).await.map_err(to_status)?;
@@ -162,6 +162,7 @@ impl SandboxService for SandboxApi {
         let r = req.into_inner();
         let space = SpaceId::parse_or_default(&r.space_id).map_err(to_status)?;
         caller.require_space(&space).map_err(to_status)?;
+        mentis_core::sandbox::validate_external_key(&r.external_key).map_err(to_status)?;
         let (sandbox, last_seq) = self
             .manager
             .get_by_key(&space, &r.external_key)

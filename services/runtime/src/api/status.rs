@@ -25,6 +25,7 @@ pub fn code(e: &Error) -> Code {
         Class::Unavailable => Code::Unavailable,
         Class::Unauthenticated => Code::Unauthenticated,
         Class::PermissionDenied => Code::PermissionDenied,
+        Class::OutOfRange => Code::OutOfRange,
         Class::Internal => Code::Internal,
     }
 }

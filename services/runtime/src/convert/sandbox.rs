@@ -1,14 +1,16 @@
 //! Sandboxes: the client's spec → an unvalidated request, and the domain record → the public proto.
 
-use mentis_core::{Error, IdlePolicy, Sandbox, SandboxRequest, SandboxState};
+use mentis_core::{Error, IdlePolicy, Reason, Sandbox, SandboxRequest, SandboxState};
 use mentis_proto::api;
 
 use super::timestamp;
 
-/// The client's spec as a request for validation (a missing spec means "all defaults").
-pub fn request_from_proto(spec: Option<api::SandboxSpec>) -> SandboxRequest {
+/// The client's spec as a request for validation (a missing spec means "all defaults"); an enum value
+/// the API does not define is INVALID_SPEC naming its field (never taken as the default).
+pub fn request_from_proto(spec: Option<api::SandboxSpec>) -> Result<SandboxRequest, Error> {
     let s = spec.unwrap_or_default();
-    SandboxRequest {
+    let invalid = |e: Error| e.within("spec").with_reason(Reason::InvalidSpec);
+    Ok(SandboxRequest {
         space_id: s.space_id,
         image: s.image,
         env: s.env.into_iter().collect(),
@@ -18,26 +20,35 @@ pub fn request_from_proto(spec: Option<api::SandboxSpec>) -> SandboxRequest {
         pids_limit: s.pids_limit,
         nofile_limit: s.nofile_limit,
         disk_limit_mb: s.disk_limit_mb,
-        read_only_rootfs: read_only_from_proto(s.root_filesystem),
+        read_only_rootfs: read_only_from_proto(s.root_filesystem).map_err(invalid)?,
         external_key: s.external_key,
         idle_timeout_seconds: s.idle_timeout_seconds,
-        idle_policy: idle_policy_from_proto(s.idle_policy),
+        idle_policy: idle_policy_from_proto(s.idle_policy).map_err(invalid)?,
         max_lifetime_seconds: s.max_lifetime_seconds,
         auto_resume: s.auto_resume,
         egress: match api::Egress::try_from(s.egress) {
             Ok(api::Egress::Allow) => Some(true),
             Ok(api::Egress::Deny) => Some(false),
-            Ok(api::Egress::Unspecified) | Err(_) => None,
+            Ok(api::Egress::Unspecified) => None,
+            Err(_) => return Err(invalid(unknown_enum("egress", "Egress", s.egress))),
         },
-    }
+    })
 }
 
-/// `Some(true)` for READ_ONLY, `Some(false)` for WRITABLE, `None` (the default) otherwise.
-pub fn read_only_from_proto(v: i32) -> Option<bool> {
+/// InvalidArgument for `value`, which is no value of the enum `name` (field `field`). Proto3 keeps an
+/// unknown enum number as it came, so it must be refused here rather than taken as the default.
+pub fn unknown_enum(field: &str, name: &str, value: i32) -> Error {
+    Error::invalid(format!("{field}: {value} is not a value of {name}")).at(field)
+}
+
+/// `Some(true)` for READ_ONLY, `Some(false)` for WRITABLE, `None` (the default) for UNSPECIFIED;
+/// InvalidArgument (field `root_filesystem`) for a number the enum does not define.
+pub fn read_only_from_proto(v: i32) -> Result<Option<bool>, Error> {
     match api::RootFilesystem::try_from(v) {
-        Ok(api::RootFilesystem::ReadOnly) => Some(true),
-        Ok(api::RootFilesystem::Writable) => Some(false),
-        Ok(api::RootFilesystem::Unspecified) | Err(_) => None,
+        Ok(api::RootFilesystem::ReadOnly) => Ok(Some(true)),
+        Ok(api::RootFilesystem::Writable) => Ok(Some(false)),
+        Ok(api::RootFilesystem::Unspecified) => Ok(None),
+        Err(_) => Err(unknown_enum("root_filesystem", "RootFilesystem", v)),
     }
 }
 
@@ -50,13 +61,13 @@ pub fn read_only_to_proto(read_only: bool) -> api::RootFilesystem {
     }
 }
 
-fn idle_policy_from_proto(p: i32) -> Option<IdlePolicy> {
+fn idle_policy_from_proto(p: i32) -> Result<Option<IdlePolicy>, Error> {
     match api::IdlePolicy::try_from(p) {
-        Ok(api::IdlePolicy::Pause) => Some(IdlePolicy::Pause),
-        Ok(api::IdlePolicy::Delete) => Some(IdlePolicy::Delete),
-        Ok(api::IdlePolicy::Keep) => Some(IdlePolicy::Keep),
-        // Unknown values are taken as "default" like proto3 does for unset enums.
-        Ok(api::IdlePolicy::Unspecified) | Err(_) => None,
+        Ok(api::IdlePolicy::Pause) => Ok(Some(IdlePolicy::Pause)),
+        Ok(api::IdlePolicy::Delete) => Ok(Some(IdlePolicy::Delete)),
+        Ok(api::IdlePolicy::Keep) => Ok(Some(IdlePolicy::Keep)),
+        Ok(api::IdlePolicy::Unspecified) => Ok(None),
+        Err(_) => Err(unknown_enum("idle_policy", "IdlePolicy", p)),
     }
 }
 
@@ -81,7 +92,7 @@ pub fn state_from_proto(v: i32) -> Result<SandboxState, Error> {
         Ok(api::SandboxState::Pausing) => SandboxState::Pausing,
         Ok(api::SandboxState::Resuming) => SandboxState::Resuming,
         Ok(api::SandboxState::Unspecified) | Err(_) => {
-            return Err(Error::invalid(format!("states: {v} is not a sandbox state")).at("states"));
+            return Err(unknown_enum("states", "SandboxState", v));
         }
     })
 }
@@ -133,5 +144,60 @@ pub fn sandbox_to_proto(s: &Sandbox, last_seq: u64) -> api::Sandbox {
         } else {
             api::Egress::Deny
         } as i32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_enum_numbers_are_invalid_specs_naming_their_field() {
+        for (spec, field) in [
+            (
+                api::SandboxSpec {
+                    idle_policy: 99,
+                    ..Default::default()
+                },
+                "spec.idle_policy",
+            ),
+            (
+                api::SandboxSpec {
+                    egress: 99,
+                    ..Default::default()
+                },
+                "spec.egress",
+            ),
+            (
+                api::SandboxSpec {
+                    root_filesystem: -1,
+                    ..Default::default()
+                },
+                "spec.root_filesystem",
+            ),
+        ] {
+            let e = request_from_proto(Some(spec)).expect_err(field);
+            assert_eq!(e.field(), Some(field));
+            assert_eq!(e.reason(), Reason::InvalidSpec);
+        }
+        let ok = request_from_proto(Some(api::SandboxSpec {
+            idle_policy: api::IdlePolicy::Keep as i32,
+            egress: api::Egress::Allow as i32,
+            root_filesystem: api::RootFilesystem::Writable as i32,
+            ..Default::default()
+        }))
+        .expect("known values");
+        assert_eq!(
+            (ok.idle_policy, ok.egress, ok.read_only_rootfs),
+            (Some(IdlePolicy::Keep), Some(true), Some(false))
+        );
+        assert_eq!(
+            state_from_proto(99).expect_err("state").field(),
+            Some("states")
+        );
+        assert_eq!(
+            state_from_proto(0).expect_err("unspecified").field(),
+            Some("states")
+        );
     }
 }

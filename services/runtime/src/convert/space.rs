@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use mentis_core::{Error, Limits, Space, SpaceId, SpaceLimits, SpaceUpdate};
+use mentis_core::{Error, Limits, Space, SpaceId, SpaceLimits, SpaceUpdate, quoted};
 use mentis_proto::api;
 
 use super::sandbox::{read_only_from_proto, read_only_to_proto};
@@ -17,13 +17,15 @@ pub fn space_from_proto(s: Option<api::Space>) -> Result<Space, Error> {
         display_name: s.display_name,
         description: s.description,
         metadata: s.metadata.into_iter().collect(),
-        limits: limits_from_proto(s.limits),
+        limits: limits_from_proto(s.limits).map_err(|e| e.within("space"))?,
         created_at: now,
         updated_at: now,
     })
 }
 
-fn limits_from_proto(l: Option<api::SpaceLimits>) -> SpaceLimits {
+/// The limits of a space; InvalidArgument (`limits.root_filesystem`) for an enum number the API does not
+/// define.
+fn limits_from_proto(l: Option<api::SpaceLimits>) -> Result<SpaceLimits, Error> {
     let l = l.unwrap_or_default();
     let sandbox = |s: Option<api::SandboxLimits>| {
         let s = s.unwrap_or_default();
@@ -35,12 +37,13 @@ fn limits_from_proto(l: Option<api::SpaceLimits>) -> SpaceLimits {
             disk_mb: s.disk_mb,
         }
     };
-    SpaceLimits {
+    Ok(SpaceLimits {
         max_sandboxes: l.max_sandboxes,
         sandbox_default: sandbox(l.sandbox_default),
         sandbox_max: sandbox(l.sandbox_max),
-        read_only_rootfs: read_only_from_proto(l.root_filesystem),
-    }
+        read_only_rootfs: read_only_from_proto(l.root_filesystem)
+            .map_err(|e| e.within("limits"))?,
+    })
 }
 
 fn sandbox_limits_to_proto(l: &Limits) -> api::SandboxLimits {
@@ -65,19 +68,25 @@ pub fn update_from_proto(
     for p in &paths {
         if !["display_name", "description", "metadata", "limits"].contains(&p.as_str()) {
             return Err(Error::invalid(format!(
-                "update_mask: {p:?} cannot be updated (display_name, description, metadata, limits)"
+                "update_mask: {} cannot be updated (display_name, description, metadata, limits)",
+                quoted(p)
             ))
             .at("update_mask"));
         }
     }
     let wants = |f: &str| all || paths.iter().any(|p| p == f);
+    let limits = if wants("limits") {
+        Some(limits_from_proto(s.limits).map_err(|e| e.within("space"))?)
+    } else {
+        None
+    };
     Ok((
         id,
         SpaceUpdate {
             display_name: wants("display_name").then_some(s.display_name),
             description: wants("description").then_some(s.description),
             metadata: wants("metadata").then(|| s.metadata.into_iter().collect()),
-            limits: wants("limits").then(|| limits_from_proto(s.limits)),
+            limits,
         },
     ))
 }

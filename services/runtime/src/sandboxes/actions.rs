@@ -114,6 +114,15 @@ impl Actions {
         }
     }
 
+    /// Ok when the sandbox knows the action (running, or among the finished ones it remembers);
+    /// ACTION_NOT_FOUND otherwise.
+    pub fn require_action(&self, sandbox: SandboxId, action: &ActionId) -> Result<()> {
+        match self.registry.handle(sandbox)?.action_status(action)? {
+            ActionStatus::Unknown => Err(action_not_found(sandbox, action)),
+            ActionStatus::Running | ActionStatus::Finished => Ok(()),
+        }
+    }
+
     /// Cancels a running action. A finished action is left as it is (cancel raced with its end).
     pub async fn cancel(&self, sandbox: SandboxId, action: &ActionId) -> Result<()> {
         let h = self.registry.handle(sandbox)?;

@@ -7,7 +7,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime};
 
 use mentis_core::{
-    Error, Reason, Resource, ResourceKind, Result, Sandbox, SandboxId, SandboxState, Space, SpaceId,
+    Error, Reason, Resource, ResourceKind, Result, Sandbox, SandboxId, SandboxState, Space,
+    SpaceId, quoted,
 };
 
 use super::handle::SandboxHandle;
@@ -172,7 +173,7 @@ impl Registry {
             .ok_or_else(|| {
                 Error::new(
                     Reason::ExternalKeyNotFound,
-                    format!("no live sandbox with key {key:?} in space {space}"),
+                    format!("no live sandbox with key {} in space {space}", quoted(key)),
                 )
                 .about(Resource::new(ResourceKind::ExternalKey, key))
                 .about(Resource::space(space))

@@ -1,5 +1,6 @@
 //! How the API is spoken on the wire: requests may be gzip-compressed, and a request above
-//! `MENTIS_MAX_MESSAGE_BYTES` is refused with OUT_OF_RANGE before it is read (TLS is in the e2e tier).
+//! `MENTIS_MAX_MESSAGE_BYTES` is refused with RESOURCE_EXHAUSTED (MESSAGE_TOO_LARGE, gRPC's code for a
+//! message over the limit; tonic says OUT_OF_RANGE, which `api::decode` rewrites) before it is read (TLS is in the e2e tier).
 
 use mentis_proto::api;
 use tonic::Code;
@@ -34,7 +35,13 @@ async fn requests_may_be_gzip_compressed_and_are_bounded_by_the_configured_size(
     );
 
     let refused = plain.create_sandbox(spec_of(100 * 1024)).await.unwrap_err();
-    assert_eq!(refused.code(), Code::OutOfRange, "{refused:?}");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(
+        tonic_types::StatusExt::get_error_details(&refused)
+            .error_info()
+            .map(|i| i.reason.as_str()),
+        Some("MESSAGE_TOO_LARGE")
+    );
     assert!(refused.message().contains("65536"), "{refused:?}");
 
     // The same request under the default limit (4 MiB) is read (and judged on its merits).
@@ -44,7 +51,7 @@ async fn requests_may_be_gzip_compressed_and_are_bounded_by_the_configured_size(
     assert!(
         read.as_ref()
             .err()
-            .is_none_or(|s| s.code() != Code::OutOfRange),
+            .is_none_or(|s| s.code() != Code::ResourceExhausted),
         "{read:?}"
     );
 }

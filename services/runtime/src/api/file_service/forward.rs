@@ -8,6 +8,7 @@ use mentis_core::Error;
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
+use super::super::decode;
 use super::super::status::to_status;
 use super::client_end::ClientEnd;
 
@@ -61,7 +62,7 @@ where
         if feeder.send(first).await.is_err() {
             return Ok(());
         }
-        while let Some(message) = inbound.message().await? {
+        while let Some(message) = inbound.message().await.map_err(decode::inbound)? {
             let out = convert(message).map_err(to_status)?;
             if feeder.send(out).await.is_err() {
                 // The executor stopped reading: its answer follows.

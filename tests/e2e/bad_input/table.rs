@@ -1,0 +1,341 @@
+//! The bad-input suite: every method of the public API (read from the protos' descriptor, so a new
+//! method without cases fails here) gets the usual malformed inputs — bytes that are no message, a string
+//! that is not UTF-8, a message over the size limit — and the mistakes of its own fields (empty, huge, NUL,
+//! unknown enum numbers, out-of-range numbers, deep paths), and each answer's code (and reason, where one is
+//! named) is checked, with a bounded message. One line per case: see `cases`. docs/ERRORS.md lists what a
+//! client gets for each mistake.
+
+use std::collections::BTreeSet;
+
+use mentis_proto::api;
+use prost::Message;
+use tonic::Code;
+
+use super::raw::{Answer, NOT_UTF8, call, field};
+use mentis_e2e::*;
+
+/// Longest message a refusal may carry: input is quoted by a short prefix only.
+const MAX_MESSAGE: usize = 1024;
+
+/// Size limit the suite's runtime gets (MENTIS_MAX_MESSAGE_BYTES), so "huge" stays cheap; ActionService
+/// admits the largest action whatever it is.
+pub const LIMIT: usize = 64 * 1024;
+/// Over every service's limit (ActionService's is about 10 MiB).
+const OVER_ACTION_LIMIT: usize = 11 * 1024 * 1024;
+
+/// One case: a method, what is wrong, the messages sent, the code expected and the reason ("" = any).
+pub struct Case {
+    pub rpc: String,
+    pub what: String,
+    pub messages: Vec<Vec<u8>>,
+    pub code: Code,
+    pub reason: &'static str,
+}
+
+fn case(rpc: &str, what: &str, messages: Vec<Vec<u8>>, code: Code, reason: &'static str) -> Case {
+    Case {
+        rpc: rpc.to_owned(),
+        what: what.to_owned(),
+        messages,
+        code,
+        reason,
+    }
+}
+
+fn one<M: Message>(m: M) -> Vec<Vec<u8>> {
+    vec![m.encode_to_vec()]
+}
+
+/// What the suite's cases may refer to: a running sandbox with one finished action.
+pub struct Fixture {
+    pub sandbox: String,
+    pub last_seq: u64,
+    /// An image with no command (no ENTRYPOINT or CMD).
+    pub no_command_image: String,
+}
+
+/// The methods of the public API, `Service/Method`, from the descriptor set the runtime serves.
+pub fn public_methods() -> BTreeSet<String> {
+    let set = prost_types::FileDescriptorSet::decode(mentis_proto::PUBLIC_FILE_DESCRIPTOR_SET)
+        .expect("the descriptor set decodes");
+    set.file
+        .iter()
+        .filter(|f| f.package() == "mentis.v1")
+        .flat_map(|f| f.service.iter())
+        .flat_map(|s| {
+            s.method
+                .iter()
+                .map(move |m| format!("{}/{}", s.name(), m.name()))
+        })
+        .collect()
+}
+
+/// For every method: a body whose first string field (or a string inside its first message field) is not
+/// UTF-8 — none for methods with no string field.
+fn not_utf8(rpc: &str) -> Option<Vec<u8>> {
+    let s = |tag| field(tag, NOT_UTF8);
+    let nested = |outer, inner| field(outer, &field(inner, NOT_UTF8));
+    Some(match rpc.rsplit('/').next().unwrap_or_default() {
+        "ListPools" | "ListApiKeys" => return None,
+        "CreateSandbox" => nested(1, 2), // spec.image
+        "GetSandboxByKey" | "CancelAction" | "InspectVariables" => s(2), // external_key, action_id, names
+        "CreateSpace" | "UpdateSpace" => nested(1, 1),                   // space.space_id
+        "ListSpaces" => s(2),                                            // page_token
+        "Connect" | "WriteFile" | "Upload" => nested(1, 1), // attach/header .sandbox_id
+        "ReadFile" | "ListFiles" | "StatFile" | "DeleteFile" | "MakeDirectory" | "Download" => s(2),
+        "EditFile" => s(3), // old_string
+        _ => s(1),          // sandbox_id, space_id, name, key_id
+    })
+}
+
+/// The cases every method gets.
+#[rustfmt::skip]
+fn wire_cases(rpc: &str) -> Vec<Case> {
+    let over = if rpc.starts_with("ActionService/") {
+        OVER_ACTION_LIMIT
+    } else {
+        LIMIT + 1024
+    };
+    let mut cases = vec![
+        case(rpc, "bytes that are no protobuf message", vec![vec![0xff; 9]], Code::InvalidArgument, "INVALID_ARGUMENT"),
+        case(rpc, "a truncated field", vec![vec![0x0a, 0x20, b'x']], Code::InvalidArgument, "INVALID_ARGUMENT"),
+        // An unknown field, so only the size is wrong.
+        case(rpc, "a message over the size limit", vec![field(99, &vec![b'x'; over])], Code::ResourceExhausted, "MESSAGE_TOO_LARGE"),
+    ];
+    if let Some(body) = not_utf8(rpc) {
+        cases.push(case(rpc, "a string field that is not UTF-8", vec![body], Code::InvalidArgument, "INVALID_ARGUMENT"));
+    }
+    cases
+}
+
+/// The cases of each method's own fields.
+#[rustfmt::skip]
+#[allow(clippy::too_many_lines)]
+fn field_cases(f: &Fixture) -> Vec<Case> {
+    use Code::*;
+    let sb = f.sandbox.clone();
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let huge = "x".repeat(LIMIT / 2);
+    let deep = "d/".repeat(3000);
+    let spec = |s: api::SandboxSpec| one(api::CreateSandboxRequest { spec: Some(s) });
+    let image = |i: &str| {
+        spec(api::SandboxSpec {
+            image: i.into(),
+            ..Default::default()
+        })
+    };
+    let get = |id: &str| {
+        one(api::GetSandboxRequest {
+            sandbox_id: id.into(),
+        })
+    };
+    let list = |l: api::ListSandboxesRequest| one(l);
+    let space = |s: api::Space| one(api::CreateSpaceRequest { space: Some(s) });
+    let limits = |root_filesystem| api::Space {
+        space_id: "bad-enum".into(),
+        limits: Some(api::SpaceLimits {
+            root_filesystem,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let exec = |id: &str, action: Option<api::Action>| {
+        one(api::ExecuteRequest {
+            sandbox_id: id.into(),
+            action,
+            action_id: String::new(),
+        })
+    };
+    let watch = |after_seq, action_id: &str| {
+        one(api::StreamObservationsRequest {
+            sandbox_id: sb.clone(),
+            after_seq,
+            action_id: action_id.into(),
+        })
+    };
+    let connect = |kind| api::ConnectRequest { kind: Some(kind) }.encode_to_vec();
+    let attach = |id: &str, after_seq| {
+        connect(api::connect_request::Kind::Attach(
+            api::connect_request::Attach {
+                sandbox_id: id.into(),
+                after_seq,
+            },
+        ))
+    };
+    let read = |path: &str| {
+        one(api::ReadFileRequest {
+            sandbox_id: sb.clone(),
+            path: path.into(),
+            ..Default::default()
+        })
+    };
+    let stat = |path: &str| {
+        one(api::StatFileRequest {
+            sandbox_id: sb.clone(),
+            path: path.into(),
+        })
+    };
+    let write_header = |path: &str| {
+        api::WriteFileRequest {
+            kind: Some(api::write_file_request::Kind::Header(
+                api::WriteFileHeader {
+                    sandbox_id: sb.clone(),
+                    path: path.into(),
+                    mode: 0,
+                },
+            )),
+        }
+        .encode_to_vec()
+    };
+    let write_data = |d: Vec<u8>| {
+        api::WriteFileRequest {
+            kind: Some(api::write_file_request::Kind::Data(d.into())),
+        }
+        .encode_to_vec()
+    };
+    let upload_header = |path: &str| {
+        api::UploadRequest {
+            kind: Some(api::upload_request::Kind::Header(api::UploadHeader {
+                sandbox_id: sb.clone(),
+                path: path.into(),
+            })),
+        }
+        .encode_to_vec()
+    };
+    let upload_data = |d: Vec<u8>| {
+        api::UploadRequest {
+            kind: Some(api::upload_request::Kind::Data(d.into())),
+        }
+        .encode_to_vec()
+    };
+    let revoke = |id: &str| one(api::RevokeApiKeyRequest { key_id: id.into() });
+    vec![
+        // SandboxService
+        case("SandboxService/CreateSandbox", "image ../../etc", image("../../etc"), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "image UPPER/../x", image("UPPER/../x"), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "a huge image name", image(&huge), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "an image with NUL", image("py\0thon"), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "an image with no command", image(&f.no_command_image), FailedPrecondition, "FAILED_PRECONDITION"),
+        case("SandboxService/CreateSandbox", "idle_policy 99", spec(api::SandboxSpec { idle_policy: 99, ..Default::default() }), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "egress 99", spec(api::SandboxSpec { egress: 99, ..Default::default() }), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "root_filesystem 99", spec(api::SandboxSpec { root_filesystem: 99, ..Default::default() }), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "memory_limit_mb -1", spec(api::SandboxSpec { memory_limit_mb: -1, ..Default::default() }), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "cpu_limit NaN", spec(api::SandboxSpec { cpu_limit: f64::NAN, ..Default::default() }), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "an env name with NUL", spec(api::SandboxSpec { env: [("A\0".into(), "1".into())].into(), ..Default::default() }), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "a huge label key", spec(api::SandboxSpec { labels: [(huge.clone(), "1".into())].into(), ..Default::default() }), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/CreateSandbox", "a huge external key", spec(api::SandboxSpec { external_key: huge.clone(), ..Default::default() }), InvalidArgument, "INVALID_SPEC"),
+        case("SandboxService/GetSandbox", "an empty id", get(""), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/GetSandbox", "a huge id", get(&huge), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/GetSandbox", "an id with NUL", get("\0"), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/GetSandbox", "an unknown id", get(&unknown), NotFound, "SANDBOX_NOT_FOUND"),
+        case("SandboxService/ListSandboxes", "page_size -1", list(api::ListSandboxesRequest { page_size: -1, ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/ListSandboxes", "a page token it never gave", list(api::ListSandboxesRequest { page_token: "garbage".into(), ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/ListSandboxes", "state 99", list(api::ListSandboxesRequest { states: vec![99], ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/ListSandboxes", "a malformed space", list(api::ListSandboxesRequest { space_id: "Not A Space".into(), ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/DeleteSandbox", "an empty id", one(api::DeleteSandboxRequest { sandbox_id: String::new(), }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/PauseSandbox", "an unknown id", one(api::PauseSandboxRequest { sandbox_id: unknown.clone(), }), NotFound, "SANDBOX_NOT_FOUND"),
+        case("SandboxService/ResumeSandbox", "an empty id", one(api::ResumeSandboxRequest { sandbox_id: String::new(), }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/GetSandboxByKey", "an empty key", one(api::GetSandboxByKeyRequest { space_id: String::new(), external_key: String::new(), }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/GetSandboxByKey", "a huge key", one(api::GetSandboxByKeyRequest { space_id: String::new(), external_key: huge.clone(), }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/GetSandboxByKey", "an unknown key", one(api::GetSandboxByKeyRequest { space_id: String::new(), external_key: "nobody".into(), }), NotFound, "EXTERNAL_KEY_NOT_FOUND"),
+        case("SandboxService/ListPools", "nothing wrong", one(api::ListPoolsRequest {}), Ok, ""),
+        // SpaceService
+        case("SpaceService/CreateSpace", "no space", one(api::CreateSpaceRequest { space: None }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/CreateSpace", "a huge id", space(api::Space { space_id: huge.clone(), ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/CreateSpace", "root_filesystem 99", space(limits(99)), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/CreateSpace", "a taken id", space(api::Space { space_id: "default".into(), ..Default::default() }), AlreadyExists, "SPACE_EXISTS"),
+        case("SpaceService/GetSpace", "an empty id", one(api::GetSpaceRequest { space_id: String::new(), }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/GetSpace", "an unknown id", one(api::GetSpaceRequest { space_id: "no-such-space".into(), }), NotFound, "SPACE_NOT_FOUND"),
+        case("SpaceService/ListSpaces", "a page token it never gave", one(api::ListSpacesRequest { page_size: 0, page_token: "Not A Space!".into(), }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/ListSpaces", "page_size -5", one(api::ListSpacesRequest { page_size: -5, page_token: String::new(), }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/UpdateSpace", "an unknown mask path", one(api::UpdateSpaceRequest { space: Some(api::Space { space_id: "default".into(), ..Default::default() }), update_mask: Some(prost_types::FieldMask { paths: vec!["bogus".into()], }), }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/UpdateSpace", "root_filesystem 99", one(api::UpdateSpaceRequest { space: Some(limits(99)), update_mask: None, }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/DeleteSpace", "the default space", one(api::DeleteSpaceRequest { space_id: "default".into(), force: false, }), FailedPrecondition, "DEFAULT_SPACE"),
+        case("SpaceService/DeleteSpace", "an empty id", one(api::DeleteSpaceRequest { space_id: String::new(), force: false, }), InvalidArgument, "INVALID_ARGUMENT"),
+        // ActionService
+        case("ActionService/Execute", "no action", exec(&sb, None), InvalidArgument, "INVALID_ACTION"),
+        case("ActionService/Execute", "an empty sandbox id", exec("", Some(shell_action(cmd("true")))), InvalidArgument, "INVALID_ARGUMENT"),
+        case("ActionService/Execute", "a command with NUL", exec(&sb, Some(shell_action(cmd("echo \0")))), InvalidArgument, "INVALID_ACTION"),
+        case("ActionService/Execute", "timeout_seconds u32::MAX", exec(&sb, Some(shell_action(api::ShellAction { command: "true".into(), timeout_seconds: u32::MAX, ..Default::default() }))), InvalidArgument, "INVALID_ACTION"),
+        case("ActionService/Execute", "empty code", exec(&sb, Some(cell(""))), InvalidArgument, "INVALID_ACTION"),
+        case("ActionService/StreamObservations", "after_seq 2^63", watch(1 << 63, ""), OutOfRange, "SEQ_OUT_OF_RANGE"),
+        case("ActionService/StreamObservations", "after_seq 2^64-1", watch(u64::MAX, ""), OutOfRange, "SEQ_OUT_OF_RANGE"),
+        case("ActionService/StreamObservations", "after_seq one past the newest", watch(f.last_seq + 1, ""), OutOfRange, "SEQ_OUT_OF_RANGE"),
+        case("ActionService/StreamObservations", "an unknown action", watch(0, &unknown), NotFound, "ACTION_NOT_FOUND"),
+        case("ActionService/StreamObservations", "a malformed action id", watch(0, "has spaces"), InvalidArgument, "INVALID_ARGUMENT"),
+        case("ActionService/Connect", "submit before attach", vec![connect(api::connect_request::Kind::Submit(api::connect_request::Submit { action: Some(shell_action(cmd("true"))), action_id: String::new(), }))], InvalidArgument, "INVALID_ARGUMENT"),
+        case("ActionService/Connect", "attach after_seq 2^64-1", vec![attach(&sb, Some(u64::MAX))], OutOfRange, "SEQ_OUT_OF_RANGE"),
+        case("ActionService/Connect", "attach an unknown sandbox", vec![attach(&unknown, None)], NotFound, "SANDBOX_NOT_FOUND"),
+        case("ActionService/Connect", "a message over the limit after attach", vec![attach(&sb, None), field(99, &vec![b'x'; OVER_ACTION_LIMIT])], ResourceExhausted, "MESSAGE_TOO_LARGE"),
+        case("ActionService/Connect", "garbage after attach", vec![attach(&sb, None), vec![0xff; 9]], InvalidArgument, "INVALID_ARGUMENT"),
+        case("ActionService/CancelAction", "an empty action id", one(api::CancelActionRequest { sandbox_id: sb.clone(), action_id: String::new(), }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("ActionService/CancelAction", "an unknown action", one(api::CancelActionRequest { sandbox_id: sb.clone(), action_id: unknown.clone(), }), NotFound, "ACTION_NOT_FOUND"),
+        case("ActionService/ResetKernel", "an empty sandbox id", one(api::ResetKernelRequest { sandbox_id: String::new(), }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("ActionService/InspectVariables", "a name that is no identifier", one(api::InspectVariablesRequest { sandbox_id: sb.clone(), names: vec!["not a name".into()], }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("ActionService/InspectVariables", "a huge name", one(api::InspectVariablesRequest { sandbox_id: sb.clone(), names: vec![huge.clone()], }), InvalidArgument, "INVALID_ARGUMENT"),
+        // FileService
+        case("FileService/ReadFile", "a path out of the workspace", read("../etc/passwd"), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/ReadFile", "a path with NUL", read("a\0b"), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/ReadFile", "a deep path", read(&deep), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/ReadFile", "a missing file", read("no/such/file"), NotFound, "PATH_NOT_FOUND"),
+        case("FileService/ReadFile", "a deep path within PATH_MAX", read(&"d/".repeat(2000)), NotFound, "PATH_NOT_FOUND"),
+        case("FileService/ReadFile", "a component over NAME_MAX", read(&"n".repeat(300)), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/WriteFile", "data before the header", vec![write_data(b"x".to_vec())], InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/WriteFile", "a path out of the workspace", vec![write_header("../x"), write_data(b"x".to_vec())], InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/WriteFile", "a chunk over the limit", vec![write_header("big"), write_data(vec![b'x'; LIMIT + 1024])], ResourceExhausted, "MESSAGE_TOO_LARGE"),
+        case("FileService/ListFiles", "a page token it never gave", one(api::ListFilesRequest { sandbox_id: sb.clone(), page_token: "garbage".into(), ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/ListFiles", "a huge path", one(api::ListFilesRequest { sandbox_id: sb.clone(), path: huge.clone(), ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/StatFile", "a missing file", stat("nothing-here"), NotFound, "PATH_NOT_FOUND"),
+        case("FileService/StatFile", "a deep path", stat(&deep), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/EditFile", "an empty old_string", one(api::EditFileRequest { sandbox_id: sb.clone(), path: "f.txt".into(), ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/DeleteFile", "a path out of the workspace", one(api::DeleteFileRequest { sandbox_id: sb.clone(), path: "/etc".into(), recursive: true, }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/MakeDirectory", "a path with NUL", one(api::MakeDirectoryRequest { sandbox_id: sb.clone(), path: "a\0".into(), mode: 0, }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/Upload", "data before the header", vec![upload_data(b"x".to_vec())], InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/Upload", "an archive that is no tar", vec![upload_header("up"), upload_data(vec![0xff; 1024])], InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/Download", "a path out of the workspace", one(api::DownloadRequest { sandbox_id: sb.clone(), path: "../..".into(), }), InvalidArgument, "INVALID_ARGUMENT"),
+        // KeyService
+        case("KeyService/CreateApiKey", "no space", one(api::CreateApiKeyRequest { name: "k".into(), space_ids: vec![], }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("KeyService/CreateApiKey", "an unknown space", one(api::CreateApiKeyRequest { name: "k".into(), space_ids: vec!["no-such-space".into()], }), NotFound, "SPACE_NOT_FOUND"),
+        case("KeyService/ListApiKeys", "nothing wrong", one(api::ListApiKeysRequest {}), Ok, ""),
+        case("KeyService/RevokeApiKey", "an empty key id", revoke(""), InvalidArgument, "INVALID_ARGUMENT"),
+        case("KeyService/RevokeApiKey", "a huge key id", revoke(&huge), InvalidArgument, "INVALID_ARGUMENT"),
+        case("KeyService/RevokeApiKey", "an unknown key id", revoke("key-0000000000000000"), NotFound, "API_KEY_NOT_FOUND"),
+    ]
+}
+
+/// Every case of the suite.
+pub fn cases(f: &Fixture) -> Vec<Case> {
+    let methods = public_methods();
+    let fields = field_cases(f);
+    let named: BTreeSet<String> = fields.iter().map(|c| c.rpc.clone()).collect();
+    assert_eq!(
+        named, methods,
+        "every method of the public API has cases of its own fields, and only those"
+    );
+    let mut all: Vec<Case> = methods.iter().flat_map(|m| wire_cases(m)).collect();
+    all.extend(fields);
+    all
+}
+
+/// Runs every case; the mismatches, one line each.
+pub async fn run(channel: &ApiChannel, cases: &[Case]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for c in cases {
+        let got: Answer = call(channel, &c.rpc, c.messages.clone()).await;
+        let reason_ok = c.reason.is_empty() || got.reason == c.reason;
+        if got.code != c.code || !reason_ok || got.message.len() > MAX_MESSAGE {
+            let shown: String = got.message.chars().take(300).collect();
+            wrong.push(format!(
+                "{} with {}: want {:?} {}, got {:?} {} ({} bytes: {shown})",
+                c.rpc,
+                c.what,
+                c.code,
+                c.reason,
+                got.code,
+                got.reason,
+                got.message.len()
+            ));
+        }
+    }
+    wrong
+}
