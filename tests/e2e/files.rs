@@ -419,8 +419,8 @@ async fn an_edit_past_the_write_cap_is_refused_and_changes_nothing() -> anyhow::
 }
 
 /// Far offsets read nothing (past the end, as documented, up to 2^64 - 1), and a tree too deep to
-/// download (3000 levels) is refused with FAILED_PRECONDITION naming the limit, never INTERNAL; a subtree
-/// within it downloads.
+/// download (3000 levels) is refused with FAILED_PRECONDITION naming the limit, never INTERNAL; a tree of
+/// 100 levels downloads.
 #[tokio::test]
 async fn far_offsets_read_nothing_and_a_too_deep_tree_is_refused() -> anyhow::Result<()> {
     let mut h = Harness::start().await?;
@@ -428,7 +428,8 @@ async fn far_offsets_read_nothing_and_a_too_deep_tree_is_refused() -> anyhow::Re
     let mut client = files(&h);
     h.sh(
         &sandbox,
-        "echo hello > f.txt; python3 -c \"import os\nfor _ in range(3000): os.mkdir('d'); os.chdir('d')\"",
+        "echo hello > f.txt; python3 -c \"import os\nfor _ in range(3000): os.mkdir('d'); os.chdir('d')\"; \
+         mkdir -p \"$(printf 's/%.0s' $(seq 100))\" && echo leaf > \"$(printf 's/%.0s' $(seq 100))leaf.txt\"",
     )
     .await?;
     for offset in [5, 6, 1 << 40, 1 << 62, 1 << 63, u64::MAX] {
@@ -466,10 +467,20 @@ async fn far_offsets_read_nothing_and_a_too_deep_tree_is_refused() -> anyhow::Re
         status.message().contains("deeper than 128 levels"),
         "{status:?}"
     );
-    let shallow = ["d"; 100].join("/");
-    assert!(fetch(&shallow).await.unwrap_err().code() == Code::FailedPrecondition);
-    let deep_leaf = ["d"; 2950].join("/");
-    assert!(fetch(&deep_leaf).await? > 0, "the last 50 levels download");
+    // 100 levels down the deep tree, 2900 remain below: still refused.
+    let lower = ["d"; 100].join("/");
+    assert_eq!(
+        fetch(&lower).await.unwrap_err().code(),
+        Code::FailedPrecondition
+    );
+    // A path past PATH_MAX names nothing: refused before it reaches the executor.
+    let too_long = ["d"; 2950].join("/");
+    assert_eq!(
+        fetch(&too_long).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+    // A tree of 100 levels downloads whole.
+    assert!(fetch("s").await? > 0, "100 levels download");
     h.stop().await?;
     Ok(())
 }
