@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "mentis/v1/action.proto",
         "mentis/v1/file.proto",
         "mentis/v1/key.proto",
+        "mentis/v1/terminal.proto",
         "mentis/executor/v1/executor.proto",
         "mentis/executor/v1/files.proto",
     ];

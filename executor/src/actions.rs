@@ -18,6 +18,7 @@ use crate::events::{Hold, Outbox, Outboxes};
 use crate::ipython::{CellSpec, IPython};
 use crate::reclaim::Processes;
 use crate::registry::Registry;
+use crate::shell::session::Sessions;
 use crate::shell::stdin::{STDIN_QUEUE, StdinWrite};
 use crate::shell::{self, ShellContext, ShellSpec};
 
@@ -40,6 +41,8 @@ pub(crate) struct Actions {
     processes: Arc<Processes>,
     /// Every action's events until they are handed over.
     outboxes: Outboxes,
+    /// Persistent shell sessions, by name.
+    sessions: Sessions,
 }
 
 impl Actions {
@@ -63,6 +66,7 @@ impl Actions {
             ipython,
             processes,
             outboxes: Outboxes::default(),
+            sessions: Sessions::default(),
         }
     }
 
@@ -121,6 +125,10 @@ impl Actions {
         spec: ShellSpec,
         hold: Hold,
     ) -> Result<Arc<Outbox>, Error> {
+        let session = match &spec.action.session {
+            Some(name) => Some(self.sessions.get_or_open(name)?),
+            None => None,
+        };
         let cancel = self.shutdown.child_token();
         let (stdin_tx, stdin_rx) = if spec.action.keep_stdin_open {
             let (tx, rx) = mpsc::channel(STDIN_QUEUE);
@@ -139,6 +147,7 @@ impl Actions {
             tracker: self.tracker.clone(),
             stdin_writes: stdin_rx,
             processes: Arc::clone(&self.processes),
+            session,
         };
         let span = tracing::info_span!(
             "shell_action",

@@ -65,6 +65,7 @@ fn shell_action(shell: api::ShellAction) -> Result<ShellAction, Error> {
         timeout_seconds,
         stdin,
         keep_stdin_open,
+        session,
     } = shell;
     Ok(ShellAction::validate(
         command,
@@ -73,6 +74,7 @@ fn shell_action(shell: api::ShellAction) -> Result<ShellAction, Error> {
         timeout_seconds,
         stdin,
         keep_stdin_open,
+        session,
     )?)
 }
 

@@ -6,47 +6,62 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use nix::unistd::Uid;
 use tokio::process::Command;
 use tokio::time::Instant;
 
-/// The shell that runs commands.
-const BASH: &str = "/bin/bash";
 /// The highest OOM score adjustment: when the memory limit is reached, the kernel kills user processes
 /// (the biggest first) before it would consider the executor (left at the container's value, normally 0).
 const USER_OOM_SCORE_ADJ: &str = "1000";
-/// Niceness of shell commands: within the container's CPU quota the executor (nice 0) gets about three
-/// times a busy command's share, enough to keep answering; user code alone still gets all of it.
-const USER_NICE: &str = "5";
+/// Niceness of shell commands and terminals: within the container's CPU quota the executor (nice 0) gets
+/// about three times a busy command's share, enough to keep answering; user code alone still gets all of it.
+const USER_NICE: i32 = 5;
 /// How long a refused OOM score write is retried (an exec finishes in well under a millisecond).
 const RAISE_PATIENCE: Duration = Duration::from_millis(250);
 const RAISE_RETRY: Duration = Duration::from_millis(2);
 
-/// `/bin/bash`, to be given `-c COMMAND`, that runs with OOM score adjustment 1000 and nice 5 from its
-/// start.
+/// Makes `command` start with OOM score adjustment 1000 and nice 5, set in the child between fork and exec,
+/// so both hold before the program can fork anything (both are inherited at fork). Call before
+/// [`crate::identity::user_process`]: this runs first.
 ///
-/// Both are inherited at fork, so they must be set before bash can fork anything. Setting them in the child
-/// between fork and exec (`pre_exec`) needs unsafe code. Setting them from the executor after spawn comes
-/// too late: bash forks the first process of `cat x; ...` before the write lands, half the time on a busy
-/// host (seen in the e2e test; see also [`raise_oom_score`]). The executor cannot hand the score down
-/// either: it is non-dumpable (see main.rs), so its own /proc files belong to root. So a first bash raises
-/// its own score and execs the real one through `nice` (same pid, same process group), about a millisecond
-/// per command; a failed write (an unusual runtime) is silent, and an image without `nice` runs the command
-/// at the executor's priority. `--posix` makes that first bash read no startup file (BASH_ENV is read once,
-/// by the command's bash); unlike dash it passes every env var on, even names that are not shell
-/// identifiers.
-pub(crate) fn bash() -> Command {
-    let prelude = format!(
-        "{{ echo {USER_OOM_SCORE_ADJ} >/proc/self/oom_score_adj; }} 2>/dev/null; \
-         command -v nice >/dev/null && exec nice -n {USER_NICE} \"$@\"; exec \"$@\""
-    );
-    let mut command = Command::new(BASH);
-    command
-        .arg("--posix")
-        .arg("-c")
-        .arg(prelude)
-        .arg("bash")
-        .arg(BASH);
-    command
+/// The executor is non-dumpable (see main.rs), and so is the forked child until its exec: its
+/// /proc/self files belong to root, and the supervisor's effective uid (the sandbox user) cannot write
+/// them. The child takes its saved root uid as effective uid for the write and puts it back (its ids are
+/// then changed for good by `user_process`). Raising the score and the niceness needs no capability. A
+/// refused write (an unusual runtime) leaves the command at the executor's score, as nice leaves it at its
+/// priority: neither stops the command. This costs two system calls, where a first bash that raised its own
+/// score and exec'd `nice` cost a second bash start (about 1.5 ms a command).
+pub(crate) fn demote(command: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe calls are
+    // allowed: it makes system calls only (getresuid, setresuid, open, write, close, setpriority; nix's and
+    // rustix's wrappers allocate nothing for a C string path), and ignores or converts errnos.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(demote_self);
+    }
+}
+
+fn demote_self() -> io::Result<()> {
+    let ids = nix::unistd::getresuid()?;
+    let root = Uid::from_raw(0);
+    let lift = !ids.effective.is_root() && (ids.real.is_root() || ids.saved.is_root());
+    if lift {
+        nix::unistd::setresuid(ids.real, root, ids.saved)?;
+    }
+    if let Ok(fd) = nix::fcntl::open(
+        c"/proc/self/oom_score_adj",
+        OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        let _ = nix::unistd::write(&fd, USER_OOM_SCORE_ADJ.as_bytes());
+    }
+    if lift {
+        nix::unistd::setresuid(ids.real, ids.effective, ids.saved)?;
+    }
+    let _ = rustix::process::setpriority_process(None, USER_NICE);
+    Ok(())
 }
 
 /// Raises the OOM score of the just-spawned `pid` from the outside, for a program that starts nothing
@@ -89,7 +104,8 @@ mod tests {
         // The first thing the command does is fork, and the child already has the score and the nice value
         // (field 19 of /proc/PID/stat).
         let own = own_score();
-        let mut command = bash();
+        let mut command = Command::new("/bin/bash");
+        demote(&mut command);
         command
             .arg("-c")
             .arg("cat /proc/self/oom_score_adj; cut -d' ' -f19 /proc/self/stat; env")

@@ -57,6 +57,24 @@ pub enum Error {
     /// A write, upload or edit over its size cap.
     #[error("{0}")]
     TooLarge(String),
+    /// No terminal has this id.
+    #[error("no terminal {0:?} in this sandbox")]
+    TerminalNotFound(String),
+    /// The bound on running terminals is reached.
+    #[error("too many terminals (limit {limit}); close one first")]
+    TooManyTerminals {
+        /// The bound the control plane sent.
+        limit: usize,
+    },
+    /// The bound on shell sessions is reached.
+    #[error("too many shell sessions (limit {limit}); `exit` in a session ends it")]
+    TooManySessions {
+        /// The bound.
+        limit: usize,
+    },
+    /// A seq beyond the newest one.
+    #[error("{0}")]
+    OutOfRange(String),
     /// The workspace's disk is full.
     #[error("no space left in the workspace")]
     WorkspaceFull,
@@ -99,6 +117,10 @@ impl From<Error> for Status {
             Error::PathExists(_) => (Code::AlreadyExists, Reason::PathExists),
             Error::TooLarge(_) => (Code::ResourceExhausted, Reason::FileTooLarge),
             Error::WorkspaceFull => (Code::ResourceExhausted, Reason::WorkspaceFull),
+            Error::TerminalNotFound(_) => (Code::NotFound, Reason::TerminalNotFound),
+            Error::TooManyTerminals { .. } => (Code::ResourceExhausted, Reason::TooManyTerminals),
+            Error::OutOfRange(_) => (Code::OutOfRange, Reason::SeqOutOfRange),
+            Error::TooManySessions { .. } => (Code::ResourceExhausted, Reason::TooManySessions),
             Error::FailedPrecondition(_) => (Code::FailedPrecondition, Reason::FailedPrecondition),
             Error::TooManyActions { .. } => (Code::ResourceExhausted, Reason::TooManyActions),
             Error::QueueFull { .. } => (Code::ResourceExhausted, Reason::CellQueueFull),
@@ -187,6 +209,16 @@ mod tests {
             (Error::PathExists("p".into()), Reason::PathExists),
             (Error::TooLarge("p".into()), Reason::FileTooLarge),
             (Error::WorkspaceFull, Reason::WorkspaceFull),
+            (
+                Error::TerminalNotFound("t".into()),
+                Reason::TerminalNotFound,
+            ),
+            (
+                Error::TooManyTerminals { limit: 1 },
+                Reason::TooManyTerminals,
+            ),
+            (Error::OutOfRange("s".into()), Reason::SeqOutOfRange),
+            (Error::TooManySessions { limit: 1 }, Reason::TooManySessions),
             (Error::Unavailable("x".into()), Reason::ExecutorUnavailable),
             (Error::ShuttingDown, Reason::ExecutorUnavailable),
             (

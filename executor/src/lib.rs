@@ -26,6 +26,7 @@ mod reclaim;
 mod registry;
 mod server;
 mod shell;
+mod terminal;
 pub mod threads;
 
 pub use config::{

@@ -1,6 +1,8 @@
 //! The gRPC server: grpc.health.v1 (open, but a wrong token is refused) and ExecutorService (behind the bearer token), with graceful
 //! shutdown that kills running process groups and the kernel.
 
+mod terminal;
+
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +14,10 @@ use mentis_proto::executor::executor_service_server::{
 };
 use mentis_proto::executor::workspace_service_server::WorkspaceServiceServer;
 use mentis_proto::executor::{
-    AttachRequest, AttachResponse, CancelRequest, CancelResponse, GetUsageRequest,
-    GetUsageResponse, InspectVariablesRequest, InspectVariablesResponse, ResetKernelRequest,
-    ResetKernelResponse, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse,
+    AttachRequest, AttachResponse, CancelRequest, CancelResponse, CloseTerminalRequest,
+    CloseTerminalResponse, GetUsageRequest, GetUsageResponse, InspectVariablesRequest,
+    InspectVariablesResponse, ListTerminalsRequest, ResetKernelRequest, ResetKernelResponse,
+    RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse, TerminalRequest,
     WriteStdinRequest, WriteStdinResponse, attach_request,
 };
 use tokio::net::TcpListener;
@@ -33,6 +36,7 @@ use crate::error::Error;
 use crate::events::Hold;
 use crate::files::Workspace;
 use crate::files::service::WorkspaceApi;
+use crate::terminal::Terminals;
 
 /// After shutdown is requested, how long open streams may take to finish before connections are dropped.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -53,6 +57,10 @@ pub async fn serve(
     })?;
     // A child token: stopping our actions must not cancel the caller's token.
     let actions = Arc::new(Actions::new(&config, shutdown.child_token()));
+    let terminals = Terminals::new(
+        Arc::from(config.workspace.as_path()),
+        shutdown.child_token(),
+    );
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -60,6 +68,7 @@ pub async fn serve(
         .await;
     let executor = ExecutorServiceServer::new(ExecutorApi {
         actions: Arc::clone(&actions),
+        terminals: Arc::clone(&terminals),
         spans: config.spans.clone(),
     })
     .max_decoding_message_size(MAX_REQUEST_BYTES);
@@ -114,7 +123,10 @@ pub async fn serve(
             Ok(())
         }
     };
-    actions.shutdown(ACTIONS_GRACE).await;
+    tokio::join!(
+        actions.shutdown(ACTIONS_GRACE),
+        terminals.shutdown(ACTIONS_GRACE)
+    );
     tracing::info!("executor stopped");
     result
 }
@@ -122,6 +134,7 @@ pub async fn serve(
 /// ExecutorService: translates requests and hands them to [`Actions`].
 struct ExecutorApi {
     actions: Arc<Actions>,
+    terminals: Arc<Terminals>,
     /// Finished spans for TakeSpans (None when traces are off).
     spans: Option<mentis_telemetry::SpanBuffer>,
 }
@@ -158,6 +171,7 @@ impl ExecutorApi {
 impl ExecutorService for ExecutorApi {
     type RunStream = RunStream;
     type AttachStream = AttachStream;
+    type TerminalStream = terminal::TerminalStream;
 
     async fn run(&self, request: Request<RunRequest>) -> Result<Response<RunStream>, Status> {
         let (action_id, spec) = convert::run_request(request.into_inner())?;
@@ -282,5 +296,28 @@ impl ExecutorService for ExecutorApi {
             export_trace_service_request: taken.request.into(),
             dropped_spans: taken.dropped,
         }))
+    }
+
+    async fn terminal(
+        &self,
+        request: Request<Streaming<TerminalRequest>>,
+    ) -> Result<Response<Self::TerminalStream>, Status> {
+        let stream = terminal::open(&self.terminals, request.into_inner()).await?;
+        Ok(Response::new(stream))
+    }
+
+    async fn list_terminals(
+        &self,
+        _request: Request<ListTerminalsRequest>,
+    ) -> Result<Response<mentis_proto::executor::ListTerminalsResponse>, Status> {
+        Ok(Response::new(terminal::list(&self.terminals)))
+    }
+
+    async fn close_terminal(
+        &self,
+        request: Request<CloseTerminalRequest>,
+    ) -> Result<Response<CloseTerminalResponse>, Status> {
+        terminal::close(&self.terminals, &request.into_inner().terminal_id)?;
+        Ok(Response::new(CloseTerminalResponse {}))
     }
 }

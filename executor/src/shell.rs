@@ -1,8 +1,10 @@
 //! Shell actions: `/bin/bash -c COMMAND` in its own process group, output streamed as it arrives, exactly one
 //! `cmd_end` whatever happens (exit, timeout, cancel, failure to start, shutdown).
 
+mod framer;
 pub(crate) mod output;
 pub(crate) mod process;
+pub(crate) mod session;
 pub(crate) mod stdin;
 
 use std::collections::HashMap;
@@ -23,7 +25,7 @@ use crate::demote;
 use crate::events::EventSink;
 use crate::reclaim::{Processes, Role};
 use crate::registry::Registration;
-use process::ProcessGroup;
+use process::{BASH, ProcessGroup};
 use stdin::StdinWrite;
 
 /// A validated shell action, and the sandbox env it runs under.
@@ -48,6 +50,8 @@ pub(crate) struct ShellContext {
     pub(crate) stdin_writes: Option<mpsc::Receiver<StdinWrite>>,
     /// Spawns the command, reclaiming the pids limit from leftovers when it is full.
     pub(crate) processes: Arc<Processes>,
+    /// The session the command runs in (ShellAction.session), if it names one.
+    pub(crate) session: Option<Arc<session::Session>>,
 }
 
 /// Runs the action to its end and sends its events, the terminal `cmd_end` last.
@@ -66,6 +70,16 @@ pub(crate) async fn run(
 }
 
 async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> CmdEnd {
+    if let Some(session) = &ctx.session {
+        let in_session = session::Context {
+            action: &spec.action,
+            sandbox_env: &spec.sandbox_env,
+            workspace: &ctx.workspace,
+            cancel: &ctx.cancel,
+            processes: &ctx.processes,
+        };
+        return session::run(session, &in_session, sink).await;
+    }
     let dir = match work_dir(&ctx.workspace, &spec.action.work_dir).await {
         Ok(dir) => dir,
         Err(message) => return CmdEnd::failed_to_start(message),
@@ -137,7 +151,7 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
 }
 
 /// Resolves and checks the working directory; the error is the `cmd_end` message.
-async fn work_dir(workspace: &Path, work_dir: &str) -> Result<PathBuf, String> {
+pub(crate) async fn work_dir(workspace: &Path, work_dir: &str) -> Result<PathBuf, String> {
     // join() keeps an absolute work_dir as given.
     let dir = if work_dir.is_empty() {
         workspace.to_path_buf()
@@ -152,8 +166,9 @@ async fn work_dir(workspace: &Path, work_dir: &str) -> Result<PathBuf, String> {
 }
 
 fn command(spec: &ShellSpec, dir: &Path) -> Command {
-    // bash as user code: the OOM killer's first choice from its start.
-    let mut command = demote::bash();
+    let mut command = Command::new(BASH);
+    // bash as user code: the OOM killer's first choice from its start, at a lower CPU priority.
+    demote::demote(&mut command);
     // As the sandbox user, when the executor supervises; before the env, which may set HOME.
     crate::identity::user_process(&mut command);
     command

@@ -14,4 +14,5 @@ mod component {
     pub mod shell;
     pub mod stdin;
     pub mod support;
+    pub mod terminal;
 }

@@ -12,6 +12,8 @@ pub(crate) struct Proc {
     pub(crate) pid: i32,
     pub(crate) ppid: i32,
     pub(crate) pgrp: i32,
+    /// Its session (a terminal's program leads one).
+    pub(crate) session: i32,
     /// Dead already, waiting to be reaped: nothing to kill (its pid comes back when its parent or tini
     /// reaps it).
     pub(crate) dead: bool,
@@ -41,10 +43,12 @@ fn parse_stat(pid: i32, stat: &str) -> Option<Proc> {
     let state = fields.next()?;
     let ppid = fields.next()?.parse().ok()?;
     let pgrp = fields.next()?.parse().ok()?;
+    let session = fields.next()?.parse().ok()?;
     Some(Proc {
         pid,
         ppid,
         pgrp,
+        session,
         // Z: zombie, X: dead.
         dead: matches!(state, "Z" | "X"),
     })
@@ -104,15 +108,17 @@ mod tests {
             pid,
             ppid,
             pgrp,
+            session: 4100,
             dead: false,
         }
     }
 
     #[test]
     fn stat_lines_parse_whatever_the_command_name() {
-        let stat = "4242 (a) b (c) S 17 4200 4200 0 -1 4194560 115 0 0 0 0 0 0 0 20 0 1 0";
+        let stat = "4242 (a) b (c) S 17 4200 4100 0 -1 4194560 115 0 0 0 0 0 0 0 20 0 1 0";
         assert_eq!(parse_stat(4242, stat), Some(p(4242, 17, 4200)));
         let zombie = parse_stat(7, "7 (bash) Z 1 5 5 0").unwrap();
+        assert_eq!(zombie.session, 5);
         assert!(zombie.dead);
         assert_eq!(parse_stat(7, "7 (bash"), None);
         assert_eq!(parse_stat(7, "7 (bash) S x 5"), None);
@@ -125,6 +131,7 @@ mod tests {
         let found = procs.iter().find(|p| p.pid == me).unwrap();
         assert_eq!(found.ppid, nix::unistd::getppid().as_raw());
         assert_eq!(found.pgrp, nix::unistd::getpgrp().as_raw());
+        assert_eq!(found.session, nix::unistd::getsid(None).unwrap().as_raw());
         assert!(!found.dead);
     }
 

@@ -16,6 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cgroup::LimitHits;
 
+/// The shell that runs commands.
+pub(crate) const BASH: &str = "/bin/bash";
+
 /// Why the executor stopped a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StopReason {
@@ -163,6 +166,17 @@ fn ended(exit: Exit, duration: Duration, timeout: Duration) -> CmdEnd {
             message: format!("cannot read the exit status: {e}"),
         },
     }
+}
+
+/// [`blame_limits`] for a command that ended as `end` says (a session command: the executor did not reap
+/// it, so its end is all there is).
+pub(crate) fn blame_limits_of(end: CmdEnd, hits: LimitHits) -> CmdEnd {
+    let stopped = match end.reason {
+        EndReason::TimedOut => Some(StopReason::TimedOut),
+        EndReason::Cancelled => Some(StopReason::Cancelled),
+        _ => None,
+    };
+    blame_limits(end, stopped, hits)
 }
 
 /// Names a limit the command ran into (`hits`: what the sandbox's counters saw during the command), keeping

@@ -18,6 +18,7 @@ pub mod space;
 
 pub use mentis_model::action;
 pub use mentis_model::quote::{self, quoted};
+pub use mentis_model::terminal;
 
 pub use action::{Action, IPythonAction, ShellAction};
 pub use backend::{BackendSandbox, BackendSpec, BackendState, DataMount, Endpoint, SandboxBackend};

@@ -88,8 +88,8 @@ impl From<&Action> for ActionKind {
     }
 }
 
-/// `/bin/bash -c command` in the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// `/bin/bash -c command` in the sandbox, or the next command of a persistent session's bash.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShellAction {
     pub command: String,
     /// Empty = the workspace root; relative paths are taken from it.
@@ -101,6 +101,27 @@ pub struct ShellAction {
     pub stdin: Bytes,
     /// Keep stdin open after `stdin`, for later writes, until one says eof.
     pub keep_stdin_open: bool,
+    /// The persistent session to run in (its bash keeps cwd, env and variables); None = a fresh bash.
+    pub session: Option<String>,
+}
+
+/// Longest session name.
+pub const MAX_SESSION_NAME_LEN: usize = 64;
+
+/// As derived, field by field, with the session only when there is one: fingerprints of actions without
+/// a session are what they were before sessions existed (the runtime keeps them across upgrades).
+impl std::hash::Hash for ShellAction {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.command.hash(state);
+        self.work_dir.hash(state);
+        self.env.hash(state);
+        self.timeout.hash(state);
+        self.stdin.hash(state);
+        self.keep_stdin_open.hash(state);
+        if let Some(session) = &self.session {
+            session.hash(state);
+        }
+    }
 }
 
 /// A cell for the sandbox's Jupyter kernel.
@@ -174,6 +195,7 @@ impl ShellAction {
         timeout_seconds: u32,
         stdin: Bytes,
         keep_stdin_open: bool,
+        session: String,
     ) -> Result<Self, Error> {
         if command.trim().is_empty() {
             return Err(Error::invalid("shell.command", "shell.command is empty"));
@@ -201,6 +223,18 @@ impl ShellAction {
             ));
         }
         validate_env(&env, "shell.env")?;
+        let session = if session.is_empty() {
+            None
+        } else {
+            validate_session(&session)?;
+            if !stdin.is_empty() || keep_stdin_open {
+                return Err(Error::invalid(
+                    "shell.stdin",
+                    "a command in a session reads no stdin (stdin and keep_stdin_open need a command of its own)",
+                ));
+            }
+            Some(session)
+        };
         Ok(Self {
             command,
             work_dir,
@@ -208,8 +242,27 @@ impl ShellAction {
             timeout: resolve_timeout(timeout_seconds, "shell.timeout_seconds")?,
             stdin,
             keep_stdin_open,
+            session,
         })
     }
+}
+
+/// A session name: 1 to [`MAX_SESSION_NAME_LEN`] letters, digits, `.`, `_` or `-`.
+fn validate_session(name: &str) -> Result<(), Error> {
+    if name.len() > MAX_SESSION_NAME_LEN
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err(Error::invalid(
+            "shell.session",
+            format!(
+                "shell.session {} is not a session name (1 to {MAX_SESSION_NAME_LEN} letters, digits, '.', '_' or '-')",
+                crate::quote::quoted(name)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl IPythonAction {
@@ -244,6 +297,7 @@ mod tests {
             timeout,
             Bytes::new(),
             false,
+            String::new(),
         )
     }
 
@@ -276,6 +330,7 @@ mod tests {
                 0,
                 Bytes::from(vec![b'x'; n]),
                 false,
+                String::new(),
             )
         };
         assert!(stdin(MAX_INLINE_STDIN).is_ok());
@@ -288,6 +343,7 @@ mod tests {
                 0,
                 Bytes::new(),
                 false,
+                String::new(),
             )
         };
         assert!(env("A").is_ok());
@@ -325,5 +381,41 @@ mod tests {
         assert!(spare >= 1024 * 1024, "{spare}");
         assert!(spare > MAX_ENV_NAME_LEN + MAX_ENV_VALUE_BYTES + MAX_ACTION_ID_LEN + 1024);
         assert!(MAX_TIMEOUT > DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn sessions_are_named_take_no_stdin_and_leave_old_fingerprints_alone() {
+        let in_session = |name: &str, stdin: &'static [u8]| {
+            ShellAction::validate(
+                "cd /tmp".into(),
+                String::new(),
+                BTreeMap::new(),
+                0,
+                Bytes::from_static(stdin),
+                false,
+                name.into(),
+            )
+        };
+        assert_eq!(
+            in_session("work-1.a_b", b"").unwrap().session.as_deref(),
+            Some("work-1.a_b")
+        );
+        assert_eq!(in_session("", b"").unwrap().session, None);
+        for bad in ["a b", "a/b", &"x".repeat(65)] {
+            assert_eq!(
+                in_session(bad, b"").unwrap_err().field(),
+                "shell.session",
+                "{bad:?}"
+            );
+        }
+        assert_eq!(in_session("s", b"x").unwrap_err().field(), "shell.stdin");
+        // The fingerprint of an action without a session is the one the derived Hash gave before sessions
+        // existed (stored fingerprints stay valid across the upgrade).
+        let plain = Action::Shell(shell("echo hi", 0).unwrap());
+        assert_eq!(plain.fingerprint(), 0xbef3_a59b_56b0_8eb2);
+        let mut named = shell("echo hi", 0).unwrap();
+        named.session = Some("s".into());
+        assert_ne!(Action::Shell(named).fingerprint(), plain.fingerprint());
     }
 }

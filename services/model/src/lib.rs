@@ -10,6 +10,7 @@ pub mod kernel;
 pub mod observation;
 pub mod quote;
 pub mod reason;
+pub mod terminal;
 
 pub use action::{Action, ActionKind, IPythonAction, ShellAction};
 pub use error::Error;

@@ -102,6 +102,9 @@ reasons! {
     /// An action breaks a rule: empty or oversized code or stdin, env, timeout.
     InvalidAction = "INVALID_ACTION", InvalidArgument, None;
 
+    /// A terminal request breaks a rule: size, command, env, signal name, or a first message that is not start
+    /// or attach.
+    InvalidTerminal = "INVALID_TERMINAL", InvalidArgument, None;
     /// No sandbox has this id.
     SandboxNotFound = "SANDBOX_NOT_FOUND", NotFound, None;
     /// No space has this id.
@@ -110,6 +113,8 @@ reasons! {
     ActionNotFound = "ACTION_NOT_FOUND", NotFound, None;
     /// No live sandbox carries this external key in the space.
     ExternalKeyNotFound = "EXTERNAL_KEY_NOT_FOUND", NotFound, None;
+    /// The sandbox has no terminal with this id (never started, or closed and forgotten).
+    TerminalNotFound = "TERMINAL_NOT_FOUND", NotFound, None;
     /// No API key has this id.
     ApiKeyNotFound = "API_KEY_NOT_FOUND", NotFound, None;
     /// No file or directory at this workspace path.
@@ -155,6 +160,10 @@ reasons! {
     SpaceQuotaExceeded = "SPACE_QUOTA_EXCEEDED", ResourceExhausted, secs(10);
     /// The sandbox runs MENTIS_MAX_ACTIONS_PER_SANDBOX actions (or its executor its own bound).
     TooManyActions = "TOO_MANY_ACTIONS", ResourceExhausted, secs(1);
+    /// The sandbox holds as many shell sessions as it may (32).
+    TooManySessions = "TOO_MANY_SESSIONS", ResourceExhausted, None;
+    /// The sandbox runs MENTIS_MAX_TERMINALS_PER_SANDBOX terminals.
+    TooManyTerminals = "TOO_MANY_TERMINALS", ResourceExhausted, secs(1);
     /// Too many IPython cells wait for the kernel.
     CellQueueFull = "CELL_QUEUE_FULL", ResourceExhausted, secs(1);
     /// A write, upload or edit over its size cap.

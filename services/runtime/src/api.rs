@@ -13,9 +13,11 @@ mod paging;
 mod sandbox_service;
 mod space_service;
 pub mod status;
+mod terminal_service;
 
 pub use action_service::ActionApi;
 pub use file_service::FileApi;
 pub use key_service::KeyApi;
 pub use sandbox_service::SandboxApi;
 pub use space_service::SpaceApi;
+pub use terminal_service::TerminalApi;

@@ -72,6 +72,9 @@ pub struct RuntimeConfig {
     pub max_sandboxes: usize,
     /// `MENTIS_MAX_ACTIONS_PER_SANDBOX`: running actions per sandbox at once.
     pub max_actions_per_sandbox: usize,
+    /// Terminals: `MENTIS_MAX_TERMINALS_PER_SANDBOX`, `MENTIS_TERMINAL_IDLE_SECS`,
+    /// `MENTIS_TERMINAL_SCROLLBACK_BYTES`.
+    pub terminals: TerminalPolicy,
     /// `MENTIS_READY_TIMEOUT_SECS`: how long a new sandbox's executor has to become healthy.
     pub ready_timeout: Duration,
     /// Upper bound of unary executor calls.
@@ -108,6 +111,28 @@ pub struct RuntimeConfig {
     /// `MENTIS_MAX_MESSAGE_BYTES` (4 MiB): the largest message a client may send (ActionService always
     /// admits the largest action the model accepts).
     pub max_message_bytes: usize,
+}
+
+/// Terminals (TerminalService).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TerminalPolicy {
+    /// Running terminals per sandbox at once (16).
+    pub max_per_sandbox: usize,
+    /// A terminal with no attached client for this long is closed, unless its start asked for another
+    /// timeout (15 minutes).
+    pub idle_timeout: Duration,
+    /// Output kept per terminal for clients that attach again (1 MiB).
+    pub scrollback_bytes: usize,
+}
+
+impl Default for TerminalPolicy {
+    fn default() -> Self {
+        Self {
+            max_per_sandbox: 16,
+            idle_timeout: Duration::from_secs(900),
+            scrollback_bytes: 1 << 20,
+        }
+    }
 }
 
 /// A warm pool: containers of one image made ahead with a healthy executor.
@@ -284,6 +309,7 @@ impl Default for RuntimeConfig {
             log_journal: true,
             max_sandboxes: 256,
             max_actions_per_sandbox: 64,
+            terminals: TerminalPolicy::default(),
             ready_timeout: Duration::from_secs(60),
             executor_call_timeout: Duration::from_secs(30),
             executor_keepalive: Duration::from_secs(10),
@@ -388,6 +414,15 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_MAX_ACTIONS_PER_SANDBOX") {
             c.max_actions_per_sandbox = positive("MENTIS_MAX_ACTIONS_PER_SANDBOX", &v)?;
+        }
+        if let Some(v) = get("MENTIS_MAX_TERMINALS_PER_SANDBOX") {
+            c.terminals.max_per_sandbox = positive("MENTIS_MAX_TERMINALS_PER_SANDBOX", &v)?;
+        }
+        if let Some(v) = get("MENTIS_TERMINAL_IDLE_SECS") {
+            c.terminals.idle_timeout = secs("MENTIS_TERMINAL_IDLE_SECS", &v)?;
+        }
+        if let Some(v) = get("MENTIS_TERMINAL_SCROLLBACK_BYTES") {
+            c.terminals.scrollback_bytes = positive("MENTIS_TERMINAL_SCROLLBACK_BYTES", &v)?;
         }
         if let Some(v) = get("MENTIS_EXECUTOR_KEEPALIVE_SECS") {
             c.executor_keepalive = secs("MENTIS_EXECUTOR_KEEPALIVE_SECS", &v)?;

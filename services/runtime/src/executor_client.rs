@@ -7,9 +7,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use mentis_core::{Action, ActionId, Endpoint, Error, Reason, VariableSummary};
 use mentis_proto::executor::{
-    AttachRequest, AttachResponse, CancelRequest, GetUsageRequest, InspectVariablesRequest,
-    ResetKernelRequest, Resume, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse,
-    WriteStdinRequest, attach_request, executor_service_client::ExecutorServiceClient,
+    AttachRequest, AttachResponse, CancelRequest, CloseTerminalRequest, GetUsageRequest,
+    InspectVariablesRequest, ListTerminalsRequest, ResetKernelRequest, Resume, RunRequest,
+    RunResponse, TakeSpansRequest, TakeSpansResponse, TerminalRequest, WriteStdinRequest,
+    attach_request, executor_service_client::ExecutorServiceClient,
     workspace_service_client::WorkspaceServiceClient,
 };
 use tokio::sync::mpsc;
@@ -248,6 +249,38 @@ impl ExecutorClient {
     }
 }
 
+impl ExecutorClient {
+    /// Opens a terminal stream (see mentis.v1.TerminalService.Open): `requests` go to the executor as they
+    /// come, its responses are for the client as they are.
+    pub async fn terminal(
+        &self,
+        requests: impl futures::Stream<Item = TerminalRequest> + Send + 'static,
+    ) -> Result<tonic::Streaming<mentis_proto::executor::TerminalResponse>, Error> {
+        let mut rpc = self.rpc.clone();
+        self.timed(rpc.terminal(requests))
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// The sandbox's terminals.
+    pub async fn list_terminals(&self) -> Result<Vec<mentis_proto::api::TerminalInfo>, Error> {
+        let mut rpc = self.rpc.clone();
+        self.timed(rpc.list_terminals(ListTerminalsRequest {}))
+            .await
+            .map(|r| r.into_inner().terminals)
+    }
+
+    /// Hangs a terminal up (or forgets an exited one).
+    pub async fn close_terminal(&self, terminal_id: &str) -> Result<(), Error> {
+        let mut rpc = self.rpc.clone();
+        self.timed(rpc.close_terminal(CloseTerminalRequest {
+            terminal_id: terminal_id.to_owned(),
+        }))
+        .await
+        .map(drop)
+    }
+}
+
 /// A sandbox's resource use, read from its cgroup by its executor.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
@@ -317,7 +350,8 @@ pub fn status_to_error(s: tonic::Status) -> Error {
     let msg = mentis_core::quote::bounded(s.message());
     let told = reason_of(&s);
     let e = match s.code() {
-        Code::InvalidArgument | Code::OutOfRange => Error::invalid(msg),
+        Code::InvalidArgument => Error::invalid(msg),
+        Code::OutOfRange => Error::new(Reason::OutOfRange, msg),
         Code::NotFound => Error::new(Reason::NotFound, msg),
         Code::AlreadyExists => Error::new(Reason::AlreadyExists, msg),
         Code::FailedPrecondition | Code::Unimplemented => {

@@ -15,6 +15,7 @@ use mentis_proto::api::file_service_server::FileServiceServer;
 use mentis_proto::api::key_service_server::KeyServiceServer;
 use mentis_proto::api::sandbox_service_server::SandboxServiceServer;
 use mentis_proto::api::space_service_server::SpaceServiceServer;
+use mentis_proto::api::terminal_service_server::TerminalServiceServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +24,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::server::NamedService;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SpaceApi};
+use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SpaceApi, TerminalApi};
 use crate::auth::layer::AuthLayer;
 use crate::auth::{self, Keyring};
 use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, TlsFiles};
@@ -288,6 +289,7 @@ async fn serve(
             ActionServiceServer::<ActionApi>::NAME,
             FileServiceServer::<FileApi>::NAME,
             KeyServiceServer::<KeyApi>::NAME,
+            TerminalServiceServer::<TerminalApi>::NAME,
         ],
     );
     health.serving(true).await;
@@ -307,6 +309,12 @@ async fn serve(
     let sessions = TaskTracker::new();
     let sandbox_api = SandboxApi::new(Arc::clone(&manager));
     let action_api = ActionApi::new(
+        Arc::clone(&manager),
+        shutdown.clone(),
+        sessions.clone(),
+        manager.config().stream,
+    );
+    let terminal_api = TerminalApi::new(
         Arc::clone(&manager),
         shutdown.clone(),
         sessions.clone(),
@@ -364,6 +372,11 @@ async fn serve(
         .add_service(FileApi::new(Arc::clone(&manager)).into_service(max))
         .add_service(
             KeyServiceServer::new(KeyApi::new(Arc::clone(&manager), keyring))
+                .max_decoding_message_size(max)
+                .accept_compressed(gzip),
+        )
+        .add_service(
+            TerminalServiceServer::new(terminal_api)
                 .max_decoding_message_size(max)
                 .accept_compressed(gzip),
         )

@@ -25,7 +25,7 @@ pub enum Shape {
 /// The shape of a method named `Service/Method`.
 pub fn shape(rpc: &str) -> Shape {
     match rpc.rsplit('/').next().unwrap_or_default() {
-        "Connect" => Shape::Bidi,
+        "Connect" | "Open" => Shape::Bidi,
         "WriteFile" | "Upload" => Shape::ClientStream,
         "Execute" | "StreamObservations" | "ReadFile" | "Download" => Shape::ServerStream,
         _ => Shape::Unary,

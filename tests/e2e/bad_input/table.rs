@@ -81,7 +81,7 @@ fn not_utf8(rpc: &str) -> Option<Vec<u8>> {
         "GetSandboxByKey" | "CancelAction" | "InspectVariables" => s(2), // external_key, action_id, names
         "CreateSpace" | "UpdateSpace" => nested(1, 1),                   // space.space_id
         "ListSpaces" => s(2),                                            // page_token
-        "Connect" | "WriteFile" | "Upload" => nested(1, 1), // attach/header .sandbox_id
+        "Connect" | "WriteFile" | "Upload" | "Open" => nested(1, 1), // attach/header/start .sandbox_id
         "ReadFile" | "ListFiles" | "StatFile" | "DeleteFile" | "MakeDirectory" | "Download" => s(2),
         "EditFile" => s(3), // old_string
         _ => s(1),          // sandbox_id, space_id, name, key_id
@@ -300,7 +300,57 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("KeyService/RevokeApiKey", "an empty key id", revoke(""), InvalidArgument, "INVALID_ARGUMENT"),
         case("KeyService/RevokeApiKey", "a huge key id", revoke(&huge), InvalidArgument, "INVALID_ARGUMENT"),
         case("KeyService/RevokeApiKey", "an unknown key id", revoke("key-0000000000000000"), NotFound, "API_KEY_NOT_FOUND"),
+        // TerminalService
+        case("TerminalService/Open", "input before start", vec![term(input(b"ls\r"))], InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/Open", "start in an unknown sandbox", vec![term(start(&unknown, &["cat"], 0))], NotFound, "SANDBOX_NOT_FOUND"),
+        case("TerminalService/Open", "start with an empty sandbox id", vec![term(start("", &["cat"], 0))], InvalidArgument, "INVALID_ARGUMENT"),
+        case("TerminalService/Open", "start 5000 columns wide", vec![term(start(&sb, &["cat"], 5000))], InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/Open", "start an empty program name", vec![term(start(&sb, &[""], 0))], InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/Open", "start a command with NUL", vec![term(start(&sb, &["c\0at"], 0))], InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/Open", "start 257 arguments", vec![term(start(&sb, &["x"; 257], 0))], InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/Open", "start with an env name holding '='", vec![term(api::open_request::Kind::Start(api::open_request::Start { sandbox_id: sb.clone(), env: [("A=B".to_owned(), "1".to_owned())].into(), ..Default::default() }))], InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/Open", "attach a malformed terminal id", vec![term(attach_terminal(&sb, "../x", 0))], InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/Open", "attach a huge terminal id", vec![term(attach_terminal(&sb, &huge, 0))], InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/Open", "attach an unknown terminal", vec![term(attach_terminal(&sb, "term-000000000000", 0))], NotFound, "TERMINAL_NOT_FOUND"),
+        case("TerminalService/Open", "a resize to 0 x 5000 after start", vec![term(start(&sb, &["cat"], 0)), term(api::open_request::Kind::Resize(api::open_request::Resize { cols: 0, rows: 5000 }))], InvalidArgument, "INVALID_ARGUMENT"),
+        case("TerminalService/Open", "an unknown signal after start", vec![term(start(&sb, &["cat"], 0)), term(api::open_request::Kind::Signal(api::open_request::Signal { name: "SEGV".into() }))], InvalidArgument, "INVALID_ARGUMENT"),
+        case("TerminalService/Open", "a second start", vec![term(start(&sb, &["cat"], 0)), term(start(&sb, &["cat"], 0))], InvalidArgument, "INVALID_ARGUMENT"),
+        case("TerminalService/Open", "garbage after start", vec![term(start(&sb, &["cat"], 0)), vec![0xff; 9]], InvalidArgument, "INVALID_ARGUMENT"),
+        case("TerminalService/ListTerminals", "an empty sandbox id", one(api::ListTerminalsRequest { sandbox_id: String::new() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TerminalService/ListTerminals", "an unknown sandbox", one(api::ListTerminalsRequest { sandbox_id: unknown.clone() }), NotFound, "SANDBOX_NOT_FOUND"),
+        case("TerminalService/ListTerminals", "nothing wrong", one(api::ListTerminalsRequest { sandbox_id: sb.clone() }), Ok, ""),
+        case("TerminalService/CloseTerminal", "an empty terminal id", one(api::CloseTerminalRequest { sandbox_id: sb.clone(), terminal_id: String::new() }), InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/CloseTerminal", "a malformed terminal id", one(api::CloseTerminalRequest { sandbox_id: sb.clone(), terminal_id: "a b".into() }), InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/CloseTerminal", "an unknown terminal", one(api::CloseTerminalRequest { sandbox_id: sb.clone(), terminal_id: "term-000000000000".into() }), NotFound, "TERMINAL_NOT_FOUND"),
+        case("TerminalService/CloseTerminal", "an unknown sandbox", one(api::CloseTerminalRequest { sandbox_id: unknown.clone(), terminal_id: "term-000000000000".into() }), NotFound, "SANDBOX_NOT_FOUND"),
     ]
+}
+
+fn term(kind: api::open_request::Kind) -> Vec<u8> {
+    api::OpenRequest { kind: Some(kind) }.encode_to_vec()
+}
+
+fn input(data: &'static [u8]) -> api::open_request::Kind {
+    api::open_request::Kind::Input(api::open_request::Input {
+        data: bytes::Bytes::from_static(data),
+    })
+}
+
+fn start(sandbox: &str, command: &[&str], cols: u32) -> api::open_request::Kind {
+    api::open_request::Kind::Start(api::open_request::Start {
+        sandbox_id: sandbox.to_owned(),
+        command: command.iter().map(|s| (*s).to_owned()).collect(),
+        cols,
+        ..Default::default()
+    })
+}
+
+fn attach_terminal(sandbox: &str, terminal: &str, after_seq: u64) -> api::open_request::Kind {
+    api::open_request::Kind::Attach(api::open_request::Attach {
+        sandbox_id: sandbox.to_owned(),
+        terminal_id: terminal.to_owned(),
+        after_seq,
+    })
 }
 
 /// Every case of the suite.

@@ -21,6 +21,7 @@ fn checked(action: Option<api::Action>) -> Result<Action, Error> {
             s.timeout_seconds,
             s.stdin,
             s.keep_stdin_open,
+            s.session,
         )?),
         api::action::Kind::Ipython(c) => Action::IPython(IPythonAction::validate(
             c.code,
@@ -40,6 +41,7 @@ pub fn action_to_proto(action: &Action) -> api::Action {
             timeout_seconds: u32::try_from(s.timeout.as_secs()).unwrap_or(u32::MAX),
             stdin: s.stdin.clone(),
             keep_stdin_open: s.keep_stdin_open,
+            session: s.session.clone().unwrap_or_default(),
         }),
         Action::IPython(c) => api::action::Kind::Ipython(api::IPythonAction {
             code: c.code.clone(),
@@ -104,9 +106,25 @@ mod tests {
                 timeout_seconds: 7,
                 stdin: bytes::Bytes::from_static(b"in"),
                 keep_stdin_open: true,
+                session: String::new(),
             })),
         };
         let action = action_from_proto(Some(proto.clone())).expect("valid");
         assert_eq!(action_to_proto(&action), proto);
+        let in_session = api::Action {
+            kind: Some(api::action::Kind::Shell(api::ShellAction {
+                command: "cd /tmp".into(),
+                session: "work".into(),
+                ..Default::default()
+            })),
+        };
+        let action = action_from_proto(Some(in_session)).expect("valid");
+        assert_eq!(
+            action_to_proto(&action).kind.and_then(|k| match k {
+                api::action::Kind::Shell(s) => Some(s.session),
+                api::action::Kind::Ipython(_) => None,
+            }),
+            Some("work".to_owned())
+        );
     }
 }

@@ -1,0 +1,466 @@
+//! Persistent shell sessions (docs/ARCHITECTURE.md, "Shell sessions"): shell actions that name a session
+//! run one after another in one bash, so `cd`, `export` and shell variables carry over. Each command still
+//! gets its own cmd_start, output and cmd_end.
+//!
+//! The session's bash reads NUL-terminated commands from its stdin and runs each inside a function,
+//! `eval`'d, with stdin from /dev/null; after each it writes an end marker with the exit status to stdout
+//! and a marker to stderr (see `framer`). A timeout or cancel sends SIGINT to the session's process group:
+//! the foreground program dies, the shell's INT trap returns from the function (the rest of the command
+//! list does not run) and the shell waits for the next command. A command that does not end within
+//! [`INTERRUPT_GRACE`] of the SIGINT (one that ignores or traps SIGINT; a busy loop of the shell's own
+//! builtins may not see the trap in time) costs the session its shell: the process group is killed and the next command starts a new one.
+//! `exit` ends the session the same way.
+//!
+//! As the command runs inside a function, `declare` and `typeset` without `-g` make function-local
+//! variables (gone after the command), as in any bash function; plain assignments and `export` stay.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use mentis_model::{CmdEnd, EndReason, ObservationKind, OutputStream, ShellAction};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::framer::{Framer, Piece};
+use super::output::{COALESCE, MAX_CHUNK};
+use super::process::{BASH, ProcessGroup, blame_limits_of};
+use crate::cgroup::Cgroup;
+use crate::config::TOKEN_ENV;
+use crate::error::Error;
+use crate::events::EventSink;
+use crate::reclaim::{Processes, Role, Tracked};
+
+/// Sessions a sandbox may hold at once.
+pub(crate) const MAX_SESSIONS: usize = 32;
+/// After the SIGINT of a timeout or cancel, how long the command has to end before the shell is killed.
+pub(crate) const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+
+/// The session shell's loop. `$1` is the marker token. The INT trap's `return` leaves `__mentis_run` (and
+/// so the rest of the command); outside it, it does nothing.
+const LOOP: &str = r#"__mentis_t=$1
+__mentis_run() { eval "$1"; }
+trap 'return 130 2>/dev/null' INT
+while IFS= read -r -d '' __mentis_c; do
+  __mentis_run "$__mentis_c" </dev/null
+  __mentis_s=$?
+  printf '\036%s:%d\n' "$__mentis_t" "$__mentis_s"
+  printf '\036%s\n' "$__mentis_t" >&2
+done
+"#;
+
+/// Every session of the sandbox, by name.
+#[derive(Default)]
+pub(crate) struct Sessions {
+    by_name: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+/// One session: its shell, when one runs, used by one command at a time (in the order they came).
+#[derive(Default)]
+pub(crate) struct Session {
+    shell: tokio::sync::Mutex<Option<Shell>>,
+}
+
+struct Shell {
+    child: Child,
+    pid: i32,
+    group: ProcessGroup,
+    control: ChildStdin,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    out: Framer,
+    err: Framer,
+    _tracked: Tracked,
+}
+
+impl Sessions {
+    /// The session `name`, made when new; RESOURCE_EXHAUSTED beyond [`MAX_SESSIONS`].
+    pub(crate) fn get_or_open(&self, name: &str) -> Result<Arc<Session>, Error> {
+        let mut by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = by_name.get(name) {
+            return Ok(Arc::clone(s));
+        }
+        if by_name.len() >= MAX_SESSIONS {
+            return Err(Error::TooManySessions {
+                limit: MAX_SESSIONS,
+            });
+        }
+        let session = Arc::new(Session::default());
+        by_name.insert(name.to_owned(), Arc::clone(&session));
+        Ok(session)
+    }
+}
+
+/// What a session command needs from the executor.
+pub(crate) struct Context<'a> {
+    pub(crate) action: &'a ShellAction,
+    /// The sandbox's env, which a new session shell starts with.
+    pub(crate) sandbox_env: &'a HashMap<String, String>,
+    pub(crate) workspace: &'a std::path::Path,
+    /// The action's token (cancel, and shutdown as its parent).
+    pub(crate) cancel: &'a CancellationToken,
+    pub(crate) processes: &'a Arc<Processes>,
+}
+
+/// Why a command stopped before its end marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    TimedOut,
+    Cancelled,
+}
+
+/// Runs a session command to its end, sending its events; returns its cmd_end.
+pub(crate) async fn run(session: &Session, ctx: &Context<'_>, sink: &mut EventSink) -> CmdEnd {
+    let mut slot = tokio::select! {
+        slot = session.shell.lock() => slot,
+        () = ctx.cancel.cancelled() => {
+            return stopped(EndReason::Cancelled, "cancelled before it started (the session was busy)", Duration::ZERO);
+        }
+    };
+    if slot.is_none() {
+        match start(ctx).await {
+            Ok((shell, reclaimed)) => {
+                if let Some(reclaimed) = reclaimed {
+                    sink.send(reclaimed).await;
+                }
+                *slot = Some(shell);
+            }
+            Err(message) => return CmdEnd::failed_to_start(message),
+        }
+    }
+    let Some(shell) = slot.as_mut() else {
+        return CmdEnd::failed_to_start("the session has no shell".to_owned());
+    };
+    let cgroup = Cgroup::get();
+    let counters = cgroup.counters().await;
+    let started = Instant::now();
+    sink.send(ObservationKind::CmdStart {
+        command: ctx.action.command.clone(),
+        pid: shell.pid,
+    })
+    .await;
+    let (end, keep) = drive(shell, ctx, sink, started).await;
+    if !keep && let Some(mut gone) = slot.take() {
+        gone.group.kill();
+        let _ = gone.child.wait().await;
+    }
+    let hits = cgroup.hits_since(counters).await;
+    blame_limits_of(end, hits)
+}
+
+/// Starts the session's shell: the sandbox env, the workspace, demoted and as the sandbox user, its own
+/// process group.
+async fn start(ctx: &Context<'_>) -> Result<(Shell, Option<ObservationKind>), String> {
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let mut command = Command::new(BASH);
+    crate::demote::demote(&mut command);
+    crate::identity::user_process(&mut command);
+    command
+        .arg("-c")
+        .arg(LOOP)
+        .arg("mentis-session")
+        .arg(&token)
+        .current_dir(ctx.workspace)
+        .env_remove(TOKEN_ENV)
+        .envs(ctx.sandbox_env)
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(false);
+    let spawned = ctx.processes.spawn(Role::Action, &mut command).await;
+    let reclaimed = spawned.reclaimed.as_ref().map(|r| r.observation());
+    let (mut child, tracked) = spawned
+        .result
+        .map_err(|e| format!("cannot start the session's /bin/bash: {e}"))?;
+    let pid = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .ok_or_else(|| "the session's shell has no pid".to_owned())?;
+    let (Some(control), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err("the session's shell has no pipes".to_owned());
+    };
+    Ok((
+        Shell {
+            child,
+            pid,
+            group: ProcessGroup::new(pid),
+            control,
+            stdout,
+            stderr,
+            out: Framer::new(&token),
+            err: Framer::new(&token),
+            _tracked: tracked,
+        },
+        reclaimed,
+    ))
+}
+
+/// The command's text as the session runs it: the action's work_dir and env first (they stay, as if
+/// typed), then the command.
+fn script(action: &ShellAction) -> Vec<u8> {
+    let mut s = String::new();
+    if !action.work_dir.is_empty() {
+        s.push_str(&format!("cd -- {} || return\n", quote(&action.work_dir)));
+    }
+    for (k, v) in &action.env {
+        s.push_str(&format!("export {}={}\n", k, quote(v)));
+    }
+    s.push_str(&action.command);
+    let mut bytes = s.into_bytes();
+    bytes.push(0);
+    bytes
+}
+
+/// `s` in single quotes, for bash.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A chunk being built (as in `output`): one stream at a time, sent when due, when the stream changes, when
+/// full, or before the end.
+struct Pending {
+    stream: OutputStream,
+    data: BytesMut,
+    flush_at: Instant,
+}
+
+async fn flush(pending: &mut Option<Pending>, sink: &mut EventSink) {
+    if let Some(p) = pending.take() {
+        sink.send(ObservationKind::CmdOutput {
+            stream: p.stream,
+            data: p.data.freeze(),
+        })
+        .await;
+    }
+}
+
+async fn push(
+    pending: &mut Option<Pending>,
+    stream: OutputStream,
+    data: Bytes,
+    sink: &mut EventSink,
+) {
+    if pending
+        .as_ref()
+        .is_some_and(|p| p.stream != stream || p.data.len() + data.len() > MAX_CHUNK)
+    {
+        flush(pending, sink).await;
+    }
+    let p = pending.get_or_insert_with(|| Pending {
+        stream,
+        data: BytesMut::new(),
+        flush_at: Instant::now() + COALESCE,
+    });
+    p.data.extend_from_slice(&data);
+}
+
+/// Sends the command and follows it to its end. Returns its cmd_end and whether the shell is still good
+/// for the next command.
+async fn drive(
+    shell: &mut Shell,
+    ctx: &Context<'_>,
+    sink: &mut EventSink,
+    started: Instant,
+) -> (CmdEnd, bool) {
+    let timeout = ctx.action.timeout;
+    if let Err(e) = shell.control.write_all(&script(ctx.action)).await {
+        return (
+            CmdEnd::failed_to_start(format!("the session's shell is gone: {e}")),
+            false,
+        );
+    }
+    let mut out_buf = vec![0u8; MAX_CHUNK];
+    let mut err_buf = vec![0u8; MAX_CHUNK];
+    let mut pending: Option<Pending> = None;
+    let mut status: Option<i32> = None;
+    let (mut out_done, mut err_done) = (false, false);
+    let mut stop: Option<(Stop, Instant)> = None;
+    loop {
+        if out_done && err_done {
+            flush(&mut pending, sink).await;
+            let code = status.unwrap_or(-1);
+            let duration = started.elapsed();
+            let end = match stop {
+                None => CmdEnd {
+                    exit_code: code,
+                    reason: EndReason::Exited,
+                    duration,
+                    signal: 0,
+                    message: String::new(),
+                },
+                Some((why, _)) => interrupted(
+                    why,
+                    timeout,
+                    duration,
+                    "interrupted with SIGINT; the session keeps its state",
+                ),
+            };
+            return (end, true);
+        }
+        let flush_at = pending.as_ref().map(|p| p.flush_at);
+        let deadline = started + timeout;
+        let kill_at = stop.map(|(_, at)| at + INTERRUPT_GRACE);
+        tokio::select! {
+            biased;
+            () = sleep_until(flush_at), if flush_at.is_some() => flush(&mut pending, sink).await,
+            read = shell.stdout.read(&mut out_buf), if !out_done => match read {
+                Ok(n) if n > 0 => {
+                    for piece in shell.out.feed(&out_buf[..n]) {
+                        match piece {
+                            Piece::Output(data) => push(&mut pending, OutputStream::Stdout, data, sink).await,
+                            Piece::End(s) => { status = s; out_done = true; }
+                        }
+                    }
+                }
+                _ => return shell_ended(shell, &mut pending, sink, stop, timeout, started).await,
+            },
+            read = shell.stderr.read(&mut err_buf), if !err_done => match read {
+                Ok(n) if n > 0 => {
+                    for piece in shell.err.feed(&err_buf[..n]) {
+                        match piece {
+                            Piece::Output(data) => push(&mut pending, OutputStream::Stderr, data, sink).await,
+                            Piece::End(_) => err_done = true,
+                        }
+                    }
+                }
+                _ => return shell_ended(shell, &mut pending, sink, stop, timeout, started).await,
+            },
+            () = tokio::time::sleep_until(deadline), if stop.is_none() => {
+                interrupt(shell.pid);
+                stop = Some((Stop::TimedOut, Instant::now()));
+            }
+            () = ctx.cancel.cancelled(), if stop.is_none() => {
+                interrupt(shell.pid);
+                stop = Some((Stop::Cancelled, Instant::now()));
+            }
+            () = sleep_until(kill_at), if kill_at.is_some() => {
+                flush(&mut pending, sink).await;
+                let (why, _) = stop.unwrap_or((Stop::TimedOut, Instant::now()));
+                let message = "did not end within 2 s of SIGINT; the session's shell was killed (the next \
+                               command starts a new one)";
+                return (interrupted(why, timeout, started.elapsed(), message), false);
+            }
+        }
+    }
+}
+
+/// The shell ended (`exit`, killed): the command's end is the shell's. Output still in the pipes is read.
+async fn shell_ended(
+    shell: &mut Shell,
+    pending: &mut Option<Pending>,
+    sink: &mut EventSink,
+    stop: Option<(Stop, Instant)>,
+    timeout: Duration,
+    started: Instant,
+) -> (CmdEnd, bool) {
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(super::output::EXIT_GRACE, async {
+        let _ = shell.stdout.read_to_end(&mut rest).await;
+    })
+    .await;
+    for piece in shell.out.feed(&rest) {
+        if let Piece::Output(data) = piece {
+            push(pending, OutputStream::Stdout, data, sink).await;
+        }
+    }
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(super::output::EXIT_GRACE, async {
+        let _ = shell.stderr.read_to_end(&mut rest).await;
+    })
+    .await;
+    for piece in shell.err.feed(&rest) {
+        if let Piece::Output(data) = piece {
+            push(pending, OutputStream::Stderr, data, sink).await;
+        }
+    }
+    for (stream, rest) in [
+        (OutputStream::Stdout, shell.out.rest()),
+        (OutputStream::Stderr, shell.err.rest()),
+    ] {
+        if let Some(data) = rest {
+            push(pending, stream, data, sink).await;
+        }
+    }
+    flush(pending, sink).await;
+    let duration = started.elapsed();
+    if let Some((why, _)) = stop {
+        return (
+            interrupted(why, timeout, duration, "the session's shell ended"),
+            false,
+        );
+    }
+    let status = shell.child.wait().await;
+    let end = match status {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            let (exit_code, signal) = match (status.code(), status.signal()) {
+                (Some(code), _) => (code, 0),
+                (None, Some(sig)) => (128 + sig, sig),
+                (None, None) => (-1, 0),
+            };
+            CmdEnd {
+                exit_code,
+                reason: EndReason::Exited,
+                duration,
+                signal,
+                message: "the session's shell exited; the next command starts a new one".to_owned(),
+            }
+        }
+        Err(e) => CmdEnd {
+            exit_code: -1,
+            reason: EndReason::Exited,
+            duration,
+            signal: 0,
+            message: format!("cannot read the session shell's exit status: {e}"),
+        },
+    };
+    (end, false)
+}
+
+fn interrupted(why: Stop, timeout: Duration, duration: Duration, what: &str) -> CmdEnd {
+    match why {
+        Stop::TimedOut => CmdEnd {
+            exit_code: -1,
+            reason: EndReason::TimedOut,
+            duration,
+            signal: 0,
+            message: format!("timed out after {} s; {what}", timeout.as_secs_f64()),
+        },
+        Stop::Cancelled => stopped(
+            EndReason::Cancelled,
+            &format!("cancelled; {what}"),
+            duration,
+        ),
+    }
+}
+
+fn stopped(reason: EndReason, message: &str, duration: Duration) -> CmdEnd {
+    CmdEnd {
+        exit_code: -1,
+        reason,
+        duration,
+        signal: 0,
+        message: message.to_owned(),
+    }
+}
+
+/// SIGINT to the session's process group: its shell (trapped) and the command's foreground programs.
+fn interrupt(pid: i32) {
+    let _ = killpg(Pid::from_raw(pid), Signal::SIGINT);
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,293 @@
+//! TerminalService: a client's terminal stream passed on to the sandbox's executor, which owns the terminal
+//! (its pty, scrollback and idle timer; docs/ARCHITECTURE.md, "Terminals"). The runtime checks who may
+//! touch the sandbox and what the first request asks, resumes a paused sandbox, adds the settings and the
+//! sandbox env, counts the traffic as activity and keeps the stream alive through proxies.
+
+use std::sync::Arc;
+
+use mentis_core::terminal::{TerminalSpec, validate_terminal_id};
+use mentis_core::{Error, Reason, SandboxId};
+use mentis_proto::api::{self, open_request, open_response, terminal_service_server};
+use mentis_proto::executor::{TerminalRequest, TerminalSettings};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::access::{self, caller};
+use super::decode;
+use super::follow;
+use super::outbound::{self, Guarded, Outbound, StreamPolicy};
+use super::status::to_status;
+use crate::auth::Caller;
+use crate::config::TerminalPolicy;
+use crate::sandboxes::{Manager, SandboxHandle};
+
+/// Client requests waiting for the executor.
+const INBOUND: usize = 16;
+
+/// Implementation of `mentis.v1.TerminalService`.
+#[derive(Debug, Clone)]
+pub struct TerminalApi {
+    manager: Arc<Manager>,
+    /// Ends every open stream when the runtime shuts down.
+    shutdown: CancellationToken,
+    sessions: TaskTracker,
+    policy: StreamPolicy,
+    terminals: TerminalPolicy,
+}
+
+impl TerminalApi {
+    pub fn new(
+        manager: Arc<Manager>,
+        shutdown: CancellationToken,
+        sessions: TaskTracker,
+        policy: StreamPolicy,
+    ) -> Self {
+        let terminals = manager.config().terminals;
+        Self {
+            manager,
+            shutdown,
+            sessions,
+            policy,
+            terminals,
+        }
+    }
+
+    fn settings(&self, handle: &SandboxHandle) -> TerminalSettings {
+        TerminalSettings {
+            env: handle.env.clone().into_iter().collect(),
+            max_terminals: u32::try_from(self.terminals.max_per_sandbox).unwrap_or(u32::MAX),
+            default_idle_timeout_seconds: u32::try_from(self.terminals.idle_timeout.as_secs())
+                .unwrap_or(u32::MAX),
+            scrollback_bytes: self.terminals.scrollback_bytes as u64,
+        }
+    }
+
+    /// One stream: the first request checked and sent on with the settings, then both ways until either
+    /// side ends.
+    async fn session(
+        &self,
+        mut inbound: Streaming<api::OpenRequest>,
+        tx: &Outbound<api::OpenResponse>,
+        caller: &Caller,
+    ) {
+        let first = tokio::select! {
+            m = inbound.message() => m,
+            () = tx.closed() => return,
+        };
+        let first = match first {
+            Ok(Some(first)) => first,
+            Ok(None) => return,
+            Err(status) => {
+                tx.send(Err(decode::inbound(status))).await;
+                return;
+            }
+        };
+        let (handle, client) = match self.admit(&first, caller).await {
+            Ok(admitted) => admitted,
+            Err(status) => {
+                tx.send(Err(status)).await;
+                return;
+            }
+        };
+        let (to_executor, requests) = mpsc::channel(INBOUND);
+        let _ = to_executor.try_send(TerminalRequest {
+            request: Some(first),
+            settings: Some(self.settings(&handle)),
+        });
+        let mut to_executor = Some(to_executor);
+        let mut outputs = match client
+            .terminal(futures::stream::unfold(requests, |mut rx| async move {
+                rx.recv().await.map(|request| (request, rx))
+            }))
+            .await
+        {
+            Ok(outputs) => outputs,
+            Err(e) => {
+                tx.send(Err(to_status(e))).await;
+                return;
+            }
+        };
+        let keepalive = self.policy.keepalive;
+        let mut quiet_since = Instant::now();
+        loop {
+            let sent = tokio::select! {
+                m = inbound.message(), if to_executor.is_some() => match m {
+                    Ok(Some(request)) => {
+                        tracing::debug!(?request, "terminal request from the client");
+                        handle.touch();
+                        let forward = TerminalRequest { request: Some(request), settings: None };
+                        match to_executor.as_ref() {
+                            Some(to) => to.send(forward).await.is_ok(),
+                            None => true,
+                        }
+                    }
+                    // The client closed its side: the terminal runs on and its output still comes.
+                    Ok(None) => { to_executor = None; true }
+                    Err(status) => {
+                        tx.send(Err(decode::inbound(status))).await;
+                        return;
+                    }
+                },
+                out = outputs.message() => match out {
+                    Ok(Some(mentis_proto::executor::TerminalResponse { response: Some(response) })) => {
+                        if matches!(response.kind, Some(open_response::Kind::Output(_))) {
+                            handle.touch();
+                        }
+                        quiet_since = Instant::now();
+                        tx.send(Ok(response)).await
+                    }
+                    Ok(Some(_)) => true,
+                    // `exited` was sent: the stream ends OK.
+                    Ok(None) => return,
+                    Err(status) => {
+                        let e = crate::executor_client::status_to_error(status);
+                        let e = if handle.cancel.is_cancelled() {
+                            Error::new(Reason::SandboxEnded, format!("sandbox {} was deleted", handle.id))
+                        } else {
+                            e
+                        };
+                        tx.send(Err(to_status(e))).await;
+                        return;
+                    }
+                },
+                () = tokio::time::sleep_until(quiet_since + keepalive) => {
+                    quiet_since = Instant::now();
+                    tx.send(Ok(api::OpenResponse {
+                        kind: Some(open_response::Kind::Keepalive(api::TerminalKeepalive {
+                            time: Some(crate::convert::timestamp(crate::clock::now())),
+                        })),
+                    }))
+                    .await
+                }
+                () = handle.cancel.cancelled() => {
+                    tx.send(Err(to_status(Error::new(
+                        Reason::SandboxEnded,
+                        format!("sandbox {} was deleted", handle.id),
+                    ))))
+                    .await;
+                    return;
+                }
+                () = tx.closed() => return,
+            };
+            if !sent {
+                return;
+            }
+        }
+    }
+
+    /// Checks the first request and reaches the sandbox's executor (resuming a paused sandbox).
+    async fn admit(
+        &self,
+        first: &api::OpenRequest,
+        caller: &Caller,
+    ) -> Result<(Arc<SandboxHandle>, crate::executor_client::ExecutorClient), Status> {
+        let sandbox_id = match &first.kind {
+            Some(open_request::Kind::Start(start)) => {
+                TerminalSpec::validate(
+                    start.command.clone(),
+                    start.cols,
+                    start.rows,
+                    start.env.clone().into_iter().collect(),
+                    start.work_dir.clone(),
+                    start.idle_timeout_seconds,
+                )
+                .map_err(|e| to_status(invalid_terminal(e)))?;
+                &start.sandbox_id
+            }
+            Some(open_request::Kind::Attach(attach)) => {
+                validate_terminal_id(&attach.terminal_id, "attach.terminal_id")
+                    .map_err(|e| to_status(invalid_terminal(e)))?;
+                &attach.sandbox_id
+            }
+            _ => {
+                return Err(to_status(
+                    Error::new(
+                        Reason::InvalidTerminal,
+                        "the first OpenRequest must be start or attach",
+                    )
+                    .at("start"),
+                ));
+            }
+        };
+        let sandbox = access::sandbox(caller, &self.manager, sandbox_id)?;
+        let handle = self.manager.handle(sandbox).map_err(to_status)?;
+        let client = self
+            .manager
+            .executor_for(sandbox)
+            .await
+            .map_err(to_status)?;
+        Ok((handle, client))
+    }
+
+    async fn executor(
+        &self,
+        caller: &Caller,
+        sandbox_id: &str,
+    ) -> Result<(SandboxId, crate::executor_client::ExecutorClient), Status> {
+        let sandbox = access::sandbox(caller, &self.manager, sandbox_id)?;
+        let client = self
+            .manager
+            .executor_for(sandbox)
+            .await
+            .map_err(to_status)?;
+        Ok((sandbox, client))
+    }
+}
+
+/// A terminal request's mistake, with the reason that says so.
+fn invalid_terminal(e: impl Into<Error>) -> Error {
+    e.into().with_reason(Reason::InvalidTerminal)
+}
+
+#[tonic::async_trait]
+impl terminal_service_server::TerminalService for TerminalApi {
+    type OpenStream = Guarded<api::OpenResponse>;
+
+    async fn open(
+        &self,
+        req: Request<Streaming<api::OpenRequest>>,
+    ) -> Result<Response<Self::OpenStream>, Status> {
+        let caller = caller(&req)?;
+        let inbound = req.into_inner();
+        let (tx, rx) = outbound::channel(self.policy);
+        let api = self.clone();
+        self.sessions.spawn(async move {
+            tokio::select! {
+                () = api.session(inbound, &tx, &caller) => {}
+                () = api.shutdown.cancelled() => {
+                    let _ = tx.send(Err(follow::draining())).await;
+                }
+            }
+        });
+        Ok(Response::new(rx))
+    }
+
+    async fn list_terminals(
+        &self,
+        req: Request<api::ListTerminalsRequest>,
+    ) -> Result<Response<api::ListTerminalsResponse>, Status> {
+        let caller = caller(&req)?;
+        let (_, client) = self.executor(&caller, &req.get_ref().sandbox_id).await?;
+        let terminals = client.list_terminals().await.map_err(to_status)?;
+        Ok(Response::new(api::ListTerminalsResponse { terminals }))
+    }
+
+    async fn close_terminal(
+        &self,
+        req: Request<api::CloseTerminalRequest>,
+    ) -> Result<Response<api::CloseTerminalResponse>, Status> {
+        let caller = caller(&req)?;
+        let r = req.into_inner();
+        validate_terminal_id(&r.terminal_id, "terminal_id")
+            .map_err(|e| to_status(invalid_terminal(e)))?;
+        let (sandbox, client) = self.executor(&caller, &r.sandbox_id).await?;
+        client
+            .close_terminal(&r.terminal_id)
+            .await
+            .map_err(|e| to_status(e.about(mentis_core::Resource::sandbox(sandbox))))?;
+        Ok(Response::new(api::CloseTerminalResponse {}))
+    }
+}
