@@ -376,6 +376,22 @@ async fn main() -> anyhow::Result<()> {
         bytes: None,
     });
 
+    // A command in a persistent session (no bash to start), beside the floor of any shell round trip: a
+    // bash on this machine fed `true` through a pipe, with no network, gRPC or container in between.
+    let mut in_session = cmd("true");
+    in_session.session = "bench".into();
+    let session = round_trip(&h, &id, n, "session_round_trip_true", shell_action(in_session), |obs| {
+        anyhow::ensure!(cmd_end(obs)?.exit_code == 0);
+        Ok(())
+    })
+    .await?;
+    let local_bash = local_bash_round_trip(n).await?;
+    rows.push(Row {
+        ours: session,
+        baseline: Some(local_bash),
+        bytes: None,
+    });
+
     let ipython = ipython_round_trip(&h, &id, n, "ipython_round_trip_1_plus_1").await?;
     let jupyter = Command::new(&python)
         .args(["-c", JUPYTER_BASELINE, &n.to_string()])
@@ -634,6 +650,41 @@ async fn shell_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyhow
         Ok(())
     })
     .await
+}
+
+/// `true` sent to a local bash through a pipe and its end read back (a marker line): the floor of a shell
+/// round trip, for the session figure.
+async fn local_bash_round_trip(n: usize) -> anyhow::Result<Figure> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut child = tokio::process::Command::new("bash")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("start a local bash")?;
+    let stdin = child.stdin.take().context("bash stdin")?;
+    let lines = BufReader::new(child.stdout.take().context("bash stdout")?).lines();
+    let pipe = std::sync::Arc::new(tokio::sync::Mutex::new((stdin, lines)));
+    let figure = measure("local bash through a pipe (true)", n, 10, Duration::from_secs(60), || {
+        let pipe = std::sync::Arc::clone(&pipe);
+        async move {
+            let mut pipe = pipe.lock().await;
+            let (stdin, lines) = &mut *pipe;
+            let t = Instant::now();
+            stdin.write_all(b"true; echo \"end $?\"\n").await?;
+            loop {
+                let line = lines.next_line().await?.context("bash ended")?;
+                if line == "end 0" {
+                    break;
+                }
+            }
+            Ok(t.elapsed())
+        }
+    })
+    .await;
+    drop(pipe);
+    let _ = child.wait().await;
+    figure
 }
 
 /// A `1+1` cell: the IPython round trip.
