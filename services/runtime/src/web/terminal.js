@@ -11,7 +11,7 @@
   const token = new URLSearchParams(location.hash.slice(1)).get('token');
   history.replaceState(null, '', location.pathname + location.search);
 
-  const term = new Terminal({ cursorBlink: true, scrollback: 5000, fontSize: 14,
+  const term = new Terminal({ cursorBlink: true, scrollback: 5000, fontSize: 14, theme: { background: '#1e1e1e' },
     fontFamily: 'DejaVu Sans Mono, Liberation Mono, monospace' });
   const fit = new FitAddon.FitAddon();
   term.loadAddon(fit);
