@@ -84,7 +84,14 @@ try {
   await page.waitForTimeout(500);
   await page.screenshot({ path: screenshot });
   if (elsewhere.length) throw new Error(`the page loaded from elsewhere: ${elsewhere.join(', ')}`);
-  result = { ok: true, answer: '42', before, after, state: await page.evaluate(() => window.mentis.state) };
+  // A reload attaches to the same terminal and replays what it printed.
+  const id = await page.evaluate(() => window.mentis.terminalId);
+  await page.reload();
+  await page.waitForFunction(() => window.mentis && window.mentis.state === 'open', null, { timeout: 30000 });
+  await line('42');
+  const again = await page.evaluate(() => window.mentis.terminalId);
+  if (again !== id) throw new Error(`the reload opened terminal ${again}, not ${id}`);
+  result = { ok: true, answer: '42', before, after, terminal: id, reattached: again === id };
 } catch (e) {
   let lines = [];
   try { lines = await screen(); } catch { /* the page is gone */ }

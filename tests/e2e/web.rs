@@ -27,10 +27,19 @@ async fn link(
     sandbox: &str,
     ttl_seconds: u32,
 ) -> std::result::Result<api::CreateTerminalLinkResponse, tonic::Status> {
+    link_to(h, sandbox, "", ttl_seconds).await
+}
+
+async fn link_to(
+    h: &Harness,
+    sandbox: &str,
+    terminal: &str,
+    ttl_seconds: u32,
+) -> std::result::Result<api::CreateTerminalLinkResponse, tonic::Status> {
     TerminalServiceClient::new(h.channel.clone())
         .create_terminal_link(api::CreateTerminalLinkRequest {
             sandbox_id: sandbox.to_owned(),
-            terminal_id: String::new(),
+            terminal_id: terminal.to_owned(),
             ttl_seconds,
         })
         .await
@@ -39,9 +48,14 @@ async fn link(
 
 /// A WebSocket handshake offering `token`: the status line and the headers of the answer.
 async fn handshake(port: u16, token: &str) -> Result<String> {
+    handshake_with(port, token, "").await
+}
+
+/// The same with `more` added to the query.
+async fn handshake_with(port: u16, token: &str, more: &str) -> Result<String> {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     let request = format!(
-        "GET /terminal/ws?cols=80&rows=24 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\n\
+        "GET /terminal/ws?cols=80&rows=24{more} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\n\
          Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
          Sec-WebSocket-Protocol: mentis-terminal, token.{token}\r\n\r\n"
     );
@@ -136,6 +150,10 @@ async fn forged_and_expired_tokens_are_refused() -> Result<()> {
         answer.starts_with("HTTP/1.1 401") && answer.contains("expired"),
         "{answer}"
     );
+    // A link to one terminal opens no other.
+    let one = link_to(&h, &sandbox, "term-000000000000", 60).await?.token;
+    let answer = handshake_with(port, &one, "&terminal=term-111111111111").await?;
+    ensure!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     // Links are bounded in time, and name a sandbox that exists.
     ensure!(code(link(&h, &sandbox, 3601).await) == tonic::Code::InvalidArgument);
     ensure!(code(link(&h, &uuid::Uuid::new_v4().to_string(), 0).await) == tonic::Code::NotFound);

@@ -143,21 +143,33 @@ fn offered_token(headers: &HeaderMap) -> Option<&str> {
         .find_map(|p| p.strip_prefix(TOKEN_PREFIX))
 }
 
-/// `cols` and `rows` from the query (the page's size), each within 1..=1000; 0 = the terminal's default.
-fn size(query: Option<&str>) -> (u32, u32) {
-    let (mut cols, mut rows) = (0, 0);
-    for pair in query.unwrap_or("").split('&') {
-        let Some((k, v)) = pair.split_once('=') else {
-            continue;
-        };
-        let v = v.parse::<u32>().unwrap_or(0).min(1000);
-        match k {
-            "cols" => cols = v,
-            "rows" => rows = v,
-            _ => {}
+/// What the page's query says: its size (`cols`, `rows`, each at most 1000; 0 = the terminal's default) and,
+/// after a reload, the terminal it had (`terminal`), to attach to again.
+#[derive(Debug, Default, PartialEq)]
+struct PageQuery {
+    cols: u32,
+    rows: u32,
+    terminal: Option<String>,
+}
+
+impl PageQuery {
+    fn parse(query: Option<&str>) -> Self {
+        let mut q = Self::default();
+        for pair in query.unwrap_or("").split('&') {
+            let Some((k, v)) = pair.split_once('=') else {
+                continue;
+            };
+            let number = || v.parse::<u32>().unwrap_or(0).min(1000);
+            match k {
+                "cols" => q.cols = number(),
+                "rows" => q.rows = number(),
+                // Terminal ids are [a-z0-9-]: nothing to decode; anything else is refused by the attach.
+                "terminal" if !v.is_empty() => q.terminal = Some(v.to_owned()),
+                _ => {}
+            }
         }
+        q
     }
-    (cols, rows)
 }
 
 fn refused(status: StatusCode, why: &str) -> Response {
@@ -183,14 +195,26 @@ async fn socket(
             "no link token: open the page from a link (TerminalService.CreateTerminalLink)",
         );
     };
-    let link = match Link::verify(web.store.sealer(), token, crate::clock::now()) {
+    let mut link = match Link::verify(web.store.sealer(), token, crate::clock::now()) {
         Ok(link) => link,
         Err(e @ (LinkError::Forged | LinkError::Expired)) => {
             tracing::info!(error = %e, "web terminal: a link was refused");
             return refused(StatusCode::UNAUTHORIZED, &e.to_string());
         }
     };
-    let (cols, rows) = size(query.as_deref());
+    let mut page = PageQuery::parse(query.as_deref());
+    // A link to one terminal opens only that one; a link to the sandbox any of its terminals.
+    match (&link.terminal_id, page.terminal.take()) {
+        (Some(linked), Some(asked)) if *linked != asked => {
+            return refused(
+                StatusCode::FORBIDDEN,
+                "this link opens another terminal of the sandbox",
+            );
+        }
+        (None, asked @ Some(_)) => link.terminal_id = asked,
+        _ => {}
+    }
+    let (cols, rows) = (page.cols, page.rows);
     upgrade
         .protocols([SUBPROTOCOL])
         .max_message_size(MAX_MESSAGE)
@@ -341,9 +365,22 @@ mod tests {
 
     #[test]
     fn sizes_and_controls_are_read_within_bounds() {
-        assert_eq!(size(Some("cols=120&rows=40")), (120, 40));
-        assert_eq!(size(Some("cols=99999&rows=x")), (1000, 0));
-        assert_eq!(size(None), (0, 0));
+        assert_eq!(
+            PageQuery::parse(Some("cols=120&rows=40&terminal=term-0123")),
+            PageQuery {
+                cols: 120,
+                rows: 40,
+                terminal: Some("term-0123".into())
+            }
+        );
+        assert_eq!(
+            PageQuery::parse(Some("cols=99999&rows=x&terminal=")),
+            PageQuery {
+                cols: 1000,
+                ..Default::default()
+            }
+        );
+        assert_eq!(PageQuery::parse(None), PageQuery::default());
         assert!(matches!(
             control(r#"{"type":"resize","cols":100,"rows":30}"#),
             Some(open_request::Kind::Resize(open_request::Resize {

@@ -8,8 +8,16 @@
     status.textContent = text;
     status.className = bad ? 'bad' : '';
   };
-  const token = new URLSearchParams(location.hash.slice(1)).get('token');
+  // The tab keeps the token and its terminal (sessionStorage: this tab only), so a reload attaches to the same
+  // terminal again and replays its scrollback, while the token is valid.
+  const linked = new URLSearchParams(location.hash.slice(1)).get('token');
   history.replaceState(null, '', location.pathname + location.search);
+  if (linked) {
+    sessionStorage.setItem('mentis.token', linked);
+    sessionStorage.removeItem('mentis.terminal');
+  }
+  const token = sessionStorage.getItem('mentis.token');
+  const previous = sessionStorage.getItem('mentis.terminal');
 
   const term = new Terminal({ cursorBlink: true, scrollback: 5000, fontSize: 14, theme: { background: '#1e1e1e' },
     fontFamily: 'DejaVu Sans Mono, Liberation Mono, monospace' });
@@ -28,7 +36,8 @@
     return;
   }
   const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
-  const ws = new WebSocket(`${scheme}//${location.host}/terminal/ws?cols=${term.cols}&rows=${term.rows}`,
+  const again = previous ? `&terminal=${encodeURIComponent(previous)}` : '';
+  const ws = new WebSocket(`${scheme}//${location.host}/terminal/ws?cols=${term.cols}&rows=${term.rows}${again}`,
     ['mentis-terminal', 'token.' + token]);
   ws.binaryType = 'arraybuffer';
   const encoder = new TextEncoder();
@@ -42,6 +51,7 @@
     const m = JSON.parse(e.data);
     if (m.type === 'started') {
       window.mentis.terminalId = m.terminal_id;
+      sessionStorage.setItem('mentis.terminal', m.terminal_id);
       show(`terminal ${m.terminal_id}`);
       state('open');
       // The page may have changed size while connecting.
@@ -52,8 +62,11 @@
     } else if (m.type === 'exited') {
       show(`the program exited (code ${m.exit_code}${m.signal ? ', signal ' + m.signal : ''})`);
       state('exited');
+      sessionStorage.removeItem('mentis.terminal');
     } else if (m.type === 'error') {
       show(`error: ${m.reason || m.code}: ${m.message}`, true);
+      // The terminal is gone: a reload starts a new one.
+      if (m.reason === 'TERMINAL_NOT_FOUND') sessionStorage.removeItem('mentis.terminal');
     }
   };
   ws.onclose = (e) => {
