@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use mentis_e2e::*;
-use mentis_proto::api::{self, terminal_service_client::TerminalServiceClient};
+use mentis_proto::api::{
+    self, key_service_client::KeyServiceClient, terminal_service_client::TerminalServiceClient,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A runtime serving the web terminal on a free port, and that port.
@@ -154,6 +156,33 @@ async fn forged_and_expired_tokens_are_refused() -> Result<()> {
     let one = link_to(&h, &sandbox, "term-000000000000", 60).await?.token;
     let answer = handshake_with(port, &one, "&terminal=term-111111111111").await?;
     ensure!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    // A key of another space makes no link for the sandbox.
+    h.spaces
+        .create_space(api::CreateSpaceRequest {
+            space: Some(api::Space {
+                space_id: "web-other".into(),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let other = KeyServiceClient::new(h.channel.clone())
+        .create_api_key(api::CreateApiKeyRequest {
+            name: "another space".into(),
+            space_ids: vec!["web-other".into()],
+        })
+        .await?
+        .into_inner()
+        .secret;
+    let r = TerminalServiceClient::new(h.with_key(Some(&other)))
+        .create_terminal_link(api::CreateTerminalLinkRequest {
+            sandbox_id: sandbox.clone(),
+            ..Default::default()
+        })
+        .await;
+    ensure!(
+        refusal(r).1 == "SPACE_NOT_ALLOWED",
+        "a key of another space made a link"
+    );
     // Links are bounded in time, and name a sandbox that exists.
     ensure!(code(link(&h, &sandbox, 3601).await) == tonic::Code::InvalidArgument);
     ensure!(code(link(&h, &uuid::Uuid::new_v4().to_string(), 0).await) == tonic::Code::NotFound);
