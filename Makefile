@@ -7,7 +7,7 @@ CARGO ?= cargo
 export MENTIS_EXECUTOR_IMAGE ?= mentis/executor:latest
 TOOLS := $(CURDIR)/.tools/bin
 
-.PHONY: help setup tools executor image service-images bundle run demo bench soak test test-unit test-e2e test-deploy lint fmt clean-sandboxes
+.PHONY: help setup tools web executor image service-images bundle run demo bench soak test test-unit test-e2e test-deploy lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
@@ -28,6 +28,10 @@ setup:
 tools:
 	@deploy/ensure-tools.sh
 
+# The web terminal's npm packages (web/package-lock.json), which the runtime embeds when it is built.
+web:
+	@deploy/ensure-web.sh
+
 # The executor runs inside the containers: a release build keeps it small and quick to start.
 executor:
 	$(CARGO) build --release -p mentis-executor
@@ -36,7 +40,7 @@ image: setup executor
 	@deploy/build-executor-image.sh target/release/mentis-executor
 
 # The runtime as a container (deploy/compose.yaml, the Helm chart): the runtime image carries the executor image.
-service-images: image
+service-images: image web
 	$(CARGO) build --release -p mentis-runtime
 	@deploy/build-service-images.sh target/release/mentis-runtime
 
@@ -53,7 +57,7 @@ demo: image tools
 	@tests/readme-walkthrough.sh --show
 
 # Round trips through the whole chain (median and p95), also written to target/bench.json.
-bench: image tools
+bench: image tools web
 	$(CARGO) run --release -p mentis-e2e --bin mentis-bench
 
 # A chaos soak (tests/soak): SOAK_CLIENTS clients and random faults (container, executor and kernel kills,
@@ -61,15 +65,15 @@ bench: image tools
 # invariant. `make test` runs 3 minutes of it.
 SOAK_DURATION ?= 30m
 SOAK_CLIENTS ?= 20
-soak: image
+soak: image web
 	$(CARGO) build --release -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
 	target/release/mentis-soak --duration $(SOAK_DURATION) --clients $(SOAK_CLIENTS) $(SOAK_ARGS)
 
 # Unit and component tests need no Docker; the end-to-end tests need the engine and the image.
-test-unit:
+test-unit: web
 	$(CARGO) test --workspace --exclude mentis-e2e
 
-test-e2e: image
+test-e2e: image tools
 	$(CARGO) test -p mentis-e2e -- --test-threads=2
 
 test: image tools

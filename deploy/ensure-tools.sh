@@ -12,6 +12,10 @@
 #   nginx                Debian's nginx (system-wide, not started): the proxy of tests/e2e/proxy.rs.
 #   docker-compose       Debian's Compose (1.29, system-wide): deploy/compose.yaml, run by the walk-through's
 #                        --compose modes.
+#   chromium             Debian's chromium (system-wide): the web terminal's test (tests/e2e/web.rs) drives it
+#                        headless with playwright-core.
+#   web/node_modules     the web terminal's npm packages (deploy/ensure-web.sh: npm ci from web/package-lock.json):
+#                        xterm.js, embedded into the runtime at build time, and playwright-core.
 #   .tools/venv          a Python venv with grpcio and grpcio-tools (to generate and run the Python client), and
 #                        ipykernel + numpy/pandas/matplotlib: the executor's component tests start a real Jupyter
 #                        kernel with this python, with the libraries the sandbox image offers; and
@@ -142,6 +146,16 @@ if ! command -v docker-compose >/dev/null 2>&1; then
   apt_install docker-compose
   installed+=("docker-compose (Debian)")
 fi
+
+# --- chromium (Debian), the browser of the web terminal's test (driven headless by playwright-core) ------------
+if ! command -v chromium >/dev/null 2>&1; then
+  apt_install chromium
+  installed+=("chromium (Debian)")
+fi
+
+# --- the web terminal's npm packages (web/package-lock.json) ---------------------------------------------------
+command -v npm >/dev/null 2>&1 || apt_install npm
+deploy/ensure-web.sh
 
 # --- check them ---------------------------------------------------------------------------------------------------
 grpcurl_version=$("$tools/bin/grpcurl" -version 2>&1) || die "$tools/bin/grpcurl does not run: $grpcurl_version"

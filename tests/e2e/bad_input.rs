@@ -289,7 +289,12 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
 #[tokio::test]
 async fn every_method_answers_malformed_input_with_the_status_docs_errors_lists()
 -> anyhow::Result<()> {
-    let mut h = Harness::start_with(|c| c.max_message_bytes = table::LIMIT).await?;
+    let mut h = Harness::start_with(|c| {
+        c.max_message_bytes = table::LIMIT;
+        // CreateTerminalLink answers only with the web terminal on.
+        c.http_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    })
+    .await?;
     let sb = h.create_default().await?;
     let id = sb.sandbox_id.clone();
     assert_eq!(

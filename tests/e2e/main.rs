@@ -29,3 +29,4 @@ mod streams;
 mod terminal;
 mod tls;
 mod traces;
+mod web;

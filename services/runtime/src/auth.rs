@@ -4,6 +4,7 @@
 //! Keys are 256 random bits, so a fast hash is enough: there is nothing to brute-force.
 
 pub mod layer;
+pub mod link;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};

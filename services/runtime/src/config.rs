@@ -45,6 +45,10 @@ pub struct RuntimeConfig {
     /// API's transport, for probes that cannot speak TLS or carry a client certificate (Kubernetes' gRPC
     /// probes, Docker's HEALTHCHECK through `mentis-runtime healthcheck`); off when None.
     pub health_listen: Option<SocketAddr>,
+    /// `MENTIS_HTTP_LISTEN`: where the web terminal is served (`GET /terminal`, its WebSocket
+    /// `/terminal/ws`), in plaintext HTTP, reached with links TerminalService.CreateTerminalLink makes; off
+    /// when None.
+    pub http_listen: Option<SocketAddr>,
     /// `MENTIS_EXECUTOR_IMAGE`: image of sandboxes whose spec names none.
     pub executor_image: String,
     /// `MENTIS_DATA_DIR`: the durable store (`mentis.db`).
@@ -299,6 +303,7 @@ impl Default for RuntimeConfig {
                 .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 50051))),
             metrics_listen: None,
             health_listen: None,
+            http_listen: None,
             executor_image: DEFAULT_EXECUTOR_IMAGE.into(),
             data_dir: PathBuf::from("mentis-data"),
             docker: DockerConfig::default(),
@@ -358,6 +363,9 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_HEALTH_LISTEN").filter(|v| !v.is_empty()) {
             c.health_listen = Some(parse("MENTIS_HEALTH_LISTEN", &v)?);
+        }
+        if let Some(v) = get("MENTIS_HTTP_LISTEN").filter(|v| !v.is_empty()) {
+            c.http_listen = Some(parse("MENTIS_HTTP_LISTEN", &v)?);
         }
         if let Some(v) = get("MENTIS_EXECUTOR_IMAGE").filter(|v| !v.is_empty()) {
             if let Err(why) = mentis_core::image::check_reference(&v) {

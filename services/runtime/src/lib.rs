@@ -15,6 +15,7 @@ pub mod sandboxes;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod web;
 
 pub use config::RuntimeConfig;
 pub use server::{Runtime, ServeError};

@@ -136,6 +136,11 @@ impl Manager {
         &self.registry
     }
 
+    /// The durable store (the web terminal signs its links with the store's key).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
     /// The runtime's configuration.
     pub fn config(&self) -> &RuntimeConfig {
         &self.config

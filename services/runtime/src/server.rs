@@ -124,6 +124,14 @@ impl Runtime {
             ),
             None => None,
         };
+        let http_listener = match config.http_listen {
+            Some(at) => Some(
+                TcpListener::bind(at)
+                    .await
+                    .map_err(|source| ServeError::Listen { addr: at, source })?,
+            ),
+            None => None,
+        };
         let health_listener = match config.health_listen {
             Some(at) => Some(
                 TcpListener::bind(at)
@@ -187,7 +195,10 @@ impl Runtime {
             backend,
             keyring,
             listener,
-            health_listener,
+            SideListeners {
+                health: health_listener,
+                http: http_listener,
+            },
             tls,
             shutdown.clone(),
         ));
@@ -271,12 +282,18 @@ fn serve_health<T: tonic_health::pb::health_server::Health>(
     });
 }
 
+/// The listeners beside the API's: `MENTIS_HEALTH_LISTEN` and `MENTIS_HTTP_LISTEN` (the web terminal).
+struct SideListeners {
+    health: Option<TcpListener>,
+    http: Option<TcpListener>,
+}
+
 async fn serve(
     manager: Arc<Manager>,
     backend: Arc<dyn SandboxBackend>,
     keyring: Arc<Keyring>,
     listener: TcpListener,
-    health_listener: Option<TcpListener>,
+    side: SideListeners,
     tls: Option<ServerTlsConfig>,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
@@ -294,7 +311,7 @@ async fn serve(
     );
     health.serving(true).await;
     tokio::spawn(Arc::clone(&health).watch(backend, shutdown.clone()));
-    if let Some(listener) = health_listener {
+    if let Some(listener) = side.health {
         serve_health(listener, health_service.clone(), shutdown.clone());
     }
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -320,6 +337,14 @@ async fn serve(
         sessions.clone(),
         manager.config().stream,
     );
+    if let Some(listener) = side.http {
+        crate::web::serve(
+            listener,
+            terminal_api.clone(),
+            Arc::clone(manager.store()),
+            shutdown.clone(),
+        );
+    }
 
     // The drain: health says NOT_SERVING first (a balancer or mesh stops sending), then the server stops
     // accepting (new calls are refused: UNAVAILABLE) while open streams end with UNAVAILABLE telling the

@@ -322,6 +322,11 @@ impl Store {
         self.sealer.executor_token(id)
     }
 
+    /// The key derived from the data folder's key that signs web terminal links.
+    pub fn sealer(&self) -> &Sealer {
+        &self.sealer
+    }
+
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic mid-statement leaves SQLite consistent (each statement is atomic).
         self.conn.lock().unwrap_or_else(|p| p.into_inner())

@@ -323,6 +323,11 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("TerminalService/CloseTerminal", "a malformed terminal id", one(api::CloseTerminalRequest { sandbox_id: sb.clone(), terminal_id: "a b".into() }), InvalidArgument, "INVALID_TERMINAL"),
         case("TerminalService/CloseTerminal", "an unknown terminal", one(api::CloseTerminalRequest { sandbox_id: sb.clone(), terminal_id: "term-000000000000".into() }), NotFound, "TERMINAL_NOT_FOUND"),
         case("TerminalService/CloseTerminal", "an unknown sandbox", one(api::CloseTerminalRequest { sandbox_id: unknown.clone(), terminal_id: "term-000000000000".into() }), NotFound, "SANDBOX_NOT_FOUND"),
+        case("TerminalService/CreateTerminalLink", "an empty sandbox id", one(api::CreateTerminalLinkRequest { sandbox_id: String::new(), ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TerminalService/CreateTerminalLink", "an unknown sandbox", one(api::CreateTerminalLinkRequest { sandbox_id: unknown.clone(), ..Default::default() }), NotFound, "SANDBOX_NOT_FOUND"),
+        case("TerminalService/CreateTerminalLink", "a malformed terminal id", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), terminal_id: "../x".into(), ttl_seconds: 0 }), InvalidArgument, "INVALID_TERMINAL"),
+        case("TerminalService/CreateTerminalLink", "a lifetime over an hour", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), terminal_id: String::new(), ttl_seconds: 3601 }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TerminalService/CreateTerminalLink", "nothing wrong", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), ..Default::default() }), Ok, ""),
     ]
 }
 

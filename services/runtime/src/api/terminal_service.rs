@@ -4,6 +4,9 @@
 //! sandbox env, counts the traffic as activity and keeps the stream alive through proxies.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt as _};
 
 use mentis_core::terminal::{TerminalSpec, validate_terminal_id};
 use mentis_core::{Error, Reason, SandboxId};
@@ -21,6 +24,7 @@ use super::follow;
 use super::outbound::{self, Guarded, Outbound, StreamPolicy};
 use super::status::to_status;
 use crate::auth::Caller;
+use crate::auth::link::{self, Link};
 use crate::config::TerminalPolicy;
 use crate::sandboxes::{Manager, SandboxHandle};
 
@@ -69,12 +73,12 @@ impl TerminalApi {
     /// side ends.
     async fn session(
         &self,
-        mut inbound: Streaming<api::OpenRequest>,
+        mut inbound: impl Stream<Item = Result<api::OpenRequest, Status>> + Unpin,
         tx: &Outbound<api::OpenResponse>,
         caller: &Caller,
     ) {
         let first = tokio::select! {
-            m = inbound.message() => m,
+            m = inbound.next() => m.transpose(),
             () = tx.closed() => return,
         };
         let first = match first {
@@ -114,7 +118,7 @@ impl TerminalApi {
         let mut quiet_since = Instant::now();
         loop {
             let sent = tokio::select! {
-                m = inbound.message(), if to_executor.is_some() => match m {
+                m = inbound.next(), if to_executor.is_some() => match m.transpose() {
                     Ok(Some(request)) => {
                         tracing::debug!(?request, "terminal request from the client");
                         handle.touch();
@@ -237,6 +241,71 @@ impl TerminalApi {
     }
 }
 
+impl TerminalApi {
+    /// One terminal stream for `caller`: `inbound` is the client's side (start or attach first), the
+    /// stream returned the server's. The gRPC `Open` and the web terminal's WebSocket (`web`) both come
+    /// here.
+    pub fn bridge(
+        &self,
+        inbound: impl Stream<Item = Result<api::OpenRequest, Status>> + Send + Unpin + 'static,
+        caller: Caller,
+    ) -> Guarded<api::OpenResponse> {
+        let (tx, rx) = outbound::channel(self.policy);
+        let api = self.clone();
+        self.sessions.spawn(async move {
+            tokio::select! {
+                () = api.session(inbound, &tx, &caller) => {}
+                () = api.shutdown.cancelled() => {
+                    let _ = tx.send(Err(follow::draining())).await;
+                }
+            }
+        });
+        rx
+    }
+
+    /// The link of CreateTerminalLink, checked: the caller may use the sandbox, the terminal id is one, the
+    /// lifetime within bounds.
+    fn link(&self, caller: &Caller, r: &api::CreateTerminalLinkRequest) -> Result<Link, Status> {
+        if self.manager.config().http_listen.is_none() {
+            return Err(to_status(Error::new(
+                Reason::FailedPrecondition,
+                "this runtime serves no web terminal: set MENTIS_HTTP_LISTEN",
+            )));
+        }
+        let terminal_id = if r.terminal_id.is_empty() {
+            None
+        } else {
+            validate_terminal_id(&r.terminal_id, "terminal_id")
+                .map_err(|e| to_status(invalid_terminal(e)))?;
+            Some(r.terminal_id.clone())
+        };
+        let ttl = match r.ttl_seconds {
+            0 => link::DEFAULT_TTL,
+            s if Duration::from_secs(s.into()) > link::MAX_TTL => {
+                return Err(to_status(
+                    Error::new(
+                        Reason::InvalidArgument,
+                        format!(
+                            "ttl_seconds is {s}; a link lives at most {} seconds",
+                            link::MAX_TTL.as_secs()
+                        ),
+                    )
+                    .at("ttl_seconds"),
+                ));
+            }
+            s => Duration::from_secs(s.into()),
+        };
+        let sandbox_id = access::sandbox(caller, &self.manager, &r.sandbox_id)?;
+        // An unknown sandbox is NOT_FOUND now rather than when the page opens.
+        self.manager.handle(sandbox_id).map_err(to_status)?;
+        Ok(Link {
+            sandbox_id,
+            terminal_id,
+            expires_at: link::unix(crate::clock::now() + ttl),
+        })
+    }
+}
+
 /// A terminal request's mistake, with the reason that says so.
 fn invalid_terminal(e: impl Into<Error>) -> Error {
     e.into().with_reason(Reason::InvalidTerminal)
@@ -251,18 +320,23 @@ impl terminal_service_server::TerminalService for TerminalApi {
         req: Request<Streaming<api::OpenRequest>>,
     ) -> Result<Response<Self::OpenStream>, Status> {
         let caller = caller(&req)?;
-        let inbound = req.into_inner();
-        let (tx, rx) = outbound::channel(self.policy);
-        let api = self.clone();
-        self.sessions.spawn(async move {
-            tokio::select! {
-                () = api.session(inbound, &tx, &caller) => {}
-                () = api.shutdown.cancelled() => {
-                    let _ = tx.send(Err(follow::draining())).await;
-                }
-            }
-        });
-        Ok(Response::new(rx))
+        Ok(Response::new(self.bridge(req.into_inner(), caller)))
+    }
+
+    async fn create_terminal_link(
+        &self,
+        req: Request<api::CreateTerminalLinkRequest>,
+    ) -> Result<Response<api::CreateTerminalLinkResponse>, Status> {
+        let caller = caller(&req)?;
+        let link = self.link(&caller, req.get_ref())?;
+        let token = link.token(self.manager.store().sealer());
+        Ok(Response::new(api::CreateTerminalLinkResponse {
+            path: format!("/terminal#token={token}"),
+            token,
+            expires_at: Some(crate::convert::timestamp(
+                std::time::UNIX_EPOCH + Duration::from_secs(link.expires_at),
+            )),
+        }))
     }
 
     async fn list_terminals(

@@ -25,6 +25,7 @@ const NONCE_LEN: usize = 12;
 /// The key and what is derived from it. Never logged.
 pub struct Sealer {
     tokens: [u8; 32],
+    links: [u8; 32],
     env: ChaCha20Poly1305,
     id: String,
 }
@@ -60,6 +61,7 @@ impl Sealer {
         let env = hmac(key, &[b"mentis/v1/env"]);
         Self {
             tokens: hmac(key, &[b"mentis/v1/executor-token"]),
+            links: hmac(key, &[b"mentis/v1/terminal-link"]),
             env: ChaCha20Poly1305::new(&env.into()),
             id: hex::encode(&hmac(key, &[b"mentis/v1/key-id"])[..8]),
         }
@@ -123,6 +125,21 @@ impl Sealer {
             &self.tokens,
             &[b"sandbox:", id.to_string().as_bytes()],
         ))
+    }
+
+    /// The MAC of a web terminal link's payload (`web::link`), with a key of its own.
+    pub fn link_mac(&self, payload: &[u8]) -> [u8; 32] {
+        hmac(&self.links, &[b"link:", payload])
+    }
+
+    /// Whether `mac` is the MAC of `payload` (compared in constant time).
+    pub fn link_mac_ok(&self, payload: &[u8], mac: &[u8]) -> bool {
+        let Ok(mut m) = <Hmac<Sha256> as Mac>::new_from_slice(&self.links) else {
+            return false;
+        };
+        m.update(b"link:");
+        m.update(payload);
+        m.verify_slice(mac).is_ok()
     }
 
     /// `env` of sandbox `id`, sealed: `sealed1:` and the hex of nonce and ciphertext.

@@ -1,0 +1,150 @@
+//! Web terminal links (docs/ARCHITECTURE.md, "Web terminal"): TerminalService.CreateTerminalLink mints a
+//! short-lived token for one sandbox (and, to attach, one of its terminals); the HTTP listener takes it
+//! instead of an API key, which never appears in a URL. A token is `base64url(payload).base64url(mac)`, the
+//! payload `v1`, the sandbox id, the terminal id (may be empty) and the expiry in Unix seconds, one per line;
+//! the MAC is HMAC-SHA256 keyed by a key derived from the data folder's key (`store::seal`), so links outlive
+//! a restart of the runtime but not its data folder, and nothing about them is stored.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use mentis_core::SandboxId;
+
+use crate::store::Sealer;
+
+/// A link's lifetime when the request names none.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
+/// The longest lifetime a link may ask for.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// A token longer than this is refused unread.
+pub const MAX_TOKEN_LEN: usize = 512;
+
+/// What a link opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    pub sandbox_id: SandboxId,
+    /// Attach to this terminal; None = start a new one.
+    pub terminal_id: Option<String>,
+    /// Unix seconds after which the link no longer opens.
+    pub expires_at: u64,
+}
+
+/// Why a token does not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    #[error("the link's token is malformed or its signature is wrong")]
+    Forged,
+    #[error("the link has expired; ask for a new one (TerminalService.CreateTerminalLink)")]
+    Expired,
+}
+
+/// Unix seconds of `t` (0 before the epoch).
+pub fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Link {
+    fn payload(&self) -> String {
+        format!(
+            "v1\n{}\n{}\n{}",
+            self.sandbox_id,
+            self.terminal_id.as_deref().unwrap_or(""),
+            self.expires_at
+        )
+    }
+
+    /// The signed token of this link.
+    pub fn token(&self, sealer: &Sealer) -> String {
+        let payload = self.payload();
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(payload.as_bytes()),
+            URL_SAFE_NO_PAD.encode(sealer.link_mac(payload.as_bytes()))
+        )
+    }
+
+    /// The link `token` stands for, if its signature holds and it has not expired at `now`.
+    pub fn verify(sealer: &Sealer, token: &str, now: SystemTime) -> Result<Self, LinkError> {
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(LinkError::Forged);
+        }
+        let (payload, mac) = token.split_once('.').ok_or(LinkError::Forged)?;
+        let payload = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| LinkError::Forged)?;
+        let mac = URL_SAFE_NO_PAD.decode(mac).map_err(|_| LinkError::Forged)?;
+        if !sealer.link_mac_ok(&payload, &mac) {
+            return Err(LinkError::Forged);
+        }
+        let text = String::from_utf8(payload).map_err(|_| LinkError::Forged)?;
+        let mut lines = text.split('\n');
+        let (Some("v1"), Some(sandbox), Some(terminal), Some(expires), None) = (
+            lines.next(),
+            lines.next(),
+            lines.next(),
+            lines.next(),
+            lines.next(),
+        ) else {
+            return Err(LinkError::Forged);
+        };
+        let link = Self {
+            sandbox_id: SandboxId::parse(sandbox).map_err(|_| LinkError::Forged)?,
+            terminal_id: (!terminal.is_empty()).then(|| terminal.to_string()),
+            expires_at: expires.parse().map_err(|_| LinkError::Forged)?,
+        };
+        if unix(now) >= link.expires_at {
+            return Err(LinkError::Expired);
+        }
+        Ok(link)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(expires_at: u64) -> Link {
+        Link {
+            sandbox_id: SandboxId::new(),
+            terminal_id: Some("t-1".into()),
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn a_token_opens_until_it_expires() {
+        let sealer = Sealer::random();
+        let now = SystemTime::now();
+        let l = link(unix(now) + 60);
+        let token = l.token(&sealer);
+        assert_eq!(Link::verify(&sealer, &token, now), Ok(l));
+        assert_eq!(
+            Link::verify(&sealer, &token, now + Duration::from_secs(61)),
+            Err(LinkError::Expired)
+        );
+    }
+
+    #[test]
+    fn forged_tokens_do_not_open() {
+        let sealer = Sealer::random();
+        let now = SystemTime::now();
+        let token = link(unix(now) + 60).token(&sealer);
+        // Another data folder's key.
+        assert_eq!(
+            Link::verify(&Sealer::random(), &token, now),
+            Err(LinkError::Forged)
+        );
+        // The payload changed (a later expiry) with the old signature.
+        let (_, mac) = token.split_once('.').unwrap_or_default();
+        let longer = link(unix(now) + 6000).token(&sealer);
+        let (payload, _) = longer.split_once('.').unwrap_or_default();
+        assert_eq!(
+            Link::verify(&sealer, &format!("{payload}.{mac}"), now),
+            Err(LinkError::Forged)
+        );
+        for junk in ["", ".", "abc", "a.b.c", &"x".repeat(MAX_TOKEN_LEN + 1)] {
+            assert_eq!(Link::verify(&sealer, junk, now), Err(LinkError::Forged));
+        }
+    }
+}

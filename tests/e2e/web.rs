@@ -1,0 +1,198 @@
+//! The web terminal (MENTIS_HTTP_LISTEN): a link minted by TerminalService.CreateTerminalLink opens the page in
+//! Debian's chromium (headless, driven by playwright-core from web/node_modules: web/drive-terminal.mjs), which
+//! types into a real terminal of the sandbox, reads the answer from xterm.js's buffer, follows the window's
+//! size (`stty size`) and takes a screenshot (target/web-terminal.png; docs/images/web-terminal.png is one).
+//! The WebSocket refuses forged and expired tokens; a runtime without the listener makes no links.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use mentis_e2e::*;
+use mentis_proto::api::{
+    self, key_service_client::KeyServiceClient, terminal_service_client::TerminalServiceClient,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A runtime serving the web terminal on a free port, and that port.
+async fn start() -> Result<(Harness, u16)> {
+    let port = free_port()?;
+    let h = Harness::start_with(|c| {
+        c.http_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    })
+    .await?;
+    Ok((h, port))
+}
+
+async fn link(
+    h: &Harness,
+    sandbox: &str,
+    ttl_seconds: u32,
+) -> std::result::Result<api::CreateTerminalLinkResponse, tonic::Status> {
+    link_to(h, sandbox, "", ttl_seconds).await
+}
+
+async fn link_to(
+    h: &Harness,
+    sandbox: &str,
+    terminal: &str,
+    ttl_seconds: u32,
+) -> std::result::Result<api::CreateTerminalLinkResponse, tonic::Status> {
+    TerminalServiceClient::new(h.channel.clone())
+        .create_terminal_link(api::CreateTerminalLinkRequest {
+            sandbox_id: sandbox.to_owned(),
+            terminal_id: terminal.to_owned(),
+            ttl_seconds,
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// A WebSocket handshake offering `token`: the status line and the headers of the answer.
+async fn handshake(port: u16, token: &str) -> Result<String> {
+    handshake_with(port, token, "").await
+}
+
+/// The same with `more` added to the query.
+async fn handshake_with(port: u16, token: &str, more: &str) -> Result<String> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let request = format!(
+        "GET /terminal/ws?cols=80&rows=24{more} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\n\
+         Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Protocol: mentis-terminal, token.{token}\r\n\r\n"
+    );
+    s.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The head; for a refusal also its one-line body.
+    let complete = |a: &[u8]| match a.windows(4).position(|w| w == b"\r\n\r\n") {
+        None => false,
+        Some(_) if a.starts_with(b"HTTP/1.1 101") => true,
+        Some(end) => a.len() > end + 4 && a.ends_with(b"\n"),
+    };
+    while !complete(&answer) {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .context("no answer to the handshake")??;
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[tokio::test]
+async fn the_page_runs_a_terminal_in_chromium_and_follows_the_window() -> Result<()> {
+    let (mut h, port) = start().await?;
+    let sandbox = h.create_default().await?.sandbox_id;
+    let l = link(&h, &sandbox, 0).await?;
+    ensure!(l.path.starts_with("/terminal#token="), "path {}", l.path);
+    ensure!(!l.path.contains("msk_"), "the API key is in the link");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let screenshot = root.join("target/web-terminal.png");
+    let url = format!("http://127.0.0.1:{port}{}", l.path);
+    let out = tokio::process::Command::new("node")
+        .arg(root.join("web/drive-terminal.mjs"))
+        .arg(&url)
+        .arg(&screenshot)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), out)
+        .await
+        .context("the browser test took over 3 minutes")?
+        .context("node (run deploy/ensure-tools.sh: it installs chromium and web/node_modules)")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "the browser test failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim())?;
+    ensure!(seen["answer"] == "42", "{seen}");
+    ensure!(
+        seen["after"]["cols"].as_u64() > seen["before"]["cols"].as_u64()
+            && seen["after"]["rows"].as_u64() > seen["before"]["rows"].as_u64(),
+        "the terminal did not grow with the window: {seen}"
+    );
+    ensure!(
+        std::fs::metadata(&screenshot)?.len() > 1000,
+        "no screenshot"
+    );
+    h.stop().await
+}
+
+#[tokio::test]
+async fn forged_and_expired_tokens_are_refused() -> Result<()> {
+    let (mut h, port) = start().await?;
+    let sandbox = h.create_default().await?.sandbox_id;
+    // A good token upgrades, choosing the page's subprotocol.
+    let good = link(&h, &sandbox, 60).await?.token;
+    let answer = handshake(port, &good).await?;
+    ensure!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    ensure!(
+        answer
+            .to_ascii_lowercase()
+            .contains("sec-websocket-protocol: mentis-terminal"),
+        "{answer}"
+    );
+    // The same payload with another signature, a token of nothing, none at all.
+    let (payload, _) = good.split_once('.').context("token without a dot")?;
+    for forged in [
+        format!("{payload}.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+        "bm90aGluZw.bm90aGluZw".to_owned(),
+    ] {
+        let answer = handshake(port, &forged).await?;
+        ensure!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    }
+    let short = link(&h, &sandbox, 1).await?.token;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let answer = handshake(port, &short).await?;
+    ensure!(
+        answer.starts_with("HTTP/1.1 401") && answer.contains("expired"),
+        "{answer}"
+    );
+    // A link to one terminal opens no other.
+    let one = link_to(&h, &sandbox, "term-000000000000", 60).await?.token;
+    let answer = handshake_with(port, &one, "&terminal=term-111111111111").await?;
+    ensure!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    // A key of another space makes no link for the sandbox.
+    h.spaces
+        .create_space(api::CreateSpaceRequest {
+            space: Some(api::Space {
+                space_id: "web-other".into(),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let other = KeyServiceClient::new(h.channel.clone())
+        .create_api_key(api::CreateApiKeyRequest {
+            name: "another space".into(),
+            space_ids: vec!["web-other".into()],
+        })
+        .await?
+        .into_inner()
+        .secret;
+    let r = TerminalServiceClient::new(h.with_key(Some(&other)))
+        .create_terminal_link(api::CreateTerminalLinkRequest {
+            sandbox_id: sandbox.clone(),
+            ..Default::default()
+        })
+        .await;
+    ensure!(
+        refusal(r).1 == "SPACE_NOT_ALLOWED",
+        "a key of another space made a link"
+    );
+    // Links are bounded in time, and name a sandbox that exists.
+    ensure!(code(link(&h, &sandbox, 3601).await) == tonic::Code::InvalidArgument);
+    ensure!(code(link(&h, &uuid::Uuid::new_v4().to_string(), 0).await) == tonic::Code::NotFound);
+    h.stop().await
+}
+
+#[tokio::test]
+async fn a_runtime_without_the_listener_makes_no_links() -> Result<()> {
+    let h = Harness::start().await?;
+    let r = link(&h, &uuid::Uuid::new_v4().to_string(), 0).await;
+    ensure!(code(r) == tonic::Code::FailedPrecondition);
+    h.stop().await
+}
