@@ -1,0 +1,218 @@
+//! `mentis exec` (a shell action) and `mentis run-code` (an IPython cell): ActionService.Execute, its
+//! observations streamed to stdout and stderr as they come.
+
+use std::io::{Read, Write};
+
+use anyhow::Context;
+use clap::Args;
+use futures::StreamExt;
+use mentis_proto::api::{self, action, execute_response, observation};
+
+use crate::client::{Conn, pairs};
+use crate::{Result, Status};
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    /// The sandbox.
+    sandbox: String,
+    /// Working directory (default /workspace; relative paths are taken from /workspace).
+    #[arg(long, short = 'w', default_value = "")]
+    workdir: String,
+    /// Environment variable for the command (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// Stop the command after this many seconds (0: the runtime's default, 300); mentis then exits 124.
+    #[arg(long, default_value_t = 0)]
+    timeout: u32,
+    /// Run in this persistent shell session (its directory and variables carry over between commands).
+    #[arg(long, default_value = "")]
+    session: String,
+    /// The command: the words after `--`, joined with spaces, run by `bash -c` in the sandbox.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunCodeArgs {
+    /// The sandbox.
+    sandbox: String,
+    /// A Python file, or `-` for stdin.
+    file: String,
+    /// Stop the cell after this many seconds (0: the runtime's default).
+    #[arg(long, default_value_t = 0)]
+    timeout: u32,
+}
+
+/// Runs `action` and hands each observation to `each` until a terminal one, whose status it returns.
+async fn execute(
+    conn: &Conn,
+    sandbox: String,
+    action: action::Kind,
+    mut each: impl FnMut(observation::Kind) -> Option<Status>,
+) -> Result<Status> {
+    let mut stream = conn
+        .actions()
+        .execute(api::ExecuteRequest {
+            sandbox_id: sandbox,
+            action: Some(api::Action { kind: Some(action) }),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    while let Some(msg) = stream.next().await {
+        match msg?.kind {
+            Some(execute_response::Kind::Observation(o)) => {
+                if let Some(kind) = o.kind
+                    && let Some(status) = each(kind)
+                {
+                    return Ok(status);
+                }
+            }
+            Some(execute_response::Kind::Gap(g)) => eprintln!(
+                "mentis: the log no longer holds observations {}..{} of this action",
+                g.after_seq + 1,
+                g.first_available_seq.saturating_sub(1)
+            ),
+            Some(execute_response::Kind::Keepalive(_)) | None => {}
+        }
+    }
+    Err(anyhow::anyhow!("the stream ended before the action did").into())
+}
+
+fn write_flush(mut w: impl Write, data: &[u8]) {
+    // A closed pipe (`mentis exec ... | head`) is not an error of the command.
+    let _ = w.write_all(data);
+    let _ = w.flush();
+}
+
+/// The exit status for a command's end (docs/CLI.md, Exit codes).
+pub fn cmd_status(end: &api::CmdEnd) -> Status {
+    use api::EndReason;
+    let reason = end.reason();
+    let clamp = |c: i32| u8::try_from(c.clamp(0, 255)).unwrap_or(1);
+    match reason {
+        EndReason::Exited | EndReason::Unspecified => {
+            if end.signal != 0 {
+                clamp(128 + end.signal)
+            } else {
+                clamp(end.exit_code)
+            }
+        }
+        _ => {
+            let name = crate::output::enum_name(reason.as_str_name(), "END_REASON_");
+            if end.message.is_empty() {
+                eprintln!("mentis: command ended: {name}");
+            } else {
+                eprintln!("mentis: command ended: {name}: {}", end.message);
+            }
+            match reason {
+                EndReason::TimedOut => 124,
+                EndReason::OomKilled | EndReason::PidsLimitReached if end.signal != 0 => {
+                    clamp(128 + end.signal)
+                }
+                EndReason::OomKilled | EndReason::PidsLimitReached if end.exit_code > 0 => {
+                    clamp(end.exit_code)
+                }
+                _ => 1,
+            }
+        }
+    }
+}
+
+pub async fn exec(conn: &Conn, a: ExecArgs) -> Result<Status> {
+    let shell = api::ShellAction {
+        command: a.command.join(" "),
+        work_dir: a.workdir,
+        env: pairs(&a.env, "--env")?,
+        timeout_seconds: a.timeout,
+        session: a.session,
+        ..Default::default()
+    };
+    execute(
+        conn,
+        a.sandbox,
+        action::Kind::Shell(shell),
+        |kind| match kind {
+            observation::Kind::CmdOutput(out) => {
+                if out.stream() == api::OutputStream::Stderr {
+                    write_flush(std::io::stderr().lock(), &out.data);
+                } else {
+                    write_flush(std::io::stdout().lock(), &out.data);
+                }
+                None
+            }
+            observation::Kind::CmdEnd(end) => Some(cmd_status(&end)),
+            observation::Kind::Error(e) => {
+                eprintln!("mentis: {}", e.message);
+                None
+            }
+            _ => None,
+        },
+    )
+    .await
+}
+
+pub async fn run_code(conn: &Conn, a: RunCodeArgs) -> Result<Status> {
+    let mut code = String::new();
+    if a.file == "-" {
+        std::io::stdin()
+            .read_to_string(&mut code)
+            .context("reading the code from stdin")?;
+    } else {
+        code = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file))?;
+    }
+    let cell = api::IPythonAction {
+        code,
+        timeout_seconds: a.timeout,
+        ..Default::default()
+    };
+    execute(
+        conn,
+        a.sandbox,
+        action::Kind::Ipython(cell),
+        |kind| match kind {
+            observation::Kind::IpythonOutput(out) => {
+                use api::IpythonOutputKind as K;
+                match out.kind() {
+                    K::StreamStderr => write_flush(std::io::stderr().lock(), out.text.as_bytes()),
+                    K::StreamStdout => write_flush(std::io::stdout().lock(), out.text.as_bytes()),
+                    _ => {
+                        // A result or display: its plain-text form, the way IPython prints it.
+                        if let Some(text) = out.data.get("text/plain") {
+                            write_flush(std::io::stdout().lock(), format!("{text}\n").as_bytes());
+                        } else if !out.text.is_empty() {
+                            write_flush(std::io::stdout().lock(), out.text.as_bytes());
+                        }
+                    }
+                }
+                None
+            }
+            observation::Kind::IpythonResult(r) => Some(match r.status() {
+                api::IpythonStatus::Ok => 0,
+                api::IpythonStatus::Error => {
+                    for line in &r.traceback {
+                        eprintln!("{line}");
+                    }
+                    if r.traceback.is_empty() {
+                        eprintln!("{}: {}", r.error_name, r.error_value);
+                    }
+                    1
+                }
+                _ => {
+                    eprintln!("mentis: cell aborted: {}", r.reason);
+                    if r.reason.to_lowercase().contains("time") {
+                        124
+                    } else {
+                        1
+                    }
+                }
+            }),
+            observation::Kind::Error(e) => {
+                eprintln!("mentis: {}", e.message);
+                None
+            }
+            _ => None,
+        },
+    )
+    .await
+}
