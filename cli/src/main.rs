@@ -54,6 +54,9 @@ enum Command {
     RunCode(exec::RunCodeArgs),
     /// An interactive terminal in a sandbox (like `docker exec -it`).
     Shell(shell::ShellArgs),
+    /// List or close a sandbox's terminals (those of `mentis shell`).
+    #[command(subcommand)]
+    Terminals(shell::TerminalsCommand),
     /// Print a sandbox's observations (its log), optionally following new ones.
     Logs(logs::LogsArgs),
     /// Copy a file into or out of a sandbox: `mentis cp SANDBOX:PATH LOCAL` or `mentis cp LOCAL SANDBOX:PATH`.
@@ -133,6 +136,7 @@ async fn run(cli: Cli) -> Result<Status> {
         Command::Exec(a) => exec::exec(&conn()?, a).await,
         Command::RunCode(a) => exec::run_code(&conn()?, a).await,
         Command::Shell(a) => shell::run(&conn()?, a).await,
+        Command::Terminals(c) => shell::terminals(&conn()?, c, cli.output).await,
         Command::Logs(a) => logs::run(&conn()?, a, cli.output).await,
         Command::Cp(a) => files::cp(&conn()?, a).await,
         Command::Files(c) => files::run(&conn()?, c, cli.output).await,

@@ -1,7 +1,8 @@
 //! `mentis shell`: an interactive terminal in a sandbox (TerminalService.Open), like `docker exec -it`.
 //! With a terminal on stdin, it is put in raw mode (every key goes to the sandbox, Ctrl-C included) and
 //! restored on every way out; the local size is sent at the start and on each SIGWINCH. Without one (a
-//! pipe), bytes are forwarded as they are and the end of input is sent as Ctrl-D.
+//! pipe), bytes are forwarded as they are and the end of input is sent as Ctrl-D (repeated until the program
+//! ends).
 
 use std::io::{IsTerminal, Read, Write};
 
@@ -136,8 +137,12 @@ pub async fn run(conn: &Conn, a: ShellArgs) -> Result<Status> {
             match stdin.read(&mut buf) {
                 Ok(0) | Err(_) => {
                     if !tty {
-                        // End of piped input: Ctrl-D, so a shell at its prompt ends.
-                        let _ = keys.blocking_send(input(vec![0x04]));
+                        // End of piped input: Ctrl-D, so a shell at its prompt ends. Again every half
+                        // second: one that reaches the terminal while it is still in line mode (before
+                        // bash's readline took it, or during a command) can be lost.
+                        while keys.blocking_send(input(vec![0x04])).is_ok() {
+                            std::thread::sleep(std::time::Duration::from_millis(500));
+                        }
                     }
                     break;
                 }
@@ -180,4 +185,87 @@ pub async fn run(conn: &Conn, a: ShellArgs) -> Result<Status> {
             _ = hangup.recv() => return Ok(129),
         }
     }
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum TerminalsCommand {
+    /// A sandbox's terminals (to re-attach with `mentis shell SANDBOX --attach TERMINAL_ID`).
+    Ls { sandbox: String },
+    /// Hang up a terminal (its session gets SIGHUP, then SIGKILL).
+    Close {
+        sandbox: String,
+        terminal_id: String,
+    },
+}
+
+pub async fn terminals(
+    conn: &Conn,
+    cmd: TerminalsCommand,
+    format: crate::output::Format,
+) -> Result<Status> {
+    use crate::output::{self, Format};
+    let mut c = conn.terminals();
+    match cmd {
+        TerminalsCommand::Ls { sandbox } => {
+            let list = c
+                .list_terminals(api::ListTerminalsRequest {
+                    sandbox_id: sandbox,
+                })
+                .await?
+                .into_inner()
+                .terminals;
+            match format {
+                Format::Json => output::print_json(&serde_json::Value::Array(
+                    list.iter()
+                        .map(|t| {
+                            serde_json::json!({
+                                "terminal_id": t.terminal_id,
+                                "command": t.command,
+                                "cols": t.cols,
+                                "rows": t.rows,
+                                "pid": t.pid,
+                                "created_at": output::time(t.created_at.as_ref()),
+                                "last_seq": t.last_seq,
+                                "attached": t.attached,
+                                "exit_code": t.exit_code,
+                            })
+                        })
+                        .collect(),
+                )),
+                Format::Text => output::table(
+                    &[
+                        "TERMINAL", "PID", "SIZE", "ATTACHED", "EXIT", "CREATED", "COMMAND",
+                    ],
+                    &list
+                        .iter()
+                        .map(|t| {
+                            vec![
+                                t.terminal_id.clone(),
+                                t.pid.to_string(),
+                                format!("{}x{}", t.cols, t.rows),
+                                t.attached.to_string(),
+                                t.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+                                t.created_at
+                                    .as_ref()
+                                    .map(output::rfc3339)
+                                    .unwrap_or_default(),
+                                t.command.join(" "),
+                            ]
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+            }
+        }
+        TerminalsCommand::Close {
+            sandbox,
+            terminal_id,
+        } => {
+            c.close_terminal(api::CloseTerminalRequest {
+                sandbox_id: sandbox,
+                terminal_id,
+            })
+            .await?;
+        }
+    }
+    Ok(0)
 }
