@@ -9,7 +9,7 @@ use futures::StreamExt;
 use mentis_proto::api::{self, action, execute_response, observation};
 
 use crate::client::{Conn, pairs};
-use crate::{Result, Status};
+use crate::error::{Result, Status};
 
 #[derive(Args, Debug)]
 pub struct ExecArgs {

@@ -10,8 +10,8 @@ use mentis_proto::api::{self, write_file_request};
 use serde_json::{Value, json};
 
 use crate::client::Conn;
+use crate::error::{Failure, Result, Status};
 use crate::output::{self, Format};
-use crate::{Failure, Result, Status};
 
 /// Bytes per WriteFile message (the server reads at most 256 KiB a chunk too).
 const CHUNK: usize = 256 * 1024;

@@ -6,8 +6,8 @@ use mentis_proto::api::{self, observation, stream_observations_response};
 use serde_json::{Value, json};
 
 use crate::client::Conn;
+use crate::error::{Result, Status};
 use crate::output::{self, Format};
-use crate::{Result, Status};
 
 #[derive(Args, Debug)]
 pub struct LogsArgs {

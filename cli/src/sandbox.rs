@@ -5,8 +5,8 @@ use mentis_proto::api;
 use serde_json::{Value, json};
 
 use crate::client::{Conn, pairs};
+use crate::error::{Result, Status};
 use crate::output::{self, Format};
-use crate::{Result, Status};
 
 #[derive(Subcommand, Debug)]
 pub enum SandboxCommand {

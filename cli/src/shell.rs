@@ -13,7 +13,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 use crate::client::{Conn, pairs};
-use crate::{Result, Status};
+use crate::error::{Result, Status};
 
 #[derive(Args, Debug)]
 pub struct ShellArgs {
