@@ -16,7 +16,7 @@ pub struct ExecArgs {
     /// The sandbox.
     sandbox: String,
     /// Working directory (default /workspace; relative paths are taken from /workspace).
-    #[arg(long, short = 'w', default_value = "")]
+    #[arg(long, short = 'w', default_value = "", hide_default_value = true)]
     workdir: String,
     /// Environment variable for the command (repeatable).
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
@@ -25,7 +25,7 @@ pub struct ExecArgs {
     #[arg(long, default_value_t = 0)]
     timeout: u32,
     /// Run in this persistent shell session (its directory and variables carry over between commands).
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     session: String,
     /// The command: the words after `--`, joined with spaces, run by `bash -c` in the sandbox.
     #[arg(last = true, required = true, value_name = "CMD")]

@@ -29,7 +29,7 @@ pub enum FilesCommand {
     /// List a directory of the workspace (default: /workspace itself).
     Ls {
         sandbox: String,
-        #[arg(default_value = "")]
+        #[arg(default_value = "", hide_default_value = true)]
         path: String,
         /// Everything under the directory.
         #[arg(long, short = 'R')]
@@ -63,7 +63,30 @@ pub async fn cp(conn: &Conn, a: CpArgs) -> Result<Status> {
     }
 }
 
+/// Whether the remote `path` is a directory (None: it does not exist).
+async fn remote_is_dir(conn: &Conn, sandbox: &str, path: &str) -> Result<Option<bool>> {
+    match conn
+        .files()
+        .stat_file(api::StatFileRequest {
+            sandbox_id: sandbox.to_owned(),
+            path: path.to_owned(),
+        })
+        .await
+    {
+        Ok(r) => Ok(Some(
+            r.into_inner()
+                .file
+                .is_some_and(|f| f.r#type() == api::FileType::Directory),
+        )),
+        Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+        Err(s) => Err(s.into()),
+    }
+}
+
 async fn download(conn: &Conn, sandbox: &str, path: &str, local: &str) -> Result<Status> {
+    if local != "-" && remote_is_dir(conn, sandbox, path).await? == Some(true) {
+        return download_dir(conn, sandbox, path, local).await;
+    }
     let mut stream = conn
         .files()
         .read_file(api::ReadFileRequest {
@@ -118,6 +141,76 @@ async fn download(conn: &Conn, sandbox: &str, path: &str, local: &str) -> Result
     written.map(|()| 0)
 }
 
+/// A remote directory into a local one (Download, a tar archive): into `local` when it does not exist,
+/// else into `local/<the remote directory's name>`, as `cp -r` does.
+async fn download_dir(conn: &Conn, sandbox: &str, path: &str, local: &str) -> Result<Status> {
+    let mut target = PathBuf::from(local);
+    if target.is_dir()
+        && let Some(name) = base_name(path)
+    {
+        target.push(name);
+    }
+    let mut stream = conn
+        .files()
+        .download(api::DownloadRequest {
+            sandbox_id: sandbox.to_owned(),
+            path: path.to_owned(),
+        })
+        .await?
+        .into_inner();
+    let mut archive = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        archive.extend_from_slice(&chunk?.data);
+    }
+    std::fs::create_dir_all(&target).with_context(|| format!("creating {}", target.display()))?;
+    // tar's unpack keeps every entry inside `target` (no "..", no writing through links).
+    tar::Archive::new(archive.as_slice())
+        .unpack(&target)
+        .with_context(|| format!("unpacking into {}", target.display()))?;
+    Ok(0)
+}
+
+/// A local directory into the sandbox (Upload, a tar archive): into `path` when it does not exist, else
+/// into `path/<the local directory's name>`, as `cp -r` does. Links are sent as links.
+async fn upload_dir(conn: &Conn, local: &Path, sandbox: &str, path: &str) -> Result<Status> {
+    let mut path = path.trim_end_matches('/').to_owned();
+    if remote_is_dir(conn, sandbox, &path).await? == Some(true)
+        && let Some(name) = local.file_name()
+    {
+        if !path.is_empty() {
+            path.push('/');
+        }
+        path.push_str(&name.to_string_lossy());
+    }
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    let mut names: Vec<_> = std::fs::read_dir(local)
+        .with_context(|| format!("reading {}", local.display()))?
+        .collect::<std::io::Result<_>>()?;
+    names.sort_by_key(|e| e.file_name());
+    for entry in names {
+        let (from, name) = (entry.path(), entry.file_name());
+        let added = if entry.file_type()?.is_dir() {
+            builder.append_dir_all(&name, &from)
+        } else {
+            builder.append_path_with_name(&from, &name)
+        };
+        added.with_context(|| format!("archiving {}", from.display()))?;
+    }
+    let archive = builder.into_inner().context("archiving")?;
+    let mut msgs = vec![api::UploadRequest {
+        kind: Some(api::upload_request::Kind::Header(api::UploadHeader {
+            sandbox_id: sandbox.to_owned(),
+            path,
+        })),
+    }];
+    msgs.extend(archive.chunks(CHUNK).map(|c| api::UploadRequest {
+        kind: Some(api::upload_request::Kind::Data(c.to_vec().into())),
+    }));
+    conn.files().upload(futures::stream::iter(msgs)).await?;
+    Ok(0)
+}
+
 async fn upload(conn: &Conn, local: &str, sandbox: &str, path: &str) -> Result<Status> {
     let (data, mode) = if local == "-" {
         let mut data = Vec::new();
@@ -127,14 +220,20 @@ async fn upload(conn: &Conn, local: &str, sandbox: &str, path: &str) -> Result<S
         let p = Path::new(local);
         let meta = std::fs::metadata(p).with_context(|| format!("reading {local}"))?;
         if meta.is_dir() {
-            return Err(anyhow::anyhow!("{local} is a directory: only files are copied").into());
+            return upload_dir(conn, p, sandbox, path).await;
         }
         use std::os::unix::fs::PermissionsExt;
         let data = std::fs::read(p).with_context(|| format!("reading {local}"))?;
         (data, meta.permissions().mode() & 0o7777)
     };
     let mut path = path.to_owned();
-    if path.is_empty() || path.ends_with('/') {
+    if path.is_empty()
+        || path.ends_with('/')
+        || remote_is_dir(conn, sandbox, &path).await? == Some(true)
+    {
+        if !path.is_empty() && !path.ends_with('/') {
+            path.push('/');
+        }
         let name = base_name(local)
             .filter(|_| local != "-")
             .context("give the remote file's name: SANDBOX:PATH/NAME")?;

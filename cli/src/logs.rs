@@ -20,7 +20,7 @@ pub struct LogsArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     after_seq: u64,
     /// Only this action's observations.
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     action: String,
 }
 

@@ -61,7 +61,7 @@ enum Command {
     Terminals(shell::TerminalsCommand),
     /// Print a sandbox's observations (its log), optionally following new ones.
     Logs(logs::LogsArgs),
-    /// Copy a file into or out of a sandbox: `mentis cp SANDBOX:PATH LOCAL` or `mentis cp LOCAL SANDBOX:PATH`.
+    /// Copy a file or directory into or out of a sandbox: `mentis cp SANDBOX:PATH LOCAL` or `mentis cp LOCAL SANDBOX:PATH`.
     Cp(files::CpArgs),
     /// Files of a sandbox's workspace.
     #[command(subcommand)]

@@ -27,10 +27,10 @@ pub enum SandboxCommand {
 #[derive(Args, Debug)]
 pub struct CreateArgs {
     /// Space to create it in (empty: the default space).
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     space: String,
     /// Image (empty: the runtime's executor image).
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     image: String,
     /// Environment variable for everything the sandbox runs (repeatable).
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
@@ -48,14 +48,14 @@ pub struct CreateArgs {
     #[arg(long, default_value_t = 0)]
     idle_timeout: u32,
     /// A key of your own for the sandbox, unique in its space (GetSandboxByKey).
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     external_key: String,
 }
 
 #[derive(Args, Debug)]
 pub struct ListArgs {
     /// Only this space's sandboxes.
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     space: String,
     /// Only sandboxes with this label (repeatable).
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE")]

@@ -1,6 +1,6 @@
 //! The `mentis` command line (cli/, docs/CLI.md) end to end: the built binary against a real runtime.
 //! `exec` streams stdout and stderr apart and exits with the command's status; `sandbox` commands print
-//! JSON; `cp` round-trips a file both ways; `files ls`, `logs --after-seq` (and `--follow`), `run-code`;
+//! JSON; `cp` round-trips a file and a directory both ways; `files ls`, `logs --after-seq` (and `--follow`), `run-code`;
 //! the key comes from the flag, the environment or the admin key file; and `mentis shell` in a real
 //! terminal (tmux's): raw mode, a resize seen by `stty size`, Ctrl-C interrupting a command, the remote
 //! exit status, and the local terminal's settings put back. Fails (never skips) when tmux is missing:
@@ -372,13 +372,61 @@ async fn cp_both_ways_files_ls_logs_after_seq_and_run_code() -> Result<()> {
         "a failed copy changed the file"
     );
 
+    // A directory, links as links, up and back down (cp -r's naming: into a new name, or inside an
+    // existing directory).
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(tree.join("a/b"))?;
+    std::fs::write(tree.join("top.txt"), "top\n")?;
+    std::fs::write(tree.join("a/b/deep.txt"), "deep\n")?;
+    std::os::unix::fs::symlink("top.txt", tree.join("link"))?;
+    e.ok(&[
+        "cp",
+        tree.to_str().context("path")?,
+        &format!("{sb}:uptree"),
+    ])
+    .await?;
+    assert_eq!(
+        e.ok(&[
+            "exec",
+            &sb,
+            "--",
+            "cat uptree/a/b/deep.txt; readlink uptree/link"
+        ])
+        .await?,
+        "deep\ntop.txt\n"
+    );
+    let down = dir.path().join("down");
+    e.ok(&[
+        "cp",
+        &format!("{sb}:uptree"),
+        down.to_str().context("path")?,
+    ])
+    .await?;
+    assert_eq!(
+        std::fs::read_to_string(down.join("a/b/deep.txt"))?,
+        "deep\n"
+    );
+    assert_eq!(std::fs::read_link(down.join("link"))?, Path::new("top.txt"));
+    let inside = dir.path().join("inside");
+    std::fs::create_dir(&inside)?;
+    e.ok(&[
+        "cp",
+        &format!("{sb}:uptree/a"),
+        inside.to_str().context("path")?,
+    ])
+    .await?;
+    assert_eq!(
+        std::fs::read_to_string(inside.join("a/b/deep.txt"))?,
+        "deep\n"
+    );
+
     // files ls: JSON and text.
     let files = e.json(&["files", "ls", &sb, "up"]).await?;
     assert_eq!(files[0]["path"], "up/data.bin", "{files}");
     assert_eq!(files[0]["size"], 700_000, "{files}");
     assert_eq!(files[0]["type"], "FILE", "{files}");
     let text = e.ok(&["files", "ls", &sb]).await?;
-    for name in ["up/", "other/", "notes.txt"] {
+    for name in ["up/", "other/", "notes.txt", "uptree/"] {
         assert!(text.lines().any(|l| l.ends_with(name)), "{name} in {text}");
     }
     let all = e.json(&["files", "ls", "-R", &sb]).await?;
