@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use futures::StreamExt;
 use mentis_proto::api::{self, action, execute_response, observation};
+use tokio::signal::unix::{SignalKind, signal};
 
 use crate::client::{Conn, pairs};
 use crate::error::{Result, Status};
@@ -44,28 +45,56 @@ pub struct RunCodeArgs {
 }
 
 /// Runs `action` and hands each observation to `each` until a terminal one, whose status it returns.
+/// Ctrl-C cancels the action (CancelAction) and waits for its end, then exits 130; a second Ctrl-C stops
+/// waiting.
 async fn execute(
     conn: &Conn,
     sandbox: String,
     action: action::Kind,
     mut each: impl FnMut(observation::Kind) -> Option<Status>,
 ) -> Result<Status> {
+    // Chosen here, so a Ctrl-C can name it before the server said anything.
+    let action_id = uuid::Uuid::new_v4().to_string();
+    let mut interrupt = signal(SignalKind::interrupt())?;
     let mut stream = conn
         .actions()
         .execute(api::ExecuteRequest {
-            sandbox_id: sandbox,
+            sandbox_id: sandbox.clone(),
             action: Some(api::Action { kind: Some(action) }),
-            action_id: String::new(),
+            action_id: action_id.clone(),
         })
         .await?
         .into_inner();
-    while let Some(msg) = stream.next().await {
+    let mut interrupted = false;
+    loop {
+        let msg = tokio::select! {
+            msg = stream.next() => msg,
+            _ = interrupt.recv() => {
+                if interrupted {
+                    return Ok(INTERRUPTED);
+                }
+                interrupted = true;
+                eprintln!("mentis: cancelling (Ctrl-C again to stop waiting)");
+                let mut actions = conn.actions();
+                let cancel = api::CancelActionRequest {
+                    sandbox_id: sandbox.clone(),
+                    action_id: action_id.clone(),
+                };
+                tokio::spawn(async move {
+                    if let Err(s) = actions.cancel_action(cancel).await {
+                        eprintln!("mentis: {}: {}", crate::error::code_name(s.code()), s.message());
+                    }
+                });
+                continue;
+            }
+        };
+        let Some(msg) = msg else { break };
         match msg?.kind {
             Some(execute_response::Kind::Observation(o)) => {
                 if let Some(kind) = o.kind
                     && let Some(status) = each(kind)
                 {
-                    return Ok(status);
+                    return Ok(if interrupted { INTERRUPTED } else { status });
                 }
             }
             Some(execute_response::Kind::Gap(g)) => eprintln!(
@@ -78,6 +107,9 @@ async fn execute(
     }
     Err(anyhow::anyhow!("the stream ended before the action did").into())
 }
+
+/// The status after a Ctrl-C (128 + SIGINT), as shells report an interrupted command.
+const INTERRUPTED: Status = 130;
 
 fn write_flush(mut w: impl Write, data: &[u8]) {
     // A closed pipe (`mentis exec ... | head`) is not an error of the command.
@@ -215,4 +247,34 @@ pub async fn run_code(conn: &Conn, a: RunCodeArgs) -> Result<Status> {
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(reason: api::EndReason, exit_code: i32, signal: i32) -> api::CmdEnd {
+        api::CmdEnd {
+            exit_code,
+            reason: reason as i32,
+            signal,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_commands_end_maps_to_an_exit_status() {
+        use api::EndReason::*;
+        assert_eq!(cmd_status(&end(Exited, 0, 0)), 0);
+        assert_eq!(cmd_status(&end(Exited, 7, 0)), 7);
+        assert_eq!(cmd_status(&end(Exited, 300, 0)), 255);
+        assert_eq!(cmd_status(&end(Exited, -1, 9)), 137);
+        assert_eq!(cmd_status(&end(TimedOut, -1, 9)), 124);
+        assert_eq!(cmd_status(&end(Cancelled, -1, 9)), 1);
+        assert_eq!(cmd_status(&end(Lost, -1, 0)), 1);
+        assert_eq!(cmd_status(&end(FailedToStart, -1, 0)), 1);
+        assert_eq!(cmd_status(&end(OomKilled, -1, 9)), 137);
+        assert_eq!(cmd_status(&end(PidsLimitReached, 2, 0)), 2);
+        assert_eq!(cmd_status(&end(PidsLimitReached, -1, 0)), 1);
+    }
 }

@@ -334,3 +334,21 @@ fn file_json(f: &api::FileInfo) -> Value {
         "symlink_target": f.symlink_target,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_colon_path_is_remote_and_the_rest_is_local() {
+        assert_eq!(remote("sb:a/b.txt"), Some(("sb", "a/b.txt")));
+        assert_eq!(remote("sb:"), Some(("sb", "")));
+        assert_eq!(remote("./a:b"), None);
+        assert_eq!(remote("/tmp/a:b"), None);
+        assert_eq!(remote("dir/a:b"), None);
+        assert_eq!(remote(":x"), None);
+        assert_eq!(remote("plain.txt"), None);
+        assert_eq!(base_name("a/b/"), Some("b"));
+        assert_eq!(base_name(""), None);
+    }
+}

@@ -197,6 +197,25 @@ async fn exec_streams_stdout_and_stderr_apart_and_exits_with_the_commands_status
     assert_eq!(out.code, 124, "{out:?}");
     assert!(out.stderr.contains("TIMED_OUT"), "{out:?}");
 
+    // Ctrl-C (SIGINT) cancels the remote command (CancelAction), waits for its end, and exits 130.
+    let mut c = e.command(&["exec", &sb, "--", "echo started; sleep 60; echo finished"]);
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
+    assert_eq!(first.as_deref(), Some("started"));
+    let pid = child.id().context("no pid")?.to_string();
+    let killed = tokio::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .await?;
+    assert!(killed.success());
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .context("mentis did not end after Ctrl-C")??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("CANCELLED"), "{stderr}");
+
     // A refused call: `mentis: CODE: message`, status 1. A usage error: status 2.
     let out = e
         .run(&["exec", "00000000-0000-4000-8000-000000000000", "--", "true"])
