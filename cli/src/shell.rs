@@ -81,6 +81,12 @@ fn resize((cols, rows): (u32, u32)) -> api::OpenRequest {
 }
 
 pub async fn run(conn: &Conn, a: ShellArgs) -> Result<Status> {
+    // Signals are caught first: a window change from now on is not lost, and none of them can leave the
+    // terminal raw.
+    let mut winch = signal(SignalKind::window_change())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
     let tty = std::io::stdin().is_terminal();
     let size = local_size();
     let first = match &a.attach {
@@ -117,16 +123,12 @@ pub async fn run(conn: &Conn, a: ShellArgs) -> Result<Status> {
             return Err(anyhow::anyhow!("expected the terminal's start, got {other:?}").into());
         }
     }
-    // Signals are caught before raw mode, so none of them can leave the terminal raw.
-    let mut winch = signal(SignalKind::window_change())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut hangup = signal(SignalKind::hangup())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
     let _raw = if tty { Some(RawMode::enable()?) } else { None };
-    if a.attach.is_some()
-        && let Some(size) = size
+    // An attached terminal takes this size; a started one too when the window changed meanwhile.
+    if let Some(now) = local_size()
+        && (a.attach.is_some() || Some(now) != size)
     {
-        let _ = tx.send(resize(size)).await;
+        let _ = tx.send(resize(now)).await;
     }
     // stdin is read by a thread of its own (a blocking read); it is simply left behind at the end.
     let keys = tx.clone();
