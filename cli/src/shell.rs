@@ -115,14 +115,14 @@ pub async fn run(conn: &Conn, a: ShellArgs) -> Result<Status> {
         .open(tokio_stream::wrappers::ReceiverStream::new(rx))
         .await?
         .into_inner();
-    match stream.message().await? {
+    let terminal_id = match stream.message().await? {
         Some(api::OpenResponse {
-            kind: Some(open_response::Kind::Started(_)),
-        }) => {}
+            kind: Some(open_response::Kind::Started(started)),
+        }) => started.terminal_id,
         other => {
             return Err(anyhow::anyhow!("expected the terminal's start, got {other:?}").into());
         }
-    }
+    };
     let _raw = if tty { Some(RawMode::enable()?) } else { None };
     // An attached terminal takes this size; a started one too when the window changed meanwhile.
     if let Some(now) = local_size()
@@ -168,9 +168,7 @@ pub async fn run(conn: &Conn, a: ShellArgs) -> Result<Status> {
                     return Ok(u8::try_from(e.exit_code.clamp(0, 255)).unwrap_or(1));
                 }
                 Some(_) => {}
-                None => {
-                    return Err(anyhow::anyhow!("the terminal's stream ended before its program").into());
-                }
+                None => return exit_code_of(conn, &a.sandbox, &terminal_id).await,
             },
             _ = winch.recv() => {
                 if let Some(size) = local_size() {
@@ -187,6 +185,31 @@ pub async fn run(conn: &Conn, a: ShellArgs) -> Result<Status> {
             _ = hangup.recv() => return Ok(129),
         }
     }
+}
+
+/// The exit status of a terminal whose stream ended without `exited` (a program that ends at once can
+/// race its stream's end): what ListTerminals says, asked for a few seconds.
+async fn exit_code_of(conn: &Conn, sandbox: &str, terminal_id: &str) -> Result<Status> {
+    for _ in 0..20 {
+        let list = conn
+            .terminals()
+            .list_terminals(api::ListTerminalsRequest {
+                sandbox_id: sandbox.to_owned(),
+            })
+            .await?
+            .into_inner()
+            .terminals;
+        match list.iter().find(|t| t.terminal_id == terminal_id) {
+            Some(t) => {
+                if let Some(code) = t.exit_code {
+                    return Ok(u8::try_from(code.clamp(0, 255)).unwrap_or(1));
+                }
+            }
+            None => break,
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    Err(anyhow::anyhow!("the terminal's stream ended before its program").into())
 }
 
 #[derive(clap::Subcommand, Debug)]
