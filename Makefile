@@ -19,14 +19,17 @@ help:
 	@echo "              the Helm chart rendered, linted and checked against Kubernetes' schemas (offline)"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
 	@echo "make service-images - build the runtime and Docker-in-Docker images (mentis/runtime, mentis/dind; docs/DEPLOY.md)"
+	@echo "make tools  - the machine tools in .tools/ and the mentis command line (target/release/mentis, docs/CLI.md)"
 	@echo "make bundle - the offline bundle: images, binaries, Compose, the chart and install.sh in one tarball"
 
 setup:
 	@deploy/ensure-docker.sh
 	@deploy/ensure-disks.sh
 
+# Machine tools (.tools/), and the `mentis` command line (docs/CLI.md) in target/release.
 tools:
 	@deploy/ensure-tools.sh
+	$(CARGO) build --release -p mentis-cli
 
 # The web terminal's npm packages (web/package-lock.json), which the runtime embeds when it is built.
 web:
@@ -51,6 +54,7 @@ bundle: service-images
 run: image tools
 	$(CARGO) build --release -p mentis-runtime
 	@echo "grpcurl is in $(TOOLS): export PATH=$(TOOLS):\$$PATH"
+	@echo "the mentis command line is $(CURDIR)/target/release/mentis (docs/CLI.md)"
 	exec target/release/mentis-runtime
 
 demo: image tools
@@ -105,7 +109,7 @@ lint: tools
 	@# helm/mentis for several value sets: Helm's lint and render (Helm's own library), every manifest against
 	@# Kubernetes 1.34's schemas (strict), bad values refused. No cluster is involved (helm/mentis/README.md).
 	@.tools/venv/bin/python tests/helm-check.py
-	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/backend-docker/src services/telemetry/src services/runtime/src executor/src tests
+	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/backend-docker/src services/telemetry/src services/runtime/src executor/src cli/src tests
 
 fmt:
 	$(CARGO) fmt --all

@@ -10,6 +10,7 @@
 #   protoc               Debian's protobuf-compiler, protoc-gen-go and protoc-gen-go-grpc (system-wide), for
 #                        tests/proto-codegen.py (code generation in other languages, in `make lint`).
 #   nginx                Debian's nginx (system-wide, not started): the proxy of tests/e2e/proxy.rs.
+#   tmux                 Debian's tmux (system-wide): tests/e2e/cli.rs runs `mentis shell` in a tmux pane.
 #   docker-compose       Debian's Compose (1.29, system-wide): deploy/compose.yaml, run by the walk-through's
 #                        --compose modes.
 #   chromium             Debian's chromium (system-wide): the web terminal's test (tests/e2e/web.rs) drives it
@@ -139,6 +140,12 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   # Installing may start the system's nginx on port 80; the tests run their own.
   if [ -f /run/nginx.pid ]; then service nginx stop >/dev/null 2>&1 || nginx -s quit >/dev/null 2>&1 || true; fi
   installed+=("nginx (Debian)")
+fi
+
+# --- tmux (Debian): tests/e2e/cli.rs drives `mentis shell` in a real terminal (tmux's) -------------------------
+if ! command -v tmux >/dev/null 2>&1; then
+  apt_install tmux
+  installed+=("tmux (Debian)")
 fi
 
 # --- docker-compose (Debian), which runs deploy/compose.yaml (tests/readme-walkthrough.sh --compose) -----------

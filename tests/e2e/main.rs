@@ -4,6 +4,7 @@
 
 mod auth;
 mod bad_input;
+mod cli;
 mod disk;
 mod faults;
 mod files;

@@ -1,0 +1,232 @@
+//! `mentis sandbox ...`: SandboxService.
+
+use clap::{Args, Subcommand};
+use mentis_proto::api;
+use serde_json::{Value, json};
+
+use crate::client::{Conn, pairs};
+use crate::error::{Result, Status};
+use crate::output::{self, Format};
+
+#[derive(Subcommand, Debug)]
+pub enum SandboxCommand {
+    /// Create a sandbox and print it once it is RUNNING (text: its id only).
+    Create(CreateArgs),
+    /// List sandboxes.
+    List(ListArgs),
+    /// Show one sandbox.
+    Get { sandbox: String },
+    /// Delete a sandbox (its container and workspace).
+    Delete { sandbox: String },
+    /// Pause a sandbox (its processes are frozen).
+    Pause { sandbox: String },
+    /// Resume a paused sandbox.
+    Resume { sandbox: String },
+}
+
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// Space to create it in (empty: the default space).
+    #[arg(long, default_value = "", hide_default_value = true)]
+    space: String,
+    /// Image (empty: the runtime's executor image).
+    #[arg(long, default_value = "", hide_default_value = true)]
+    image: String,
+    /// Environment variable for everything the sandbox runs (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// Label (repeatable).
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE")]
+    labels: Vec<String>,
+    /// CPUs (0: the runtime's default).
+    #[arg(long, default_value_t = 0.0)]
+    cpus: f64,
+    /// Memory limit in MiB (0: the runtime's default).
+    #[arg(long, default_value_t = 0)]
+    memory_mb: i64,
+    /// Idle timeout in seconds (0: the runtime's default).
+    #[arg(long, default_value_t = 0)]
+    idle_timeout: u32,
+    /// A key of your own for the sandbox, unique in its space (GetSandboxByKey).
+    #[arg(long, default_value = "", hide_default_value = true)]
+    external_key: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Only this space's sandboxes.
+    #[arg(long, default_value = "", hide_default_value = true)]
+    space: String,
+    /// Only sandboxes with this label (repeatable).
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE")]
+    labels: Vec<String>,
+}
+
+pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Status> {
+    let mut c = conn.sandboxes();
+    match cmd {
+        SandboxCommand::Create(a) => {
+            let spec = api::SandboxSpec {
+                space_id: a.space,
+                image: a.image,
+                env: pairs(&a.env, "--env")?,
+                labels: pairs(&a.labels, "--label")?,
+                cpu_limit: a.cpus,
+                memory_limit_mb: a.memory_mb,
+                idle_timeout_seconds: a.idle_timeout,
+                external_key: a.external_key,
+                ..Default::default()
+            };
+            let sb = c
+                .create_sandbox(api::CreateSandboxRequest { spec: Some(spec) })
+                .await?
+                .into_inner()
+                .sandbox
+                .unwrap_or_default();
+            match format {
+                Format::Json => output::print_json(&sandbox_json(&sb)),
+                Format::Text => println!("{}", sb.sandbox_id),
+            }
+        }
+        SandboxCommand::List(a) => {
+            let labels = pairs(&a.labels, "--label")?;
+            let mut all = Vec::new();
+            let mut page_token = String::new();
+            loop {
+                let r = c
+                    .list_sandboxes(api::ListSandboxesRequest {
+                        space_id: a.space.clone(),
+                        labels: labels.clone(),
+                        page_token: page_token.clone(),
+                        ..Default::default()
+                    })
+                    .await?
+                    .into_inner();
+                all.extend(r.sandboxes);
+                if r.next_page_token.is_empty() {
+                    break;
+                }
+                page_token = r.next_page_token;
+            }
+            match format {
+                Format::Json => {
+                    output::print_json(&Value::Array(all.iter().map(sandbox_json).collect()))
+                }
+                Format::Text => output::table(
+                    &["SANDBOX", "STATE", "IMAGE", "CREATED", "SPACE"],
+                    &all.iter()
+                        .map(|s| {
+                            vec![
+                                s.sandbox_id.clone(),
+                                state(s),
+                                s.image.clone(),
+                                s.create_time
+                                    .as_ref()
+                                    .map(output::rfc3339)
+                                    .unwrap_or_default(),
+                                s.space_id.clone(),
+                            ]
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+            }
+        }
+        SandboxCommand::Get { sandbox } => {
+            let sb = c
+                .get_sandbox(api::GetSandboxRequest {
+                    sandbox_id: sandbox,
+                })
+                .await?
+                .into_inner()
+                .sandbox
+                .unwrap_or_default();
+            print_one(&sb, format);
+        }
+        SandboxCommand::Delete { sandbox } => {
+            c.delete_sandbox(api::DeleteSandboxRequest {
+                sandbox_id: sandbox.clone(),
+            })
+            .await?;
+            match format {
+                Format::Json => {
+                    output::print_json(&json!({ "sandbox_id": sandbox, "deleted": true }))
+                }
+                Format::Text => println!("{sandbox}"),
+            }
+        }
+        SandboxCommand::Pause { sandbox } => {
+            let sb = c
+                .pause_sandbox(api::PauseSandboxRequest {
+                    sandbox_id: sandbox,
+                })
+                .await?
+                .into_inner()
+                .sandbox
+                .unwrap_or_default();
+            print_one(&sb, format);
+        }
+        SandboxCommand::Resume { sandbox } => {
+            let sb = c
+                .resume_sandbox(api::ResumeSandboxRequest {
+                    sandbox_id: sandbox,
+                })
+                .await?
+                .into_inner()
+                .sandbox
+                .unwrap_or_default();
+            print_one(&sb, format);
+        }
+    }
+    Ok(0)
+}
+
+fn state(s: &api::Sandbox) -> String {
+    output::enum_name(s.state().as_str_name(), "SANDBOX_STATE_")
+}
+
+fn print_one(sb: &api::Sandbox, format: Format) {
+    match format {
+        Format::Json => output::print_json(&sandbox_json(sb)),
+        Format::Text => {
+            let v = sandbox_json(sb);
+            if let Value::Object(m) = v {
+                for (k, v) in m {
+                    let v = match v {
+                        Value::String(s) => s,
+                        Value::Null => String::new(),
+                        other => other.to_string(),
+                    };
+                    println!("{k:<22}{v}");
+                }
+            }
+        }
+    }
+}
+
+/// A sandbox as JSON: the proto's field names, enums by name without their prefix.
+pub fn sandbox_json(s: &api::Sandbox) -> Value {
+    json!({
+        "sandbox_id": s.sandbox_id,
+        "space_id": s.space_id,
+        "state": state(s),
+        "state_reason": s.state_reason,
+        "image": s.image,
+        "labels": output::map(&s.labels),
+        "create_time": output::time(s.create_time.as_ref()),
+        "update_time": output::time(s.update_time.as_ref()),
+        "last_activity_time": output::time(s.last_activity_time.as_ref()),
+        "last_seq": s.last_seq,
+        "external_key": s.external_key,
+        "cpu_limit": s.cpu_limit,
+        "memory_limit_mb": s.memory_limit_mb,
+        "pids_limit": s.pids_limit,
+        "nofile_limit": s.nofile_limit,
+        "disk_limit_mb": s.disk_limit_mb,
+        "idle_timeout_seconds": s.idle_timeout_seconds,
+        "idle_policy": output::enum_name(s.idle_policy().as_str_name(), "IDLE_POLICY_"),
+        "max_lifetime_seconds": s.max_lifetime_seconds,
+        "auto_resume": s.auto_resume,
+        "egress": output::enum_name(s.egress().as_str_name(), "EGRESS_"),
+        "root_filesystem": output::enum_name(s.root_filesystem().as_str_name(), "ROOT_FILESYSTEM_"),
+    })
+}

@@ -1,0 +1,781 @@
+//! The `mentis` command line (cli/, docs/CLI.md) end to end: the built binary against a real runtime.
+//! `exec` streams stdout and stderr apart and exits with the command's status; `sandbox` commands print
+//! JSON; `cp` round-trips a file and a directory both ways; `files ls`, `logs --after-seq` (and `--follow`), `run-code`;
+//! the key comes from the flag, the environment or the admin key file; and `mentis shell` in a real
+//! terminal (tmux's): raw mode, a resize seen by `stty size`, Ctrl-C interrupting a command, the remote
+//! exit status, and the local terminal's settings put back. Fails (never skips) when tmux is missing:
+//! `make tools` (deploy/ensure-tools.sh) installs it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use mentis_e2e::*;
+use mentis_runtime::config::AuthConfig;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+/// `target/debug/mentis`, built once per test process with the cargo that runs the tests.
+fn mentis_bin() -> Result<PathBuf> {
+    static BIN: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .ok_or("no workspace folder")?;
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let out = std::process::Command::new(cargo)
+            .args(["build", "-q", "-p", "mentis-cli", "--bin", "mentis"])
+            .current_dir(workspace)
+            .output()
+            .map_err(|e| format!("cargo build -p mentis-cli: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo build -p mentis-cli failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace.join("target"));
+        let bin = target.join("debug").join("mentis");
+        if bin.is_file() {
+            Ok(bin)
+        } else {
+            Err(format!("{} is missing after the build", bin.display()))
+        }
+    })
+    .clone()
+    .map_err(anyhow::Error::msg)
+}
+
+/// A runtime, its admin key, and the built `mentis`.
+struct Env {
+    h: Harness,
+    bin: PathBuf,
+    addr: String,
+    key: String,
+}
+
+/// What one `mentis` run printed and how it ended.
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Env {
+    async fn start() -> Result<Self> {
+        let bin = tokio::task::spawn_blocking(mentis_bin).await??;
+        let mut key = None;
+        let h = Harness::start_with(|c| {
+            if let AuthConfig::Keys { admin_key } = &c.auth {
+                key = admin_key.clone();
+            }
+        })
+        .await?;
+        let addr = format!("http://{}", h.runtime.as_ref().context("no runtime")?.addr);
+        Ok(Self {
+            h,
+            bin,
+            addr,
+            key: key.context("the harness made no admin key")?,
+        })
+    }
+
+    /// `mentis ARGS` with MENTIS_ADDR and MENTIS_API_KEY set (and nothing else of the caller's MENTIS_*).
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(&self.bin);
+        c.args(args)
+            .env_remove("MENTIS_DATA_DIR")
+            .env_remove("MENTIS_CA_CERT")
+            .env("MENTIS_ADDR", &self.addr)
+            .env("MENTIS_API_KEY", &self.key)
+            .kill_on_drop(true);
+        c
+    }
+
+    async fn run(&self, args: &[&str]) -> Result<Out> {
+        self.run_with(self.command(args), None).await
+    }
+
+    async fn run_stdin(&self, args: &[&str], stdin: &[u8]) -> Result<Out> {
+        self.run_with(self.command(args), Some(stdin)).await
+    }
+
+    async fn run_with(&self, mut c: tokio::process::Command, stdin: Option<&[u8]>) -> Result<Out> {
+        c.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = c.spawn().context("running mentis")?;
+        if let Some(data) = stdin {
+            let mut pipe = child.stdin.take().context("no stdin")?;
+            pipe.write_all(data).await?;
+            drop(pipe);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+            .await
+            .context("mentis did not end within 2 minutes")??;
+        Ok(Out {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// `mentis ARGS`, which must succeed; its stdout.
+    async fn ok(&self, args: &[&str]) -> Result<String> {
+        let out = self.run(args).await?;
+        ensure!(out.code == 0, "mentis {args:?} failed: {out:?}");
+        Ok(out.stdout)
+    }
+
+    /// `mentis ARGS --output json`, which must succeed; its JSON.
+    async fn json(&self, args: &[&str]) -> Result<Value> {
+        let mut args = args.to_vec();
+        args.extend(["--output", "json"]);
+        let out = self.ok(&args).await?;
+        serde_json::from_str(&out).with_context(|| format!("not JSON: {out}"))
+    }
+
+    async fn sandbox(&mut self) -> Result<String> {
+        Ok(self.h.create_default().await?.sandbox_id)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_streams_stdout_and_stderr_apart_and_exits_with_the_commands_status() -> Result<()> {
+    let mut e = Env::start().await?;
+    let sb = e.sandbox().await?;
+
+    let out = e
+        .run(&["exec", &sb, "--", "echo out; echo err >&2; exit 7"])
+        .await?;
+    assert_eq!(
+        (out.code, out.stdout.as_str(), out.stderr.as_str()),
+        (7, "out\n", "err\n")
+    );
+
+    // The words after `--` joined with spaces, as a bash command line; --workdir and --env.
+    let out = e
+        .run(&[
+            "exec",
+            &sb,
+            "--workdir",
+            "/tmp",
+            "--env",
+            "GREETING=hi there",
+            "--",
+            "echo",
+            "$GREETING",
+            "from",
+            "$(pwd)",
+        ])
+        .await?;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "hi there from /tmp\n"));
+
+    // A persistent session keeps its variables between two runs of mentis.
+    e.ok(&["exec", &sb, "--session", "s1", "--", "export KEPT=42"])
+        .await?;
+    let out = e
+        .ok(&["exec", &sb, "--session", "s1", "--", "echo $KEPT"])
+        .await?;
+    assert_eq!(out, "42\n");
+
+    // Killed by a signal: 128 + N. A timeout: 124, with the reason on stderr.
+    let out = e.run(&["exec", &sb, "--", "kill -9 $$"]).await?;
+    assert_eq!(out.code, 137, "{out:?}");
+    let out = e
+        .run(&["exec", &sb, "--timeout", "1", "--", "sleep 30"])
+        .await?;
+    assert_eq!(out.code, 124, "{out:?}");
+    assert!(out.stderr.contains("TIMED_OUT"), "{out:?}");
+
+    // Ctrl-C (SIGINT) cancels the remote command (CancelAction), waits for its end, and exits 130.
+    let mut c = e.command(&["exec", &sb, "--", "echo started; sleep 60; echo finished"]);
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
+    assert_eq!(first.as_deref(), Some("started"));
+    let pid = child.id().context("no pid")?.to_string();
+    let killed = tokio::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .await?;
+    assert!(killed.success());
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .context("mentis did not end after Ctrl-C")??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("CANCELLED"), "{stderr}");
+
+    // A refused call: `mentis: CODE: message`, status 1. A usage error: status 2.
+    let out = e
+        .run(&["exec", "00000000-0000-4000-8000-000000000000", "--", "true"])
+        .await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.starts_with("mentis: NOT_FOUND: "), "{out:?}");
+    let out = e.run(&["exec", &sb]).await?;
+    assert_eq!(out.code, 2, "{out:?}");
+
+    // The key: without flag or MENTIS_API_KEY, the admin key file of MENTIS_DATA_DIR; no key at all is
+    // UNAUTHENTICATED.
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("admin.key"), format!("{}\n", e.key))?;
+    let mut c = e.command(&["exec", &sb, "--", "echo keyfile"]);
+    c.env_remove("MENTIS_API_KEY")
+        .env("MENTIS_DATA_DIR", dir.path());
+    let out = e.run_with(c, None).await?;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "keyfile\n"), "{out:?}");
+    let mut c = e.command(&["sandbox", "list"]);
+    c.env_remove("MENTIS_API_KEY")
+        .env("MENTIS_DATA_DIR", dir.path().join("nothing-here"));
+    let out = e.run_with(c, None).await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.starts_with("mentis: UNAUTHENTICATED: "),
+        "{out:?}"
+    );
+    // The flag wins over the environment.
+    let out = e
+        .run(&["--api-key", "wrong", "sandbox", "get", &sb])
+        .await?;
+    assert!(
+        out.stderr.starts_with("mentis: UNAUTHENTICATED: "),
+        "{out:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_commands_create_get_list_pause_resume_delete_in_json() -> Result<()> {
+    let e = Env::start().await?;
+    let created = e
+        .json(&["sandbox", "create", "--label", "team=cli", "--env", "A=1"])
+        .await?;
+    let sb = created["sandbox_id"]
+        .as_str()
+        .context("no sandbox_id")?
+        .to_owned();
+    assert_eq!(created["state"], "RUNNING", "{created}");
+    assert_eq!(created["labels"]["team"], "cli", "{created}");
+    // The sandbox's env reaches commands.
+    assert_eq!(e.ok(&["exec", &sb, "--", "echo $A"]).await?, "1\n");
+
+    let got = e.json(&["sandbox", "get", &sb]).await?;
+    assert_eq!(got["sandbox_id"], sb.as_str());
+    assert_eq!(got["state"], "RUNNING");
+    let list = e.json(&["sandbox", "list", "--label", "team=cli"]).await?;
+    let ids: Vec<&str> = list
+        .as_array()
+        .context("list is not an array")?
+        .iter()
+        .filter_map(|s| s["sandbox_id"].as_str())
+        .collect();
+    assert_eq!(ids, vec![sb.as_str()]);
+    assert_eq!(
+        e.json(&["sandbox", "list", "--label", "team=other"])
+            .await?,
+        Value::Array(vec![])
+    );
+    // Text: a header, then one row with the id and state.
+    let text = e.ok(&["sandbox", "list"]).await?;
+    assert!(text.starts_with("SANDBOX"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&sb) && l.contains("RUNNING")),
+        "{text}"
+    );
+    assert_eq!(
+        e.ok(&["sandbox", "create", "--label", "x=y"])
+            .await?
+            .trim()
+            .len(),
+        36
+    );
+
+    let paused = e.json(&["sandbox", "pause", &sb]).await?;
+    assert_eq!(paused["state"], "PAUSED", "{paused}");
+    let resumed = e.json(&["sandbox", "resume", &sb]).await?;
+    assert_eq!(resumed["state"], "RUNNING", "{resumed}");
+    assert_eq!(e.ok(&["exec", &sb, "--", "echo back"]).await?, "back\n");
+
+    e.ok(&["sandbox", "delete", &sb]).await?;
+    let out = e.run(&["sandbox", "get", &sb, "--output", "json"]).await?;
+    // Gone, or still being torn down (TERMINATING/TERMINATED) right after the delete.
+    if out.code == 0 {
+        let v: Value = serde_json::from_str(&out.stdout)?;
+        assert!(
+            matches!(v["state"].as_str(), Some("TERMINATING" | "TERMINATED")),
+            "{v}"
+        );
+    } else {
+        assert!(out.stderr.starts_with("mentis: NOT_FOUND: "), "{out:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cp_both_ways_files_ls_logs_after_seq_and_run_code() -> Result<()> {
+    let mut e = Env::start().await?;
+    let sb = e.sandbox().await?;
+    let dir = tempfile::tempdir()?;
+
+    // A file of several chunks, every byte value, up and back down.
+    let data: Vec<u8> = (0..700_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let local = dir.path().join("data.bin");
+    std::fs::write(&local, &data)?;
+    e.ok(&[
+        "cp",
+        local.to_str().context("path")?,
+        &format!("{sb}:up/data.bin"),
+    ])
+    .await?;
+    assert_eq!(
+        e.ok(&["exec", &sb, "--", "wc -c < up/data.bin"])
+            .await?
+            .trim(),
+        "700000"
+    );
+    let back = dir.path().join("back.bin");
+    e.ok(&[
+        "cp",
+        &format!("{sb}:up/data.bin"),
+        back.to_str().context("path")?,
+    ])
+    .await?;
+    assert!(std::fs::read(&back)? == data, "the file came back changed");
+    // Into a local directory: the remote name; into a remote directory (trailing /): the local name.
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub)?;
+    e.ok(&[
+        "cp",
+        &format!("{sb}:up/data.bin"),
+        sub.to_str().context("path")?,
+    ])
+    .await?;
+    assert!(std::fs::read(sub.join("data.bin"))? == data);
+    e.ok(&[
+        "cp",
+        local.to_str().context("path")?,
+        &format!("{sb}:other/"),
+    ])
+    .await?;
+    // stdin and stdout.
+    let out = e
+        .run_stdin(&["cp", "-", &format!("{sb}:notes.txt")], b"from stdin\n")
+        .await?;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        e.ok(&["cp", &format!("{sb}:notes.txt"), "-"]).await?,
+        "from stdin\n"
+    );
+    let out = e
+        .run(&[
+            "cp",
+            &format!("{sb}:missing.txt"),
+            back.to_str().context("path")?,
+        ])
+        .await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.starts_with("mentis: NOT_FOUND: "), "{out:?}");
+    assert!(
+        std::fs::read(&back)? == data,
+        "a failed copy changed the file"
+    );
+
+    // A directory, links as links, up and back down (cp -r's naming: into a new name, or inside an
+    // existing directory).
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(tree.join("a/b"))?;
+    std::fs::write(tree.join("top.txt"), "top\n")?;
+    std::fs::write(tree.join("a/b/deep.txt"), "deep\n")?;
+    std::os::unix::fs::symlink("top.txt", tree.join("link"))?;
+    e.ok(&[
+        "cp",
+        tree.to_str().context("path")?,
+        &format!("{sb}:uptree"),
+    ])
+    .await?;
+    assert_eq!(
+        e.ok(&[
+            "exec",
+            &sb,
+            "--",
+            "cat uptree/a/b/deep.txt; readlink uptree/link"
+        ])
+        .await?,
+        "deep\ntop.txt\n"
+    );
+    let down = dir.path().join("down");
+    e.ok(&[
+        "cp",
+        &format!("{sb}:uptree"),
+        down.to_str().context("path")?,
+    ])
+    .await?;
+    assert_eq!(
+        std::fs::read_to_string(down.join("a/b/deep.txt"))?,
+        "deep\n"
+    );
+    assert_eq!(std::fs::read_link(down.join("link"))?, Path::new("top.txt"));
+    let inside = dir.path().join("inside");
+    std::fs::create_dir(&inside)?;
+    e.ok(&[
+        "cp",
+        &format!("{sb}:uptree/a"),
+        inside.to_str().context("path")?,
+    ])
+    .await?;
+    assert_eq!(
+        std::fs::read_to_string(inside.join("a/b/deep.txt"))?,
+        "deep\n"
+    );
+
+    // files ls: JSON and text.
+    let files = e.json(&["files", "ls", &sb, "up"]).await?;
+    assert_eq!(files[0]["path"], "up/data.bin", "{files}");
+    assert_eq!(files[0]["size"], 700_000, "{files}");
+    assert_eq!(files[0]["type"], "FILE", "{files}");
+    let text = e.ok(&["files", "ls", &sb]).await?;
+    for name in ["up/", "other/", "notes.txt", "uptree/"] {
+        assert!(text.lines().any(|l| l.ends_with(name)), "{name} in {text}");
+    }
+    let all = e.json(&["files", "ls", "-R", &sb]).await?;
+    assert!(
+        all.as_array()
+            .context("array")?
+            .iter()
+            .any(|f| f["path"] == "other/data.bin"),
+        "{all}"
+    );
+
+    // logs --after-seq: only what came after.
+    let before = e.h.get(&sb).await?.last_seq;
+    e.ok(&["exec", &sb, "--", "echo later"]).await?;
+    let out = e
+        .ok(&[
+            "logs",
+            &sb,
+            "--after-seq",
+            &before.to_string(),
+            "-o",
+            "json",
+        ])
+        .await?;
+    let lines: Vec<Value> = out
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<std::result::Result<_, _>>()?;
+    assert!(!lines.is_empty());
+    assert!(
+        lines.iter().all(|o| o["seq"].as_u64() > Some(before)),
+        "{out}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|o| o["kind"] == "cmd_output" && o["cmd_output"]["data"] == "later\n"),
+        "{out}"
+    );
+    assert_eq!(lines.last().context("no line")?["kind"], "cmd_end", "{out}");
+    let text = e.ok(&["logs", &sb]).await?;
+    assert!(
+        text.contains("cmd_start") && text.contains("\"later\\n\""),
+        "{text}"
+    );
+    // --follow prints what comes next.
+    let last = e.h.get(&sb).await?.last_seq;
+    let mut follow = e.command(&["logs", &sb, "--follow", "--after-seq", &last.to_string()]);
+    let mut child = follow.stdout(Stdio::piped()).spawn()?;
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
+    e.ok(&["exec", &sb, "--", "echo followed"]).await?;
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await? {
+            if line.contains("followed\\n") {
+                return Ok::<_, anyhow::Error>(line);
+            }
+        }
+        bail!("logs --follow ended")
+    })
+    .await
+    .context("logs --follow printed nothing new")??;
+    assert!(found.contains("cmd_output"), "{found}");
+    child.kill().await?;
+
+    // run-code: a file and stdin; an exception is status 1 with the traceback on stderr.
+    let code = dir.path().join("cell.py");
+    std::fs::write(
+        &code,
+        "import sys\nx = 6 * 7\nprint('to', 'stdout')\nprint('to stderr', file=sys.stderr)\nx\n",
+    )?;
+    let out = e
+        .run(&["run-code", &sb, code.to_str().context("path")?])
+        .await?;
+    assert_eq!(
+        (out.code, out.stdout.as_str(), out.stderr.as_str()),
+        (0, "to stdout\n42\n", "to stderr\n"),
+        "{out:?}"
+    );
+    let out = e.run_stdin(&["run-code", &sb, "-"], b"x + 1\n").await?;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "43\n"), "{out:?}");
+    let out = e.run_stdin(&["run-code", &sb, "-"], b"1/0\n").await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("ZeroDivisionError"), "{out:?}");
+    Ok(())
+}
+
+/// A tmux server of its own (a unique socket), killed when dropped, even by a failing test.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    async fn start(width: u32, height: u32, command: &str) -> Result<Self> {
+        let t = Self {
+            socket: format!("mentis-cli-{}", uuid::Uuid::new_v4().simple()),
+        };
+        let (w, h) = (width.to_string(), height.to_string());
+        t.run(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "main",
+            "-x",
+            &w,
+            "-y",
+            &h,
+            command,
+        ])
+        .await?;
+        // Without a status line the pane is the whole window.
+        t.run(&["set-option", "-g", "status", "off"]).await?;
+        Ok(t)
+    }
+
+    async fn run(&self, args: &[&str]) -> Result<String> {
+        let out = tokio::process::Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .await
+            .context("tmux is missing: `make tools` (deploy/ensure-tools.sh) installs it")?;
+        ensure!(
+            out.status.success(),
+            "tmux {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    async fn screen(&self) -> Result<String> {
+        self.run(&["capture-pane", "-p", "-t", "main"]).await
+    }
+
+    /// Waits until a line of the screen is `line` (trailing blanks aside).
+    async fn expect_line(&self, line: &str) -> Result<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let screen = self.screen().await?;
+            if screen.lines().any(|l| l.trim_end() == line) {
+                return Ok(screen);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("no line {line:?} on the screen:\n{screen}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn keys(&self, keys: &[&str]) -> Result<()> {
+        let mut args = vec!["send-keys", "-t", "main"];
+        args.extend(keys);
+        self.run(&args).await.map(drop)
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+/// Waits until `path` holds a line.
+async fn read_when_written(path: &Path) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && s.ends_with('\n')
+        {
+            return Ok(s.trim().to_owned());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("{} was never written", path.display());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_in_a_real_terminal_resizes_interrupts_and_exits_with_the_remote_status() -> Result<()>
+{
+    let mut e = Env::start().await?;
+    let sb = e.sandbox().await?;
+    let dir = tempfile::tempdir()?;
+    let d = dir.path().display();
+    // The local terminal's settings before and after: raw mode must be undone.
+    let script = dir.path().join("run.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "stty -g > {d}/before\nMENTIS_ADDR='{}' MENTIS_API_KEY='{}' '{}' shell {sb}\necho $? > {d}/exit\n\
+             stty -g > {d}/after\nsleep 600\n",
+            e.addr,
+            e.key,
+            e.bin.display()
+        ),
+    )?;
+    let tmux = Tmux::start(100, 30, &format!("bash {}", script.display())).await?;
+
+    tmux.keys(&["echo $((6*7))", "Enter"]).await?;
+    tmux.expect_line("42").await?;
+    let size = tmux
+        .run(&[
+            "display-message",
+            "-p",
+            "-t",
+            "main",
+            "#{pane_height} #{pane_width}",
+        ])
+        .await?;
+    tmux.keys(&["echo S1:$(stty size)", "Enter"]).await?;
+    tmux.expect_line(&format!("S1:{}", size.trim())).await?;
+
+    // A resize of the local terminal (SIGWINCH to mentis) reaches the remote one.
+    tmux.run(&["resize-window", "-t", "main", "-x", "120", "-y", "40"])
+        .await?;
+    let size = tmux
+        .run(&[
+            "display-message",
+            "-p",
+            "-t",
+            "main",
+            "#{pane_height} #{pane_width}",
+        ])
+        .await?;
+    assert!(size.trim().ends_with(" 120"), "pane size {size}");
+    tmux.keys(&["clear; echo S2:$(stty size)", "Enter"]).await?;
+    tmux.expect_line(&format!("S2:{}", size.trim())).await?;
+
+    // Ctrl-C is a byte for the remote terminal: it interrupts the command, not mentis.
+    tmux.keys(&["sleep 300; echo NOT-INTERRUPTED", "Enter"])
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tmux.keys(&["C-c"]).await?;
+    tmux.keys(&["echo AFTER-$((1+1))", "Enter"]).await?;
+    let screen = tmux.expect_line("AFTER-2").await?;
+    assert!(
+        !screen.lines().any(|l| l.trim_end() == "NOT-INTERRUPTED"),
+        "{screen}"
+    );
+
+    // `exit 3` ends mentis with status 3, and the terminal is as it was.
+    tmux.keys(&["exit 3", "Enter"]).await?;
+    assert_eq!(read_when_written(&dir.path().join("exit")).await?, "3");
+    let after = read_when_written(&dir.path().join("after")).await?;
+    assert_eq!(read_when_written(&dir.path().join("before")).await?, after);
+    drop(tmux);
+
+    // Without a terminal on stdin: bytes go as they are, and the program's status comes back.
+    let out = e
+        .run_stdin(&["shell", &sb], b"echo piped-$((2+3))\nexit 5\n")
+        .await?;
+    assert_eq!(out.code, 5, "{out:?}");
+    assert!(out.stdout.contains("piped-5"), "{out:?}");
+    // The end of piped input ends the shell (Ctrl-D).
+    let out = e.run_stdin(&["shell", &sb], b"echo bye\n").await?;
+    assert_eq!(out.code, 0, "{out:?}");
+    // A program instead of bash, and its status.
+    let out = e
+        .run(&[
+            "shell",
+            &sb,
+            "--",
+            "sh",
+            "-c",
+            "echo in-a-pty; [ -t 0 ] && exit 9",
+        ])
+        .await?;
+    assert_eq!(out.code, 9, "{out:?}");
+    assert!(out.stdout.contains("in-a-pty"), "{out:?}");
+
+    // Re-attach: a terminal left running shows its scrollback to `--attach`.
+    let list = e.json(&["terminals", "ls", &sb]).await?;
+    assert!(list.as_array().is_some_and(|l| !l.is_empty()), "{list}");
+    let script = dir.path().join("detach.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "MENTIS_ADDR='{}' MENTIS_API_KEY='{}' '{}' shell {sb}\nsleep 600\n",
+            e.addr,
+            e.key,
+            e.bin.display()
+        ),
+    )?;
+    let tmux = Tmux::start(80, 24, &format!("bash {}", script.display())).await?;
+    tmux.keys(&["echo MARK-$((3*3))", "Enter"]).await?;
+    tmux.expect_line("MARK-9").await?;
+    drop(tmux); // the local terminal goes away; the remote one keeps running
+    let running = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let list = e.json(&["terminals", "ls", &sb]).await?;
+            let found = list.as_array().and_then(|l| {
+                l.iter()
+                    .find(|t| t["exit_code"].is_null() && t["attached"] == 0 && t["cols"] == 80)
+                    .and_then(|t| t["terminal_id"].as_str().map(str::to_owned))
+            });
+            if let Some(id) = found {
+                return Ok::<_, anyhow::Error>(id);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await
+    .context("the detached terminal was never listed")??;
+    let out = e
+        .run_stdin(&["shell", &sb, "--attach", &running], b"exit 4\n")
+        .await?;
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stdout.contains("MARK-9"), "the scrollback: {out:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_are_printed_for_bash_zsh_and_fish() -> Result<()> {
+    let bin = tokio::task::spawn_blocking(mentis_bin).await??;
+    for shell in ["bash", "zsh", "fish"] {
+        let out = tokio::process::Command::new(&bin)
+            .args(["completions", shell])
+            .output()
+            .await?;
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("run-code") && text.contains("sandbox"),
+            "{shell}: {text}"
+        );
+    }
+    Ok(())
+}
