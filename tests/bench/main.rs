@@ -380,10 +380,17 @@ async fn main() -> anyhow::Result<()> {
     // bash on this machine fed `true` through a pipe, with no network, gRPC or container in between.
     let mut in_session = cmd("true");
     in_session.session = "bench".into();
-    let session = round_trip(&h, &id, n, "session_round_trip_true", shell_action(in_session), |obs| {
-        anyhow::ensure!(cmd_end(obs)?.exit_code == 0);
-        Ok(())
-    })
+    let session = round_trip(
+        &h,
+        &id,
+        n,
+        "session_round_trip_true",
+        shell_action(in_session),
+        |obs| {
+            anyhow::ensure!(cmd_end(obs)?.exit_code == 0);
+            Ok(())
+        },
+    )
     .await?;
     let local_bash = local_bash_round_trip(n).await?;
     rows.push(Row {
@@ -665,22 +672,28 @@ async fn local_bash_round_trip(n: usize) -> anyhow::Result<Figure> {
     let stdin = child.stdin.take().context("bash stdin")?;
     let lines = BufReader::new(child.stdout.take().context("bash stdout")?).lines();
     let pipe = std::sync::Arc::new(tokio::sync::Mutex::new((stdin, lines)));
-    let figure = measure("local bash through a pipe (true)", n, 10, Duration::from_secs(60), || {
-        let pipe = std::sync::Arc::clone(&pipe);
-        async move {
-            let mut pipe = pipe.lock().await;
-            let (stdin, lines) = &mut *pipe;
-            let t = Instant::now();
-            stdin.write_all(b"true; echo \"end $?\"\n").await?;
-            loop {
-                let line = lines.next_line().await?.context("bash ended")?;
-                if line == "end 0" {
-                    break;
+    let figure = measure(
+        "local bash through a pipe (true)",
+        n,
+        10,
+        Duration::from_secs(60),
+        || {
+            let pipe = std::sync::Arc::clone(&pipe);
+            async move {
+                let mut pipe = pipe.lock().await;
+                let (stdin, lines) = &mut *pipe;
+                let t = Instant::now();
+                stdin.write_all(b"true; echo \"end $?\"\n").await?;
+                loop {
+                    let line = lines.next_line().await?.context("bash ended")?;
+                    if line == "end 0" {
+                        break;
+                    }
                 }
+                Ok(t.elapsed())
             }
-            Ok(t.elapsed())
-        }
-    })
+        },
+    )
     .await;
     drop(pipe);
     let _ = child.wait().await;
