@@ -680,8 +680,10 @@ async fn shell_in_a_real_terminal_resizes_interrupts_and_exits_with_the_remote_s
     tmux.expect_line(&format!("S2:{}", size.trim())).await?;
 
     // Ctrl-C is a byte for the remote terminal: it interrupts the command, not mentis.
-    tmux.keys(&["sleep 300; echo NOT-INTERRUPTED", "Enter"])
+    // (Ctrl-C once the line runs: one that came while bash still read the line would only clear it.)
+    tmux.keys(&["echo SLEEPING; sleep 300; echo NOT-INTERRUPTED", "Enter"])
         .await?;
+    tmux.expect_line("SLEEPING").await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     tmux.keys(&["C-c"]).await?;
     tmux.keys(&["echo AFTER-$((1+1))", "Enter"]).await?;

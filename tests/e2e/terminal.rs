@@ -228,7 +228,9 @@ async fn programs_see_a_tty_that_resizes_and_ctrl_c_interrupts() -> Result<()> {
     t.expect("after-2").await?;
     // A signal request goes to the foreground process group (sleep, not the shell); as with Ctrl-C, an
     // interactive shell drops the rest of the line.
-    t.type_in("sleep 300; echo never\r").await?;
+    // (SIGINT once the line runs: one that came while bash still read the line would only clear it.)
+    t.type_in("echo SLEEPING; sleep 300; echo never\r").await?;
+    t.expect("SLEEPING\r\n").await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     t.signal("INT").await?;
     t.type_in("echo slept-$?\r").await?;

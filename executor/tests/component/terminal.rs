@@ -153,7 +153,9 @@ async fn input_after_input_resize_signal_and_the_programs_end() {
     t.type_in("stty size\r").await;
     t.expect("43 132").await;
     // An interactive shell's Ctrl-C ends the whole line (no `echo` after it), and $? says SIGINT.
-    t.type_in("sleep 300; echo never\r").await;
+    // (SIGINT once the line runs: one that came while bash still read the line would only clear it.)
+    t.type_in("echo SLEEPING; sleep 300; echo never\r").await;
+    t.expect("SLEEPING\r\n").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     t.send(open_request::Kind::Signal(open_request::Signal {
         name: "sigint".into(),
