@@ -187,8 +187,8 @@ pub async fn run(conn: &Conn, a: ShellArgs) -> Result<Status> {
     }
 }
 
-/// The exit status of a terminal whose stream ended without `exited` (a program that ends at once can
-/// race its stream's end): what ListTerminals says, asked for a few seconds.
+/// The exit status of a terminal whose stream ended without `exited` (a runtime before the fix of that
+/// race, or a stream cut otherwise): what ListTerminals says, asked for a few seconds.
 async fn exit_code_of(conn: &Conn, sandbox: &str, terminal_id: &str) -> Result<Status> {
     for _ in 0..20 {
         let list = conn

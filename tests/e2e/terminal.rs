@@ -411,3 +411,41 @@ async fn terminals_are_bounded_expire_when_idle_and_count_as_activity() -> Resul
     }
     h.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_ends_at_once_still_ends_its_stream_with_exited_while_input_flows()
+-> Result<()> {
+    let mut h = Harness::start().await?;
+    let sb = h.create_default().await?;
+    let mut client = terminals(&h);
+    // The executor stops taking requests once the end is on its way; input the client sends meanwhile must
+    // not end the stream before `exited` (it did: the relay returned on the refused request).
+    for round in 0..20 {
+        let mut t = Term::open(
+            &mut client,
+            start(&sb.sandbox_id, &["sh", "-c", "exit 9"], 0, 0),
+        )
+        .await?;
+        let tx = t.tx.take().context("request side")?;
+        let typist = tokio::spawn(async move {
+            for _ in 0..200 {
+                let input = api::OpenRequest {
+                    kind: Some(open_request::Kind::Input(open_request::Input {
+                        data: bytes::Bytes::from_static(b"\x04"),
+                    })),
+                };
+                if tx.send(input).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        let exited = t
+            .until_exit()
+            .await
+            .with_context(|| format!("round {round}"))?;
+        assert_eq!(exited.exit_code, 9, "round {round}");
+        typist.abort();
+    }
+    h.stop().await
+}

@@ -123,10 +123,14 @@ impl TerminalApi {
                         tracing::debug!(?request, "terminal request from the client");
                         handle.touch();
                         let forward = TerminalRequest { request: Some(request), settings: None };
-                        match to_executor.as_ref() {
-                            Some(to) => to.send(forward).await.is_ok(),
-                            None => true,
+                        // The executor stops taking requests once the program's end is on its way: the
+                        // request is moot then, and the stream goes on until `exited` has been passed on.
+                        if let Some(to) = to_executor.as_ref()
+                            && to.send(forward).await.is_err()
+                        {
+                            to_executor = None;
                         }
+                        true
                     }
                     // The client closed its side: the terminal runs on and its output still comes.
                     Ok(None) => { to_executor = None; true }
