@@ -22,7 +22,8 @@ const USER_NICE: i32 = 5;
 const RAISE_PATIENCE: Duration = Duration::from_millis(250);
 const RAISE_RETRY: Duration = Duration::from_millis(2);
 
-/// Makes `command` start with OOM score adjustment 1000 and nice 5, set in the child between fork and exec,
+/// Makes `command` start with OOM score adjustment 1000, nice 5 and every signal at its default action, set
+/// in the child between fork and exec,
 /// so both hold before the program can fork anything (both are inherited at fork). Call before
 /// [`crate::identity::user_process`]: this runs first.
 ///
@@ -61,7 +62,24 @@ fn demote_self() -> io::Result<()> {
         nix::unistd::setresuid(ids.real, ids.effective, ids.saved)?;
     }
     let _ = rustix::process::setpriority_process(None, USER_NICE);
+    default_signals();
     Ok(())
+}
+
+/// Every signal back to its default action. Handlers are reset by exec anyway, but an ignored signal stays
+/// ignored across it: an executor started with SIGINT ignored (by a shell's background job, say) would give
+/// user code a Ctrl-C, a timeout's SIGINT or a terminal's signal that does nothing.
+fn default_signals() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    for sig in Signal::iterator() {
+        if matches!(sig, Signal::SIGKILL | Signal::SIGSTOP) {
+            continue;
+        }
+        // SAFETY: between fork and exec in the child (see `demote`): sigaction is async-signal-safe, and
+        // the default action installs no handler of ours.
+        #[allow(unsafe_code)]
+        let _ = unsafe { signal(sig, SigHandler::SigDfl) };
+    }
 }
 
 /// Raises the OOM score of the just-spawned `pid` from the outside, for a program that starts nothing
