@@ -66,7 +66,7 @@ bench: image tools web
 
 # A chaos soak (tests/soak): SOAK_CLIENTS clients and random faults (container, executor and kernel kills,
 # dropped streams, runtime SIGKILL and SIGTERM with restarts) for SOAK_DURATION; exits non-zero on any broken
-# invariant. `make test` runs 3 minutes of it.
+# invariant. `make test` runs 4 minutes of it (the runtime's RSS levels off after about 3).
 SOAK_DURATION ?= 30m
 SOAK_CLIENTS ?= 20
 soak: image web
@@ -86,7 +86,7 @@ test: image tools
 	@tests/readme-walkthrough.sh --behind-nginx
 	@$(MAKE) --no-print-directory test-deploy
 	$(CARGO) build -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
-	target/debug/mentis-soak --duration 3m --clients $(SOAK_CLIENTS)
+	target/debug/mentis-soak --duration 4m --clients $(SOAK_CLIENTS)
 
 # The Helm chart rendered, linted and validated offline (also in make lint); the walk-through against the runtime
 # image under Compose, in both modes (each also upgrades the runtime in place), then installed from the offline
