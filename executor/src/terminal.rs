@@ -8,7 +8,6 @@ pub(crate) mod screen;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -388,17 +387,10 @@ impl Terminals {
             signal_session(terminal.pid, Signal::SIGKILL);
         }
         let exit = match status {
-            Ok(status) => match (status.code(), status.signal()) {
-                (Some(code), _) => Exit { code, signal: 0 },
-                (None, Some(signal)) => Exit {
-                    code: 128 + signal,
-                    signal,
-                },
-                (None, None) => Exit {
-                    code: -1,
-                    signal: 0,
-                },
-            },
+            Ok(status) => {
+                let (code, signal) = crate::shell::process::code_and_signal(status);
+                Exit { code, signal }
+            }
             Err(e) => {
                 tracing::warn!(terminal_id = %terminal.id, error = %e, "cannot read a terminal's exit status");
                 Exit {

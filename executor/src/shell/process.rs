@@ -144,12 +144,7 @@ fn ended(exit: Exit, duration: Duration, timeout: Duration) -> CmdEnd {
             "the executor is shutting down; the process group was killed".to_owned(),
         ),
         (None, Ok(status)) => {
-            let (exit_code, signal) = match (status.code(), status.signal()) {
-                (Some(code), _) => (code, 0),
-                // Shell convention, and what the proto asks for: killed by signal N = 128 + N.
-                (None, Some(sig)) => (128 + sig, sig),
-                (None, None) => (-1, 0),
-            };
+            let (exit_code, signal) = code_and_signal(status);
             CmdEnd {
                 exit_code,
                 reason: EndReason::Exited,
@@ -165,6 +160,16 @@ fn ended(exit: Exit, duration: Duration, timeout: Duration) -> CmdEnd {
             signal: 0,
             message: format!("cannot read the exit status: {e}"),
         },
+    }
+}
+
+/// A process's exit code and the signal that killed it (0 when it exited). Shell convention, and what the
+/// proto asks for: killed by signal N = 128 + N.
+pub(crate) fn code_and_signal(status: ExitStatus) -> (i32, i32) {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code, 0),
+        (None, Some(sig)) => (128 + sig, sig),
+        (None, None) => (-1, 0),
     }
 }
 

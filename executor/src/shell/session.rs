@@ -401,12 +401,7 @@ async fn shell_ended(
     let status = shell.child.wait().await;
     let end = match status {
         Ok(status) => {
-            use std::os::unix::process::ExitStatusExt;
-            let (exit_code, signal) = match (status.code(), status.signal()) {
-                (Some(code), _) => (code, 0),
-                (None, Some(sig)) => (128 + sig, sig),
-                (None, None) => (-1, 0),
-            };
+            let (exit_code, signal) = super::process::code_and_signal(status);
             CmdEnd {
                 exit_code,
                 reason: EndReason::Exited,
