@@ -9,7 +9,7 @@
 //! The counters are container-wide, so with commands running concurrently the attribution is approximate:
 //! a command that fails with exit 137 while another one's memory hog is OOM-killed can be reported as
 //! OOM-killed too. The kernel may also pick a different victim than the process that used the memory (the
-//! largest process with the highest `oom_score_adj`, which user processes have: see `demote`).
+//! largest process with the highest `oom_score_adj`, which user processes have: see `enter`).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -4,7 +4,7 @@
 //! drops every other), and [`become_supervisor`] makes it the sandbox user for everything it does while
 //! keeping root as its real and saved user id: `(ruid, euid, suid) = (0, 1000, 0)`, likewise for the group
 //! ids, no supplementary groups. Every process that runs user code (a command's bash, the IPython kernel)
-//! is started by [`user_process`] as `(1000, 1000, 1000)`, and so has no capability at all.
+//! is started by `crate::enter` as `(1000, 1000, 1000)`, and so has no capability at all.
 //!
 //! What that gives:
 //! - **User code cannot signal the executor or tini.** The kernel lets a process signal another only when
@@ -24,13 +24,10 @@
 //! Outside a container (tests, development) `MENTIS_SANDBOX_USER` is unset and user code runs as the
 //! executor's own user, as before.
 
-use std::ffi::OsString;
-use std::io;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use nix::unistd::{Gid, Uid, User};
-use tokio::process::Command;
 
 /// `UID:GID` of the sandbox user (numeric): set, the executor supervises user code running as it.
 pub const SANDBOX_USER_ENV: &str = "MENTIS_SANDBOX_USER";
@@ -113,29 +110,10 @@ fn home_of(uid: Uid, env_home: Option<String>, workspace: &std::path::Path) -> P
     }
 }
 
-/// Makes `command` start as the sandbox user (all three ids, no supplementary groups) with its HOME,
-/// when the executor supervises. Call before the command's own env is applied, so that env may override
-/// HOME.
-pub(crate) fn user_process(command: &mut Command) {
-    let Some(user) = USER.get() else {
-        return;
-    };
-    let (uid, gid) = (user.uid, user.gid);
-    command.env("HOME", OsString::from(user.home.as_os_str()));
-    // std's `Command::uid` would call setuid, which for a process whose effective uid is not 0 changes the
-    // effective uid only: user code would keep the real uid 0 and could take root back. setresuid sets all
-    // three; an unprivileged process may, since each new id is one of its current ones.
-    // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe calls are
-    // allowed: it makes two system calls (nix's wrappers allocate nothing) and builds an io::Error from an
-    // errno on failure, which does not allocate either.
-    #[allow(unsafe_code)]
-    unsafe {
-        command.pre_exec(move || {
-            nix::unistd::setresgid(gid, gid, gid).map_err(io::Error::from)?;
-            nix::unistd::setresuid(uid, uid, uid).map_err(io::Error::from)?;
-            Ok(())
-        });
-    }
+/// The sandbox user that user processes run as, when the executor supervises (`crate::enter` starts them
+/// as it).
+pub(crate) fn sandbox_user() -> Option<&'static SandboxUser> {
+    USER.get()
 }
 
 #[cfg(test)]

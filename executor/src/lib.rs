@@ -15,7 +15,7 @@ mod auth;
 mod cgroup;
 mod config;
 mod convert;
-mod demote;
+mod enter;
 mod error;
 mod events;
 mod files;

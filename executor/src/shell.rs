@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::cgroup::Cgroup;
 use crate::config::TOKEN_ENV;
-use crate::demote;
+use crate::enter::{self, Priority};
 use crate::events::EventSink;
 use crate::reclaim::{Processes, Role};
 use crate::registry::Registration;
@@ -84,12 +84,13 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
         Ok(dir) => dir,
         Err(message) => return CmdEnd::failed_to_start(message),
     };
+    let mut command = match command(&spec, &dir) {
+        Ok(command) => command,
+        Err(e) => return CmdEnd::failed_to_start(format!("cannot start {BASH}: {e}")),
+    };
     let cgroup = Cgroup::get();
     let counters = cgroup.counters().await;
-    let spawned = ctx
-        .processes
-        .spawn(Role::Action, &mut command(&spec, &dir))
-        .await;
+    let spawned = ctx.processes.spawn(Role::Action, &mut command).await;
     // What was killed to make room is said before the command starts (or fails to).
     if let Some(reclaimed) = &spawned.reclaimed {
         sink.send(reclaimed.observation()).await;
@@ -165,16 +166,19 @@ pub(crate) async fn work_dir(workspace: &Path, work_dir: &str) -> Result<PathBuf
     }
 }
 
-fn command(spec: &ShellSpec, dir: &Path) -> Command {
-    let mut command = Command::new(BASH);
-    // bash as user code: the OOM killer's first choice from its start, at a lower CPU priority.
-    demote::demote(&mut command);
-    // As the sandbox user, when the executor supervises; before the env, which may set HOME.
-    crate::identity::user_process(&mut command);
+/// `bash -c COMMAND` as user code (see `enter`): the OOM killer's first choice from its start, at a lower
+/// CPU priority, as the sandbox user.
+fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<Command> {
+    let path = enter::path_of([spec.action.env.get("PATH"), spec.sandbox_env.get("PATH")]);
+    let mut command = enter::command(
+        std::ffi::OsStr::new(BASH),
+        dir,
+        path.as_deref(),
+        Priority::Lowered,
+    )?;
     command
         .arg("-c")
         .arg(&spec.action.command)
-        .current_dir(dir)
         // The image env is inherited; the token is ours alone, even if something put it back in our env.
         .env_remove(TOKEN_ENV)
         .envs(&spec.sandbox_env)
@@ -192,7 +196,7 @@ fn command(spec: &ShellSpec, dir: &Path) -> Command {
         .stderr(Stdio::piped())
         // Killing is explicit (the whole group, not just bash): see ProcessGroup.
         .kill_on_drop(false);
-    command
+    Ok(command)
 }
 
 #[cfg(test)]

@@ -19,12 +19,12 @@ use mentis_model::terminal::{Size, TerminalSpec};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::TOKEN_ENV;
+use crate::enter::{self, Priority};
 use crate::error::Error;
 use crate::reclaim::procfs;
 use screen::Screen;
@@ -241,6 +241,7 @@ impl Terminals {
                 limit: settings.max_terminals,
             });
         }
+        let program = command(&spec, &settings, &dir)?;
         let (pty, pts) =
             pty_process::open().map_err(|e| pty_error("opening a pseudo-terminal", e))?;
         pty.resize(pty_process::Size::new(spec.size.rows, spec.size.cols))
@@ -252,14 +253,12 @@ impl Terminals {
                 context: "duplicating the pseudo-terminal".to_owned(),
                 source,
             })?;
-        let child = command(&spec, &settings, &dir)
-            .spawn(pts)
-            .map_err(|e| match e {
-                pty_process::Error::Io(e) => {
-                    Error::FailedPrecondition(format!("cannot start {}: {e}", spec.command[0]))
-                }
-                e => pty_error("starting the terminal's program", e),
-            })?;
+        let child = program.spawn(pts).map_err(|e| match e {
+            pty_process::Error::Io(e) => {
+                Error::FailedPrecondition(format!("cannot start {}: {e}", spec.command[0]))
+            }
+            e => pty_error("starting the terminal's program", e),
+        })?;
         let pid = child
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
@@ -416,21 +415,25 @@ impl Terminals {
     }
 }
 
-/// The terminal's program: its argv, env over the sandbox's, in its work dir, demoted and as the sandbox
-/// user; pty-process makes it lead a new session whose controlling terminal is the pty.
-fn command(spec: &TerminalSpec, settings: &Settings, dir: &Path) -> pty_process::Command {
-    let mut command = Command::new(&spec.command[0]);
-    crate::demote::demote(&mut command);
-    crate::identity::user_process(&mut command);
+/// The terminal's program: its argv, env over the sandbox's, in its work dir, as user code (see `enter`);
+/// pty-process makes it lead a new session whose controlling terminal is the pty.
+fn command(
+    spec: &TerminalSpec,
+    settings: &Settings,
+    dir: &Path,
+) -> Result<pty_process::Command, Error> {
+    let program = std::ffi::OsStr::new(&spec.command[0]);
+    let path = enter::path_of([spec.env.get("PATH"), settings.sandbox_env.get("PATH")]);
+    let mut command = enter::command(program, dir, path.as_deref(), Priority::Lowered)
+        .map_err(|e| Error::FailedPrecondition(format!("cannot start {}: {e}", spec.command[0])))?;
     command
         .args(&spec.command[1..])
-        .current_dir(dir)
         .env_remove(TOKEN_ENV)
         .env("TERM", "xterm-256color")
         .envs(&settings.sandbox_env)
         .envs(&spec.env)
         .kill_on_drop(false);
-    pty_process::Command::from(command)
+    Ok(pty_process::Command::from(command))
 }
 
 /// `signal` to every process of the session `sid` leads (its process groups: the shell's jobs too).

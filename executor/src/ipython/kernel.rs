@@ -14,7 +14,6 @@ use tokio_util::task::TaskTracker;
 
 use super::process::{Exit, KernelProcess, Launch};
 use super::wire::Wire;
-use crate::demote;
 use crate::reclaim::Processes;
 
 /// Installed silently at every start (rollback and inspect helpers).
@@ -79,11 +78,6 @@ impl Kernel {
         })
         .await?;
         let pid = process.pid();
-        // Cells are user code: the OOM killer picks the kernel (or what a cell started), not the executor.
-        // Before connecting, so before any cell can start a process. Its CPU priority stays as it is: the
-        // kernel must answer the executor's messages and interrupts promptly, and CPU fairness already
-        // leaves the executor its share next to one busy kernel.
-        demote::raise_oom_score(pid.unsigned_abs()).await;
         // At shutdown the half-started kernel is dropped, and dropping its process kills it.
         let ready = tokio::select! {
             ready = Self::connect(process, setup, deadline) => ready,

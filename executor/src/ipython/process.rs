@@ -23,6 +23,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::TOKEN_ENV;
+use crate::enter::{self, Priority};
 use crate::reclaim::{Processes, Reclaimed, Role, Tracked};
 use crate::shell::process::ProcessGroup;
 
@@ -118,7 +119,8 @@ impl KernelProcess {
             .map_err(|e| format!("cannot create the kernel's private directory: {e}"))?;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
             .map_err(|e| format!("cannot restrict the kernel's private directory: {e}"))?;
-        let mut command = command(launch, &dir.path().join("kernel.json"));
+        let mut command = command(launch, &dir.path().join("kernel.json"))
+            .map_err(|e| format!("cannot run {}: {e}", launch.python.display()))?;
         let spawned = launch.processes.spawn(Role::Kernel, &mut command).await;
         let (mut child, tracked) = spawned.result.map_err(|e| {
             let mut message = format!("cannot run {}: {e}", launch.python.display());
@@ -238,10 +240,17 @@ impl Drop for KernelProcess {
     }
 }
 
-fn command(launch: &Launch<'_>, connection_file: &Path) -> Command {
-    let mut command = Command::new(launch.python);
-    // As the sandbox user, when the executor supervises; before the env, which may set HOME.
-    crate::identity::user_process(&mut command);
+/// The kernel as user code (see `enter`): the OOM killer's first choice, as the sandbox user, at the
+/// executor's priority (it must answer the executor's messages and interrupts promptly; CPU fairness already
+/// leaves the executor its share next to one busy kernel).
+fn command(launch: &Launch<'_>, connection_file: &Path) -> std::io::Result<Command> {
+    let path = enter::path_of([launch.env.get("PATH")]);
+    let mut command = enter::command(
+        launch.python.as_os_str(),
+        launch.workspace,
+        path.as_deref(),
+        Priority::Kept,
+    )?;
     command
         .arg("-m")
         .arg("ipykernel_launcher")
@@ -249,7 +258,6 @@ fn command(launch: &Launch<'_>, connection_file: &Path) -> Command {
         .arg(connection_file)
         // History in memory: no sqlite file in a home directory that may be read-only or shared.
         .arg("--HistoryManager.hist_file=:memory:")
-        .current_dir(launch.workspace)
         .env_remove(TOKEN_ENV)
         // debugpy (loaded by ipykernel) otherwise warns about frozen modules at every start.
         .env("PYDEVD_DISABLE_FILE_VALIDATION", "1")
@@ -266,7 +274,7 @@ fn command(launch: &Launch<'_>, connection_file: &Path) -> Command {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(false);
-    command
+    Ok(command)
 }
 
 /// Waits for the kernel to exit (or kills its group when asked or at shutdown), reaps it, and reports.

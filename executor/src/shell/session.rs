@@ -24,7 +24,7 @@ use mentis_model::{CmdEnd, EndReason, ObservationKind, OutputStream, ShellAction
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +33,7 @@ use super::output::{COALESCE, MAX_CHUNK};
 use super::process::{BASH, ProcessGroup, blame_limits_of};
 use crate::cgroup::Cgroup;
 use crate::config::TOKEN_ENV;
+use crate::enter::{self, Priority};
 use crate::error::Error;
 use crate::events::EventSink;
 use crate::reclaim::{Processes, Role, Tracked};
@@ -158,15 +159,19 @@ pub(crate) async fn run(session: &Session, ctx: &Context<'_>, sink: &mut EventSi
 /// process group.
 async fn start(ctx: &Context<'_>) -> Result<(Shell, Option<ObservationKind>), String> {
     let token = uuid::Uuid::new_v4().simple().to_string();
-    let mut command = Command::new(BASH);
-    crate::demote::demote(&mut command);
-    crate::identity::user_process(&mut command);
+    let path = enter::path_of([ctx.sandbox_env.get("PATH")]);
+    let mut command = enter::command(
+        std::ffi::OsStr::new(BASH),
+        ctx.workspace,
+        path.as_deref(),
+        Priority::Lowered,
+    )
+    .map_err(|e| format!("cannot start the session's {BASH}: {e}"))?;
     command
         .arg("-c")
         .arg(LOOP)
         .arg("mentis-session")
         .arg(&token)
-        .current_dir(ctx.workspace)
         .env_remove(TOKEN_ENV)
         .envs(ctx.sandbox_env)
         .process_group(0)
