@@ -7,8 +7,10 @@
 //!    real uid as effective uid for the write and puts it back;
 //! 2. niceness NICE;
 //! 3. every signal at its default action and none blocked (an ignored signal stays ignored across exec);
-//! 4. groups and then user ids set to GID and UID, all three of each (setresgid / setresuid: an
-//!    unprivileged process may, towards any of its current ids), which leaves no capability;
+//! 4. groups and then user ids set to GID and UID, all three of each (setresgid / setresuid: Linux lets an
+//!    unprivileged process do it towards any of its current ids; gVisor's exec of a process whose real
+//!    uid is 0 gives it (0, 0, 0), so the permitted SETUID and SETGID are made effective first), which
+//!    leaves no capability;
 //! 5. exec PATH with ARGV0 and ARGS, in the environment it was given.
 //!
 //! Refused steps 1 and 2 leave the program at the executor's score and priority, as they would be without
@@ -66,6 +68,12 @@ pub unsafe fn main(argc: usize, argv: *const *const u8, envp: *const *const u8) 
         let _ = sys::setpriority(0, 0, nice);
     }
     default_signals();
+    if uid.is_some() || gid.is_some() {
+        // The capabilities the executor holds (SETUID, SETGID) are permitted here but not effective after
+        // the exec (effective uid not 0). Linux lets the ids below be set without them (each is already
+        // one of ours); gVisor's exec leaves the ids (0, 0, 0) instead, and there they are needed.
+        let _ = sys::raise_effective_capabilities();
+    }
     if let Some(gid) = gid
         && let Err(e) = sys::setresgid(gid, gid, gid)
     {
@@ -189,6 +197,8 @@ pub mod sys {
         pub const GETRESUID: usize = 118;
         pub const SETRESGID: usize = 119;
         pub const SETPRIORITY: usize = 141;
+        pub const CAPGET: usize = 125;
+        pub const CAPSET: usize = 126;
         pub const EXIT_GROUP: usize = 231;
         pub const OPENAT: usize = 257;
     }
@@ -198,6 +208,8 @@ pub mod sys {
         pub const OPENAT: usize = 56;
         pub const CLOSE: usize = 57;
         pub const WRITE: usize = 64;
+        pub const CAPGET: usize = 90;
+        pub const CAPSET: usize = 91;
         pub const EXIT_GROUP: usize = 94;
         pub const RT_SIGACTION: usize = 134;
         pub const RT_SIGPROCMASK: usize = 135;
@@ -312,6 +324,60 @@ pub mod sys {
     pub fn setpriority(which: usize, who: usize, nice: u32) -> Result<usize, isize> {
         // SAFETY: no memory is passed.
         check(unsafe { syscall4(nr::SETPRIORITY, which, who, nice as usize, 0) })
+    }
+
+    /// `_LINUX_CAPABILITY_VERSION_3`: two words of each set.
+    const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: i32,
+    }
+
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+
+    /// Makes every permitted capability effective (which needs no privilege).
+    pub fn raise_effective_capabilities() -> Result<usize, isize> {
+        let mut header = CapHeader {
+            version: CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let empty = CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        };
+        let mut data = [empty; 2];
+        // SAFETY: a valid header and room for the two words version 3 writes.
+        check(unsafe {
+            syscall4(
+                nr::CAPGET,
+                &raw mut header as usize,
+                data.as_mut_ptr() as usize,
+                0,
+                0,
+            )
+        })?;
+        for word in &mut data {
+            word.effective = word.permitted;
+        }
+        // SAFETY: as above, read only.
+        check(unsafe {
+            syscall4(
+                nr::CAPSET,
+                &raw mut header as usize,
+                data.as_ptr() as usize,
+                0,
+                0,
+            )
+        })
     }
 
     /// The kernel's `struct sigaction` (the same layout on x86_64 and aarch64).
