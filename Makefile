@@ -100,6 +100,11 @@ test-deploy: service-images tools
 lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@# mentis-enter's root file is built by executor/build.rs, outside Cargo's targets (its logic, enter.rs, is
+	@# also a module of the executor's unit tests, which the two commands above cover).
+	rustfmt --edition 2024 --check executor/enter/main.rs
+	clippy-driver --edition 2024 --crate-type bin -C panic=abort -D warnings --emit=metadata \
+	  -o $(CURDIR)/target/mentis-enter.rmeta executor/enter/main.rs
 	$(TOOLS)/buf lint
 	@# Compatible with the previous commit's protos (wire and generated code): a deliberate break is a
 	@# commit of its own, never the last one before a CI run.

@@ -150,6 +150,14 @@ if [ "$flavor" = sandbox ]; then
   chmod 755 "$rootfs/workspace"
 fi
 
+# C.UTF-8 (LANG) in a locale archive: glibc maps /usr/lib/locale/locale-archive in one go when there is one,
+# and otherwise opens and maps each category's file under C.utf8/ (about 70 system calls at the start of every
+# program that calls setlocale: 0.18 ms of each `bash -c`, a tenth of a shell command's round trip).
+in_root localedef --add-to-archive /usr/lib/locale/C.utf8 >"$work/localedef.log" 2>&1 || {
+  cat "$work/localedef.log" >&2
+  die "localedef --add-to-archive failed"
+}
+
 log "cleaning up the rootfs"
 umount "$rootfs/proc"
 in_root apt-get clean

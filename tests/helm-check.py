@@ -139,6 +139,15 @@ def expect(set_name: str, kinds: dict[str, list[dict]]) -> None:
         check(runtime["securityContext"].get("privileged") is True, "loop disks without a privileged runtime")
     if "MENTIS_METRICS_LISTEN" in env:
         check(any(p["name"] == "metrics" for p in service["spec"]["ports"]), "metrics on but not in the Service")
+    if "MENTIS_HTTP_LISTEN" in env:
+        check(any(p["name"] == "web" for p in service["spec"]["ports"]), "the web terminal on but not in the Service")
+        check(any(p["name"] == "web" for p in runtime.get("ports", [])), "the web terminal on but no container port")
+        if "NetworkPolicy" in kinds:
+            ingress = kinds["NetworkPolicy"][0]["spec"]["ingress"]
+            check(any(any(p.get("port") == "web" for p in rule.get("ports", [])) for rule in ingress),
+                  "the web terminal on but the NetworkPolicy lets nobody reach it")
+    else:
+        check(all(p["name"] != "web" for p in service["spec"]["ports"]), "a web port in the Service while off")
 
 
 def main() -> int:

@@ -248,8 +248,13 @@ if [ -n "$compose" ]; then
     127.0.0.1:50051 mentis.v1.ActionService/Execute)
   grep -qF '"text": "before 42' <<<"$after" ||
     { echo "readme-walkthrough: after the upgrade the sandbox lost its file or its kernel: $after" >&2; keep_logs=1; exit 1; }
+  # The web terminal is on (MENTIS_HTTP_LISTEN, 127.0.0.1:8080): a link minted over the API opens its page.
+  link=$(g -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.TerminalService/CreateTerminalLink | jq -r .path)
+  case $link in /terminal#token=*) ;; *) echo "readme-walkthrough: CreateTerminalLink gave $link" >&2; exit 1 ;; esac
+  curl -sf "http://127.0.0.1:8080${link%%#*}" | grep -q xterm ||
+    { echo "readme-walkthrough: the web terminal's page is not on 127.0.0.1:8080" >&2; keep_logs=1; exit 1; }
   g -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.SandboxService/DeleteSandbox >/dev/null
-  echo "readme-walkthrough: the upgraded runtime took its sandbox over"
+  echo "readme-walkthrough: the upgraded runtime took its sandbox over; the web terminal's page is served"
 fi
 if [ "$show" = --show ]; then cat "$work/out"; fi
 echo "readme-walkthrough${behind_nginx:+ (behind nginx)}${compose:+ (compose, $compose mode)}: 1 passed, 0 failed"

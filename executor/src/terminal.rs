@@ -1,5 +1,5 @@
 //! Terminals (docs/ARCHITECTURE.md, "Terminals"): a program on a real pseudo-terminal, in its own session
-//! and process group, as the sandbox user, demoted like every user process. Its output goes into a bounded
+//! and process group, started as user code like every user process (see `enter`). Its output goes into a bounded
 //! scrollback ([`screen`]) that every attached stream follows from its own cursor; input, resize and
 //! signals come from any attached stream. A terminal outlives its streams: it ends when its program exits,
 //! when it is closed, when it has had no stream for its idle timeout, or when the executor shuts down.
@@ -231,7 +231,6 @@ impl Terminals {
             return Err(Error::ShuttingDown);
         }
         let dir = crate::shell::work_dir(&self.workspace, &spec.work_dir)
-            .await
             .map_err(Error::FailedPrecondition)?;
         // Counted and registered under one lock, so two starts cannot both take the last place.
         let mut by_id = lock(&self.by_id);

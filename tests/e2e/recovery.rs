@@ -84,29 +84,25 @@ async fn a_backgrounded_fork_bomb_is_reclaimed_and_the_next_command_runs() -> an
     assert_eq!(cmd_end(&bomb)?.exit_code, 0, "{bomb:?}");
     // Let it fill the pids limit.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let started = Instant::now();
-    let next = h.sh(&id, "echo ok").await?;
-    let took = started.elapsed();
-    let mut timeline = format!("first command after {took:?}: {:?}", cmd_end(&next)?);
-    // Before a fix, how long until a command runs again (bounded).
-    if stdout(&next) != "ok\n" {
-        while started.elapsed() < Duration::from_secs(120) {
-            let again = h.sh(&id, "echo ok").await?;
-            if stdout(&again) == "ok\n" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+    // The bomb's processes die and fork again all the time, so a spawn may find a pid free for a moment
+    // and need no reclaim: each command must run at once, and within a few one must have met the full limit.
+    let mut timeline = String::new();
+    let mut reclaimed = None;
+    for attempt in 1..=5 {
+        let started = Instant::now();
+        let next = h.sh(&id, "echo ok").await?;
+        let took = started.elapsed();
+        timeline += &format!("command {attempt} after {took:?}: {:?}; ", cmd_end(&next)?);
+        assert_eq!(stdout(&next), "ok\n", "{timeline}");
+        assert!(took < Duration::from_secs(2), "{timeline}");
+        let states = agent_states(&mut h, &id).await?;
+        reclaimed = states.into_iter().find(|a| a.message.contains("reclaimed"));
+        if reclaimed.is_some() {
+            break;
         }
-        timeline += &format!("; a command ran again after {:?}", started.elapsed());
     }
-    assert_eq!(stdout(&next), "ok\n", "{timeline}");
-    assert!(took < Duration::from_secs(2), "{timeline}");
-
-    let states = agent_states(&mut h, &id).await?;
-    let reclaimed = states
-        .iter()
-        .find(|a| a.message.contains("reclaimed"))
-        .unwrap_or_else(|| panic!("no agent_state about reclaimed processes: {states:?}"));
+    let reclaimed =
+        reclaimed.unwrap_or_else(|| panic!("no agent_state about reclaimed processes: {timeline}"));
     let killed: u64 = reclaimed.details["killed"].parse()?;
     assert!(killed > 10, "{reclaimed:?}");
     assert_eq!(reclaimed.details["from"], "ended actions", "{reclaimed:?}");

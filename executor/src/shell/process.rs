@@ -34,6 +34,13 @@ pub(crate) struct Exit {
     pub(crate) stopped: Option<StopReason>,
 }
 
+impl Exit {
+    /// Exited 0 by itself: no limit is to blame (see [`blame_limits`]), so the counters need no reading.
+    pub(crate) fn succeeded(&self) -> bool {
+        self.stopped.is_none() && self.status.as_ref().is_ok_and(ExitStatus::success)
+    }
+}
+
 /// The process group led by the command's bash (pgid = its pid).
 ///
 /// While armed, dropping it kills the group: if the action's task is dropped before the command ended

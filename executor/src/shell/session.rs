@@ -155,7 +155,7 @@ pub(crate) async fn run(session: &Session, ctx: &Context<'_>, sink: &mut EventSi
     blame_limits_of(end, hits)
 }
 
-/// Starts the session's shell: the sandbox env, the workspace, demoted and as the sandbox user, its own
+/// Starts the session's shell: the sandbox env, the workspace, as user code (see `enter`), its own
 /// process group.
 async fn start(ctx: &Context<'_>) -> Result<(Shell, Option<ObservationKind>), String> {
     let token = uuid::Uuid::new_v4().simple().to_string();
