@@ -14,7 +14,7 @@ use tonic::{Status, Streaming};
 use super::action_service::{ActionApi, parse_action_id};
 use super::decode;
 use super::follow::{self, with_keepalives};
-use super::outbound::{self, Guarded, Outbound};
+use super::outbound::{Guarded, Outbound};
 use super::status::{client_message, code_name, reason, to_status};
 use crate::auth::Caller;
 use crate::convert::action_from_proto;
@@ -42,17 +42,13 @@ impl ActionApi {
         inbound: Streaming<api::ConnectRequest>,
         caller: Caller,
     ) -> Guarded<api::ConnectResponse> {
-        let (tx, rx) = outbound::channel(self.policy);
         let api = self.clone();
-        self.sessions.spawn(async move {
-            tokio::select! {
-                () = api.session(inbound, &tx, &caller) => {}
-                () = api.shutdown.cancelled() => {
-                    let _ = tx.send(Err(follow::draining())).await;
-                }
-            }
-        });
-        rx
+        follow::spawn_session(
+            self.policy,
+            &self.sessions,
+            self.shutdown.clone(),
+            move |tx| async move { api.session(inbound, &tx, &caller).await },
+        )
     }
 
     async fn session(&self, mut inbound: Streaming<api::ConnectRequest>, tx: &Tx, caller: &Caller) {

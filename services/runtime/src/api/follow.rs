@@ -175,6 +175,33 @@ where
     guarded
 }
 
+/// Runs a two-way stream's session as a task of `sessions` (a drain waits for those) and returns the client's
+/// end. When the runtime starts to drain first, the session is dropped and the client gets [`draining`], to
+/// resume. Connect and TerminalService/Open (over gRPC and the web terminal's WebSocket) go through here.
+pub fn spawn_session<T, F>(
+    policy: StreamPolicy,
+    sessions: &TaskTracker,
+    shutdown: CancellationToken,
+    session: impl FnOnce(Arc<Outbound<T>>) -> F,
+) -> Guarded<T>
+where
+    T: Send + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = outbound::channel(policy);
+    let tx = Arc::new(tx);
+    let run = session(Arc::clone(&tx));
+    sessions.spawn(async move {
+        tokio::select! {
+            () = run => {}
+            () = shutdown.cancelled() => {
+                let _ = tx.send(Err(draining())).await;
+            }
+        }
+    });
+    rx
+}
+
 /// The status that ends an open stream when the runtime drains: nothing is lost, the client resumes.
 pub fn draining() -> tonic::Status {
     expected_status(&Error::new(

@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::access::{self, caller};
 use super::decode;
 use super::follow;
-use super::outbound::{self, Guarded, Outbound, StreamPolicy};
+use super::outbound::{Guarded, Outbound, StreamPolicy};
 use super::status::to_status;
 use crate::auth::Caller;
 use crate::auth::link::{self, Link};
@@ -254,17 +254,13 @@ impl TerminalApi {
         inbound: impl Stream<Item = Result<api::OpenRequest, Status>> + Send + Unpin + 'static,
         caller: Caller,
     ) -> Guarded<api::OpenResponse> {
-        let (tx, rx) = outbound::channel(self.policy);
         let api = self.clone();
-        self.sessions.spawn(async move {
-            tokio::select! {
-                () = api.session(inbound, &tx, &caller) => {}
-                () = api.shutdown.cancelled() => {
-                    let _ = tx.send(Err(follow::draining())).await;
-                }
-            }
-        });
-        rx
+        follow::spawn_session(
+            self.policy,
+            &self.sessions,
+            self.shutdown.clone(),
+            move |tx| async move { api.session(inbound, &tx, &caller).await },
+        )
     }
 
     /// The link of CreateTerminalLink, checked: the caller may use the sandbox, the terminal id is one, the
