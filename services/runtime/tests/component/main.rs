@@ -17,5 +17,6 @@ mod pool;
 mod race;
 mod restart;
 mod secrets;
+mod terminal;
 mod time;
 mod transport;
