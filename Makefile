@@ -7,7 +7,7 @@ CARGO ?= cargo
 export MENTIS_EXECUTOR_IMAGE ?= mentis/executor:latest
 TOOLS := $(CURDIR)/.tools/bin
 
-.PHONY: help setup tools web executor image service-images bundle run demo bench soak test test-unit test-e2e test-deploy lint fmt clean-sandboxes
+.PHONY: help setup tools web executor image service-images bundle run demo bench soak sdk test test-unit test-e2e test-sdk test-deploy lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
@@ -18,6 +18,7 @@ help:
 	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint and breaking, code generation in other languages,"
 	@echo "              the Helm chart rendered, linted and checked against Kubernetes' schemas (offline)"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
+	@echo "make sdk    - build the Python SDK's wheel (sdk/python, stubs generated from proto/) into target/sdk"
 	@echo "make service-images - build the runtime and Docker-in-Docker images (mentis/runtime, mentis/dind; docs/DEPLOY.md)"
 	@echo "make tools  - the machine tools in .tools/ and the mentis command line (target/release/mentis, docs/CLI.md)"
 	@echo "make bundle - the offline bundle: images, binaries, Compose, the chart and install.sh in one tarball"
@@ -84,9 +85,20 @@ test: image tools
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=2
 	@tests/readme-walkthrough.sh
 	@tests/readme-walkthrough.sh --behind-nginx
+	@$(MAKE) --no-print-directory test-sdk
 	@$(MAKE) --no-print-directory test-deploy
 	$(CARGO) build -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
 	target/debug/mentis-soak --duration 4m --clients $(SOAK_CLIENTS)
+
+# The Python SDK: a wheel with the stubs generated from proto/ (docs/SDK.md).
+sdk: tools
+	rm -rf target/sdk/*.whl
+	.tools/venv/bin/pip wheel -q --no-build-isolation --no-deps -w target/sdk sdk/python
+
+# The SDK's tests (pytest) from a fresh virtual environment holding only the wheel and pytest, against a real runtime.
+test-sdk: image sdk
+	$(CARGO) build -p mentis-runtime
+	@tests/sdk-check.sh
 
 # The Helm chart rendered, linted and validated offline (also in make lint); the walk-through against the runtime
 # image under Compose, in both modes (each also upgrades the runtime in place), then installed from the offline

@@ -1,0 +1,58 @@
+"""MentisSandbox's Python client: sandboxes for AI agents, with shell commands, stateful IPython cells and
+files, over the runtime's gRPC API.
+
+    from mentis import Sandbox
+
+    with Sandbox.create() as sb:
+        print(sb.run("echo hi").stdout)
+        print(sb.run_code("6 * 7").results[0]["text/plain"])
+
+The runtime's address and key come from arguments or `MENTIS_ADDR` / `MENTIS_API_KEY` (see `Settings`).
+"""
+
+from .errors import (
+    Aborted,
+    AlreadyExists,
+    Cancelled,
+    ConfigError,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    MentisError,
+    NotFound,
+    OutOfRange,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+from ._client import Settings
+from .sandbox import CellError, CellResult, CommandResult, FileInfo, Files, Sandbox
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Sandbox",
+    "CommandResult",
+    "CellResult",
+    "CellError",
+    "Files",
+    "FileInfo",
+    "Settings",
+    "MentisError",
+    "ConfigError",
+    "InvalidArgument",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "Unauthenticated",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unavailable",
+    "DeadlineExceeded",
+    "Cancelled",
+    "Internal",
+]

@@ -1,0 +1,520 @@
+"""Sandboxes, commands and cells (the synchronous API).
+
+    from mentis import Sandbox
+
+    with Sandbox.create() as sb:                 # deleted when the block ends
+        r = sb.run("echo hi; exit 3")
+        print(r.exit_code, r.stdout)             # 3 hi
+        cell = sb.run_code("x = 6 * 7\\nx")
+        print(cell.results[0]["text/plain"])     # 42
+
+Every action carries an action id the SDK makes: a stream that drops is resumed from the last observation
+received (StreamObservations with after_seq), and a submit that failed in transit is sent again with the same id,
+which the runtime runs once (docs/ARCHITECTURE.md, "Guarantees"). Callers see each byte once.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import grpc
+
+from ._client import Connection, Settings
+from .errors import MentisError, NotFound, AlreadyExists, from_rpc_error
+from .v1 import action_pb2, file_pb2, observation_pb2, sandbox_pb2
+
+__all__ = ["Sandbox", "CommandResult", "CellResult", "CellError", "Files", "FileInfo"]
+
+# Statuses after which a stream is resumed rather than failed: the connection broke, not the call.
+_RESUMABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
+# How long a broken stream keeps being resumed before the error is raised.
+_RESUME_FOR = 60.0
+_CHUNK = 1 << 20
+
+
+@dataclass
+class CommandResult:
+    """How a shell command ended. `exit_code` is the command's (128 + N when signal N killed it); `reason`
+    is `"exited"`, `"timed_out"`, `"cancelled"`, `"lost"`, `"failed_to_start"`, `"oom_killed"` or
+    `"pids_limit_reached"`; `message` says more when it is not `"exited"`."""
+
+    exit_code: int
+    reason: str
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+    signal: int = 0
+    message: str = ""
+    duration: float = 0.0
+    action_id: str = ""
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_bytes.decode("utf-8", errors="replace")
+
+    @property
+    def ok(self) -> bool:
+        return self.reason == "exited" and self.exit_code == 0
+
+
+@dataclass
+class CellError:
+    name: str
+    value: str
+    traceback: List[str]
+
+
+@dataclass
+class CellResult:
+    """How a cell ended. `status` is `"ok"`, `"error"` or `"aborted"`; `text` is what it printed (stdout and
+    stderr in order); `results` the rich outputs (display data and the cell's value) as MIME bundles, images
+    (`image/png`, `image/jpeg`) as bytes; `error` the exception when `status` is `"error"`; `reason` why an
+    aborted cell did not run to its end."""
+
+    status: str
+    text: str
+    results: List[Dict[str, Any]]
+    error: Optional[CellError] = None
+    execution_count: int = 0
+    reason: str = ""
+    duration: float = 0.0
+    action_id: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class FileInfo:
+    path: str
+    size: int
+    mode: int
+    is_dir: bool
+    symlink_target: str = ""
+
+
+def _enum_name(enum, value: int, prefix: str) -> str:
+    return enum.Name(value).removeprefix(prefix).lower()
+
+
+def _seconds(d) -> float:
+    return d.seconds + d.nanos / 1e9
+
+
+class _ActionStream:
+    """One action's observations, each once, across dropped streams: Execute first, StreamObservations with
+    the action id and the last seq after a drop; the submit itself is retried with the same action id."""
+
+    def __init__(self, conn: Connection, sandbox_id: str, action: action_pb2.Action) -> None:
+        self.conn = conn
+        self.sandbox_id = sandbox_id
+        self.action = action
+        self.action_id = str(uuid.uuid4())
+        self.last_seq = 0
+
+    def __iter__(self) -> Iterator[observation_pb2.Observation]:
+        deadline: Optional[float] = None
+        started = False
+        while True:
+            generation = self.conn.generation
+            try:
+                if not started:
+                    calls = self.conn.actions.Execute(
+                        action_pb2.ExecuteRequest(
+                            sandbox_id=self.sandbox_id, action=self.action, action_id=self.action_id
+                        )
+                    )
+                else:
+                    calls = self.conn.actions.StreamObservations(
+                        action_pb2.StreamObservationsRequest(
+                            sandbox_id=self.sandbox_id, after_seq=self.last_seq, action_id=self.action_id
+                        )
+                    )
+                for response in calls:
+                    if not response.HasField("observation"):
+                        continue
+                    obs = response.observation
+                    started = True
+                    if obs.seq <= self.last_seq:
+                        continue
+                    self.last_seq = obs.seq
+                    deadline = None
+                    yield obs
+                    if obs.HasField("cmd_end") or obs.HasField("ipython_result"):
+                        return
+                # The stream ended without the action's end: resume.
+            except grpc.RpcError as e:
+                if e.code() not in _RESUMABLE:
+                    raise from_rpc_error(e) from None
+                now = time.monotonic()
+                deadline = deadline or now + _RESUME_FOR
+                if now > deadline:
+                    raise from_rpc_error(e) from None
+                # A broken channel is replaced; a refused submit is sent again with the same action id.
+                self.conn.reconnect(generation)
+                time.sleep(0.05)
+
+
+class Sandbox:
+    """A sandbox on a runtime. Make one with `create`, `connect` or `get_or_create`; used as a context
+    manager, a sandbox this object created is deleted at the end of the block (`keep=True` keeps it)."""
+
+    def __init__(self, conn: Connection, info: sandbox_pb2.Sandbox, *, owned: bool, keep: bool = False):
+        self._conn = conn
+        self._info = info
+        self._owned = owned
+        self._keep = keep
+        self.files = Files(self)
+
+    # --- making one
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        image: str = "",
+        env: Optional[Dict[str, str]] = None,
+        labels: Optional[Dict[str, str]] = None,
+        space: str = "",
+        key: str = "",
+        cpu: float = 0.0,
+        memory_mb: int = 0,
+        idle_timeout: int = 0,
+        keep: bool = False,
+        addr: Optional[str] = None,
+        api_key: Optional[str] = None,
+        tls: Optional[bool] = None,
+    ) -> "Sandbox":
+        """Creates a sandbox (0 / empty means the runtime's default for each setting). `key` is an external
+        key (`get_or_create` finds the sandbox by it)."""
+        conn = Connection(Settings.resolve(addr, api_key, tls=tls))
+        spec = sandbox_pb2.SandboxSpec(
+            space_id=space,
+            image=image,
+            env=env or {},
+            labels=labels or {},
+            external_key=key,
+            cpu_limit=cpu,
+            memory_limit_mb=memory_mb,
+            idle_timeout_seconds=idle_timeout,
+        )
+        info = _call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec)).sandbox
+        return cls(conn, info, owned=True, keep=keep)
+
+    @classmethod
+    def connect(
+        cls,
+        sandbox_id: str,
+        *,
+        addr: Optional[str] = None,
+        api_key: Optional[str] = None,
+        tls: Optional[bool] = None,
+    ) -> "Sandbox":
+        """An existing sandbox, by id (NotFound when there is none). Not deleted at the end of a block."""
+        conn = Connection(Settings.resolve(addr, api_key, tls=tls))
+        info = _call(conn.sandboxes.GetSandbox, sandbox_pb2.GetSandboxRequest(sandbox_id=sandbox_id)).sandbox
+        return cls(conn, info, owned=False)
+
+    @classmethod
+    def get_or_create(
+        cls,
+        *,
+        key: str,
+        space: str = "",
+        addr: Optional[str] = None,
+        api_key: Optional[str] = None,
+        tls: Optional[bool] = None,
+        **create_args: Any,
+    ) -> "Sandbox":
+        """The sandbox with external key `key` in `space`, created (with `create_args`) when there is none.
+        Never deleted at the end of a block: it is meant to be found again."""
+        conn = Connection(Settings.resolve(addr, api_key, tls=tls))
+        request = sandbox_pb2.GetSandboxByKeyRequest(space_id=space, external_key=key)
+        for _ in range(3):
+            try:
+                info = _call(conn.sandboxes.GetSandboxByKey, request).sandbox
+                return cls(conn, info, owned=False)
+            except NotFound:
+                pass
+            spec = sandbox_pb2.SandboxSpec(space_id=space, external_key=key)
+            for name, value in create_args.items():
+                _apply_create_arg(spec, name, value)
+            try:
+                info = _call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec)).sandbox
+                return cls(conn, info, owned=False)
+            except AlreadyExists:
+                continue  # created by someone else meanwhile: find it
+        raise MentisError(f"no sandbox with key {key!r} could be found or created")
+
+    # --- what it is
+
+    @property
+    def id(self) -> str:
+        return self._info.sandbox_id
+
+    @property
+    def state(self) -> str:
+        """The state when last fetched (`refresh()` fetches it again): `"running"`, `"paused"`, ..."""
+        return _enum_name(sandbox_pb2.SandboxState, self._info.state, "SANDBOX_STATE_")
+
+    def refresh(self) -> "Sandbox":
+        self._info = _call(
+            self._conn.sandboxes.GetSandbox, sandbox_pb2.GetSandboxRequest(sandbox_id=self.id)
+        ).sandbox
+        return self
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.id!r}, state={self.state!r})"
+
+    # --- lifecycle
+
+    def pause(self) -> "Sandbox":
+        self._info = _call(
+            self._conn.sandboxes.PauseSandbox, sandbox_pb2.PauseSandboxRequest(sandbox_id=self.id)
+        ).sandbox
+        return self
+
+    def resume(self) -> "Sandbox":
+        self._info = _call(
+            self._conn.sandboxes.ResumeSandbox, sandbox_pb2.ResumeSandboxRequest(sandbox_id=self.id)
+        ).sandbox
+        return self
+
+    def delete(self) -> None:
+        """Deletes the sandbox and everything in it (a sandbox already gone is no error)."""
+        try:
+            _call(self._conn.sandboxes.DeleteSandbox, sandbox_pb2.DeleteSandboxRequest(sandbox_id=self.id))
+        except NotFound:
+            pass
+
+    def close(self) -> None:
+        """Closes the connection (the sandbox stays)."""
+        self._conn.close()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self._owned and not self._keep:
+                self.delete()
+        finally:
+            self.close()
+
+    # --- actions
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: Optional[float] = None,
+        env: Optional[Dict[str, str]] = None,
+        cwd: str = "",
+        session: str = "",
+        stdin: bytes = b"",
+        on_stdout: Optional[Callable[[str], None]] = None,
+        on_stderr: Optional[Callable[[str], None]] = None,
+    ) -> CommandResult:
+        """Runs `command` with bash and waits for its end; output is passed to `on_stdout` / `on_stderr` as it
+        arrives (decoded as UTF-8; a character split across chunks is kept whole). A command that fails is a
+        result with its exit code, not an exception. `session` runs it in a persistent shell of that name
+        (cd and export carry over)."""
+        action = action_pb2.Action(
+            shell=action_pb2.ShellAction(
+                command=command,
+                work_dir=cwd,
+                env=env or {},
+                timeout_seconds=int(timeout) if timeout else 0,
+                stdin=stdin,
+                session=session,
+            )
+        )
+        stream = _ActionStream(self._conn, self.id, action)
+        out, err = bytearray(), bytearray()
+        decoders = {1: _Utf8(on_stdout), 2: _Utf8(on_stderr)}
+        end = None
+        for obs in stream:
+            if obs.HasField("cmd_output"):
+                data = obs.cmd_output.data
+                (out if obs.cmd_output.stream == observation_pb2.OUTPUT_STREAM_STDOUT else err).extend(data)
+                decoders.get(obs.cmd_output.stream, _Utf8(None)).feed(data)
+            elif obs.HasField("cmd_end"):
+                end = obs.cmd_end
+        for d in decoders.values():
+            d.flush()
+        assert end is not None
+        return CommandResult(
+            exit_code=end.exit_code,
+            reason=_enum_name(observation_pb2.EndReason, end.reason, "END_REASON_"),
+            stdout_bytes=bytes(out),
+            stderr_bytes=bytes(err),
+            signal=end.signal,
+            message=end.message,
+            duration=_seconds(end.duration),
+            action_id=stream.action_id,
+        )
+
+    def run_code(
+        self,
+        code: str,
+        *,
+        timeout: Optional[float] = None,
+        on_output: Optional[Callable[[str], None]] = None,
+    ) -> CellResult:
+        """Runs `code` as a cell on the sandbox's IPython kernel (its state carries over from cell to cell)
+        and waits for its end; printed text is passed to `on_output` as it arrives. An exception in the cell
+        is a result with status `"error"`, not an exception here."""
+        action = action_pb2.Action(
+            ipython=action_pb2.IPythonAction(code=code, timeout_seconds=int(timeout) if timeout else 0)
+        )
+        stream = _ActionStream(self._conn, self.id, action)
+        text: List[str] = []
+        results: List[Dict[str, Any]] = []
+        end = None
+        for obs in stream:
+            if obs.HasField("ipython_output"):
+                o = obs.ipython_output
+                if o.kind in (
+                    observation_pb2.IPYTHON_OUTPUT_KIND_STREAM_STDOUT,
+                    observation_pb2.IPYTHON_OUTPUT_KIND_STREAM_STDERR,
+                ):
+                    text.append(o.text)
+                    if on_output:
+                        on_output(o.text)
+                else:
+                    results.append(_bundle(o.data))
+            elif obs.HasField("ipython_result"):
+                end = obs.ipython_result
+        assert end is not None
+        status = _enum_name(observation_pb2.IpythonStatus, end.status, "IPYTHON_STATUS_")
+        error = (
+            CellError(end.error_name, end.error_value, list(end.traceback)) if status == "error" else None
+        )
+        return CellResult(
+            status=status,
+            text="".join(text),
+            results=results,
+            error=error,
+            execution_count=end.execution_count,
+            reason=end.reason,
+            duration=_seconds(end.duration),
+            action_id=stream.action_id,
+        )
+
+
+class Files:
+    """The sandbox's files, by path (relative paths are from the workspace)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sb = sandbox
+
+    def read(self, path: str) -> bytes:
+        conn = self._sb._conn
+        request = file_pb2.ReadFileRequest(sandbox_id=self._sb.id, path=path)
+        try:
+            return b"".join(r.data for r in conn.files.ReadFile(request))
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def read_text(self, path: str) -> str:
+        return self.read(path).decode("utf-8")
+
+    def write(self, path: str, data, *, mode: int = 0) -> None:
+        """Writes `data` (bytes or str) to `path`, replacing it; parent directories are made."""
+        blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        conn = self._sb._conn
+
+        def requests():
+            yield file_pb2.WriteFileRequest(
+                header=file_pb2.WriteFileHeader(sandbox_id=self._sb.id, path=path, mode=mode)
+            )
+            for i in range(0, len(blob), _CHUNK):
+                yield file_pb2.WriteFileRequest(data=blob[i : i + _CHUNK])
+
+        _call(conn.files.WriteFile, requests())
+
+    def list(self, path: str = "", *, recursive: bool = False) -> List[FileInfo]:
+        conn = self._sb._conn
+        files: List[FileInfo] = []
+        token = ""
+        while True:
+            r = _call(
+                conn.files.ListFiles,
+                file_pb2.ListFilesRequest(
+                    sandbox_id=self._sb.id, path=path, recursive=recursive, page_token=token
+                ),
+            )
+            for f in r.files:
+                files.append(
+                    FileInfo(
+                        path=f.path,
+                        size=f.size,
+                        mode=f.mode,
+                        is_dir=f.type == file_pb2.FILE_TYPE_DIRECTORY,
+                        symlink_target=f.symlink_target,
+                    )
+                )
+            if not r.next_page_token:
+                return files
+            token = r.next_page_token
+
+
+def _apply_create_arg(spec: sandbox_pb2.SandboxSpec, name: str, value: Any) -> None:
+    fields = {"image": "image", "cpu": "cpu_limit", "memory_mb": "memory_limit_mb",
+              "idle_timeout": "idle_timeout_seconds"}
+    if name in ("env", "labels"):
+        getattr(spec, name).update(value or {})
+    elif name in fields:
+        setattr(spec, fields[name], value)
+    else:
+        raise TypeError(f"get_or_create() got an unexpected argument {name!r}")
+
+
+def _call(method, request):
+    try:
+        return method(request)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e) from None
+
+
+def _bundle(data) -> Dict[str, Any]:
+    bundle: Dict[str, Any] = {}
+    for mime, value in data.items():
+        if mime.startswith("image/") and mime != "image/svg+xml":
+            try:
+                bundle[mime] = base64.b64decode(value)
+                continue
+            except ValueError:
+                pass
+        bundle[mime] = value
+    return bundle
+
+
+class _Utf8:
+    """Decodes a byte stream for a callback, holding back a character split across chunks."""
+
+    def __init__(self, sink: Optional[Callable[[str], None]]) -> None:
+        import codecs
+
+        self._sink = sink
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, data: bytes) -> None:
+        if self._sink:
+            text = self._decoder.decode(data)
+            if text:
+                self._sink(text)
+
+    def flush(self) -> None:
+        if self._sink:
+            text = self._decoder.decode(b"", final=True)
+            if text:
+                self._sink(text)

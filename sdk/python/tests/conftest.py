@@ -1,0 +1,102 @@
+"""A real runtime for the SDK's tests: `MENTIS_RUNTIME_BIN` (make test-sdk passes target/debug/mentis-runtime)
+on a free 127.0.0.1 port with a data folder of its own, real Docker sandboxes behind it. Every sandbox the
+tests leave is deleted before the runtime stops."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import grpc
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Runtime:
+    def __init__(self, binary: str) -> None:
+        self.data = tempfile.TemporaryDirectory(prefix="mentis-sdk-")
+        self.port = _free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.instance = f"sdk-{uuid.uuid4().hex[:8]}"
+        env = dict(os.environ)
+        env.update(
+            MENTIS_LISTEN=self.addr,
+            MENTIS_DATA_DIR=self.data.name,
+            MENTIS_INSTANCE=self.instance,
+            RUST_LOG=os.environ.get("RUST_LOG", "warn"),
+        )
+        for name in ("MENTIS_ADDR", "MENTIS_API_KEY"):
+            env.pop(name, None)
+        self.log = open(pathlib.Path(self.data.name).parent / f"{self.instance}.log", "w")
+        self.proc = subprocess.Popen([binary], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the runtime exited with {self.proc.returncode}; log: {self.log.name}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    pass
+                key_file = pathlib.Path(self.data.name, "admin.key")
+                if key_file.exists():
+                    self.key = key_file.read_text().strip()
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the runtime did not listen within 120 s; log: {self.log.name}")
+            time.sleep(0.1)
+
+    def delete_all(self) -> None:
+        from mentis.v1 import sandbox_pb2, sandbox_pb2_grpc
+
+        channel = grpc.insecure_channel(self.addr)
+        stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
+        md = [("authorization", f"Bearer {self.key}")]
+        for sb in stub.ListSandboxes(sandbox_pb2.ListSandboxesRequest(), metadata=md).sandboxes:
+            try:
+                stub.DeleteSandbox(sandbox_pb2.DeleteSandboxRequest(sandbox_id=sb.sandbox_id), metadata=md)
+            except grpc.RpcError:
+                pass
+        channel.close()
+
+    def stop(self) -> None:
+        try:
+            self.delete_all()
+        finally:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.log.close()
+            self.data.cleanup()
+
+
+@pytest.fixture(scope="session")
+def runtime():
+    binary = os.environ.get("MENTIS_RUNTIME_BIN")
+    if not binary:
+        pytest.fail("MENTIS_RUNTIME_BIN must name the mentis-runtime to test against (make test-sdk sets it)")
+    rt = Runtime(binary)
+    yield rt
+    rt.stop()
+
+
+@pytest.fixture
+def env(runtime, monkeypatch):
+    """MENTIS_ADDR and MENTIS_API_KEY point at the test runtime."""
+    monkeypatch.setenv("MENTIS_ADDR", runtime.addr)
+    monkeypatch.setenv("MENTIS_API_KEY", runtime.key)
+    return runtime

@@ -1,0 +1,157 @@
+"""The synchronous API against a real runtime and real sandboxes."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+import mentis
+from mentis import Sandbox
+
+
+@pytest.fixture(scope="module")
+def sb(runtime):
+    with Sandbox.create(addr=runtime.addr, api_key=runtime.key) as sandbox:
+        yield sandbox
+
+
+def test_a_command_gives_its_exit_code_streams_and_live_output(sb):
+    live = []
+    r = sb.run("echo out; echo err >&2; printf 'caf\\xc3'; printf '\\xa9\\n'; exit 3", on_stdout=live.append)
+    assert (r.exit_code, r.reason, r.ok) == (3, "exited", False)
+    assert r.stdout == "out\ncafé\n"
+    assert r.stderr == "err\n"
+    # A character split across two writes reaches the callback whole.
+    assert "".join(live) == "out\ncafé\n"
+    assert r.action_id
+
+
+def test_env_cwd_stdin_and_timeout(sb):
+    r = sb.run("mkdir -p sub && cd sub && pwd", cwd="")
+    assert r.stdout.strip().endswith("/sub")
+    assert sb.run("echo $A-$B", env={"A": "1", "B": "2"}).stdout == "1-2\n"
+    assert sb.run("cat", stdin=b"fed\n").stdout == "fed\n"
+    assert sb.run("pwd", cwd="sub").stdout.strip().endswith("/sub")
+    slow = sb.run("sleep 30", timeout=1)
+    assert slow.reason == "timed_out"
+    assert slow.exit_code == -1
+
+
+def test_a_session_keeps_cwd_and_variables(sb):
+    assert sb.run("cd /tmp && export N=5", session="work").ok
+    assert sb.run("echo $(pwd) $N", session="work").stdout == "/tmp 5\n"
+    assert sb.run("echo ${N:-unset}").stdout == "unset\n"
+
+
+def test_cells_keep_state_and_return_results_and_errors(sb):
+    first = sb.run_code("import base64\nx = 6 * 7\nprint('hello')")
+    assert (first.status, first.text, first.error) == ("ok", "hello\n", None)
+    value = sb.run_code("x")
+    assert value.results == [{"text/plain": "42"}]
+    printed = []
+    sb.run_code("for i in range(3): print(i)", on_output=printed.append)
+    assert "".join(printed) == "0\n1\n2\n"
+    failed = sb.run_code("1/0")
+    assert failed.status == "error"
+    assert failed.error.name == "ZeroDivisionError"
+    assert any("ZeroDivisionError" in line for line in failed.error.traceback)
+    image = sb.run_code(
+        "from IPython.display import Image, display\n"
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3]); plt.show()"
+    )
+    pngs = [r["image/png"] for r in image.results if "image/png" in r]
+    assert pngs and pngs[0].startswith(b"\x89PNG"), image
+
+
+def test_files_round_trip(sb):
+    sb.files.write("dir/a.txt", "hello")
+    sb.files.write("dir/b.bin", bytes(range(256)) * 5000)
+    assert sb.files.read_text("dir/a.txt") == "hello"
+    assert sb.files.read("dir/b.bin") == bytes(range(256)) * 5000
+    listed = {f.path: f for f in sb.files.list("dir")}
+    assert set(listed) == {"dir/a.txt", "dir/b.bin"}
+    assert listed["dir/b.bin"].size == 256 * 5000
+    assert sb.run("cat dir/a.txt").stdout == "hello"
+    with pytest.raises(mentis.NotFound):
+        sb.files.read("dir/missing")
+
+
+def test_a_dropped_stream_is_resumed_and_every_byte_arrives_once(sb):
+    # The client closes its own channel while the command prints; the SDK reconnects and resumes after
+    # the last seq it received.
+    lines = []
+    dropped = threading.Event()
+
+    def on_stdout(text):
+        lines.append(text)
+        if not dropped.is_set() and "5\n" in "".join(lines):
+            dropped.set()
+            sb._conn._raw.close()
+
+    r = sb.run("for i in $(seq 1 40); do echo $i; sleep 0.05; done", on_stdout=on_stdout)
+    assert dropped.is_set()
+    assert r.exit_code == 0
+    expected = "".join(f"{i}\n" for i in range(1, 41))
+    assert r.stdout == expected
+    assert "".join(lines) == expected
+
+
+def test_pause_resume_and_get_or_create(runtime):
+    key = f"conv-{time.time_ns()}"
+    first = Sandbox.get_or_create(key=key, addr=runtime.addr, api_key=runtime.key)
+    again = Sandbox.get_or_create(key=key, addr=runtime.addr, api_key=runtime.key)
+    try:
+        assert first.id == again.id
+        assert first.pause().state == "paused"
+        assert first.resume().state == "running"
+        assert first.run("echo back").stdout == "back\n"
+    finally:
+        first.delete()
+        first.close()
+        again.close()
+    # A deleted sandbox's record stays, final.
+    assert Sandbox.connect(first.id, addr=runtime.addr, api_key=runtime.key).state == "terminated"
+
+
+def test_a_block_deletes_what_it_created_unless_kept(env):
+    with Sandbox.create() as made:
+        made_id = made.id
+    assert Sandbox.connect(made_id).state == "terminated"
+    with Sandbox.create(keep=True) as kept:
+        kept_id = kept.id
+    again = Sandbox.connect(kept_id)
+    assert again.run("true").ok
+    again.delete()
+
+
+def test_mistakes_are_typed_errors_with_the_runtimes_details(env, monkeypatch):
+    with pytest.raises(mentis.InvalidArgument) as bad:
+        Sandbox.create(memory_mb=-5)
+    assert bad.value.reason and bad.value.field, bad.value
+    with pytest.raises(mentis.NotFound) as missing:
+        Sandbox.connect(str(uuid.uuid4()))
+    assert missing.value.reason == "SANDBOX_NOT_FOUND"
+    with pytest.raises(mentis.InvalidArgument):
+        Sandbox.connect("not-a-sandbox-id")
+    monkeypatch.setenv("MENTIS_API_KEY", "mk_wrong")
+    with pytest.raises(mentis.Unauthenticated):
+        Sandbox.create()
+    monkeypatch.delenv("MENTIS_ADDR")
+    with pytest.raises(mentis.ConfigError):
+        Sandbox.create()
+
+
+def test_the_guides_example_runs_as_written(env, capsys):
+    # docs/SDK.md's Python block, exactly as a reader would paste it.
+    import pathlib
+    import re
+
+    guide = pathlib.Path(__file__).resolve().parents[3] / "docs" / "SDK.md"
+    block = re.search(r"```python\n(.*?)```", guide.read_text(), re.S)
+    assert block, f"no python block in {guide}"
+    exec(compile(block.group(1), str(guide), "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["3 hi", "", "42", "hello ['notes/a.txt']"]
