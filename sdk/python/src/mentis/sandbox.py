@@ -16,6 +16,7 @@ which the runtime runs once (docs/ARCHITECTURE.md, "Guarantees"). Callers see ea
 from __future__ import annotations
 
 import base64
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -105,6 +106,11 @@ def _enum_name(enum, value: int, prefix: str) -> str:
     return enum.Name(value).removeprefix(prefix).lower()
 
 
+def _whole_seconds(timeout: Optional[float]) -> int:
+    """A timeout in whole seconds, rounded up (0: the runtime's default)."""
+    return math.ceil(timeout) if timeout else 0
+
+
 def _seconds(d) -> float:
     return d.seconds + d.nanos / 1e9
 
@@ -150,17 +156,19 @@ class _ActionStream:
                     yield obs
                     if obs.HasField("cmd_end") or obs.HasField("ipython_result"):
                         return
-                # The stream ended without the action's end: resume.
+                # The stream ended without the action's end (a proxy cut it): resume, within the deadline.
+                failure: Optional[MentisError] = MentisError("the stream ended before the action did")
             except grpc.RpcError as e:
                 if e.code() not in _RESUMABLE:
                     raise from_rpc_error(e) from None
-                now = time.monotonic()
-                deadline = deadline or now + _RESUME_FOR
-                if now > deadline:
-                    raise from_rpc_error(e) from None
+                failure = from_rpc_error(e)
                 # A broken channel is replaced; a refused submit is sent again with the same action id.
                 self.conn.reconnect(generation)
-                time.sleep(0.05)
+            now = time.monotonic()
+            deadline = deadline or now + _RESUME_FOR
+            if now > deadline:
+                raise failure
+            time.sleep(0.05)
 
 
 class Sandbox:
@@ -332,7 +340,7 @@ class Sandbox:
                 command=command,
                 work_dir=cwd,
                 env=env or {},
-                timeout_seconds=int(timeout) if timeout else 0,
+                timeout_seconds=_whole_seconds(timeout),
                 stdin=stdin,
                 session=session,
             )
@@ -373,7 +381,7 @@ class Sandbox:
         and waits for its end; printed text is passed to `on_output` as it arrives. An exception in the cell
         is a result with status `"error"`, not an exception here."""
         action = action_pb2.Action(
-            ipython=action_pb2.IPythonAction(code=code, timeout_seconds=int(timeout) if timeout else 0)
+            ipython=action_pb2.IPythonAction(code=code, timeout_seconds=_whole_seconds(timeout))
         )
         stream = _ActionStream(self._conn, self.id, action)
         text: List[str] = []
