@@ -117,6 +117,8 @@ lint: tools
 	rustfmt --edition 2024 --check executor/enter/main.rs
 	clippy-driver --edition 2024 --crate-type bin -C panic=abort -D warnings --emit=metadata \
 	  -o $(CURDIR)/target/mentis-enter.rmeta executor/enter/main.rs
+	.tools/venv/bin/ruff check sdk/python
+	.tools/venv/bin/ruff format --check sdk/python
 	$(TOOLS)/buf lint
 	@# Compatible with the previous commit's protos (wire and generated code): a deliberate break is a
 	@# commit of its own, never the last one before a CI run.

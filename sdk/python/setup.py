@@ -22,8 +22,15 @@ class BuildWithStubs(build_py):
         protos = sorted(str(p.relative_to(PROTO)) for p in (PROTO / "mentis" / "v1").glob("*.proto"))
         if not protos:
             raise SystemExit(f"no protos under {PROTO / 'mentis' / 'v1'}")
-        args = ["grpc_tools.protoc", f"-I{PROTO}", f"-I{include}", f"--python_out={out}",
-                f"--grpc_python_out={out}", f"--pyi_out={out}", *protos]
+        args = [
+            "grpc_tools.protoc",
+            f"-I{PROTO}",
+            f"-I{include}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+            f"--pyi_out={out}",
+            *protos,
+        ]
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed on " + " ".join(protos))
         (out / "mentis" / "v1" / "__init__.py").write_text('"""Generated from proto/mentis/v1."""\n')

@@ -4,6 +4,7 @@ tests leave is deleted before the runtime stops."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import signal
@@ -38,7 +39,8 @@ class Runtime:
         )
         for name in ("MENTIS_ADDR", "MENTIS_API_KEY"):
             env.pop(name, None)
-        self.log = open(pathlib.Path(self.data.name).parent / f"{self.instance}.log", "w")
+        # The runtime's log, kept open for its life and closed by stop().
+        self.log = open(pathlib.Path(self.data.name).parent / f"{self.instance}.log", "w")  # noqa: SIM115
         self.proc = subprocess.Popen([binary], env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while True:
@@ -64,10 +66,8 @@ class Runtime:
         stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
         md = [("authorization", f"Bearer {self.key}")]
         for sb in stub.ListSandboxes(sandbox_pb2.ListSandboxesRequest(), metadata=md).sandboxes:
-            try:
+            with contextlib.suppress(grpc.RpcError):
                 stub.DeleteSandbox(sandbox_pb2.DeleteSandboxRequest(sandbox_id=sb.sandbox_id), metadata=md)
-            except grpc.RpcError:
-                pass
         channel.close()
 
     def stop(self) -> None:

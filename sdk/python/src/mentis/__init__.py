@@ -10,6 +10,7 @@ files, over the runtime's gRPC API.
 The runtime's address and key come from arguments or `MENTIS_ADDR` / `MENTIS_API_KEY` (see `Settings`).
 """
 
+from ._client import Settings
 from .errors import (
     Aborted,
     AlreadyExists,
@@ -27,32 +28,31 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from ._client import Settings
 from .sandbox import CellError, CellResult, CommandResult, FileInfo, Files, Sandbox
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox",
-    "CommandResult",
-    "CellResult",
-    "CellError",
-    "Files",
-    "FileInfo",
-    "Settings",
-    "MentisError",
-    "ConfigError",
-    "InvalidArgument",
-    "NotFound",
-    "AlreadyExists",
-    "PermissionDenied",
-    "Unauthenticated",
-    "ResourceExhausted",
-    "FailedPrecondition",
     "Aborted",
-    "OutOfRange",
-    "Unavailable",
-    "DeadlineExceeded",
+    "AlreadyExists",
     "Cancelled",
+    "CellError",
+    "CellResult",
+    "CommandResult",
+    "ConfigError",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "FileInfo",
+    "Files",
     "Internal",
+    "InvalidArgument",
+    "MentisError",
+    "NotFound",
+    "OutOfRange",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "Sandbox",
+    "Settings",
+    "Unauthenticated",
+    "Unavailable",
 ]

@@ -8,10 +8,11 @@ the `mentis` command line (docs/CLI.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
 
 import grpc
 
@@ -34,17 +35,17 @@ class Settings:
 
     target: str
     tls: bool
-    api_key: Optional[str]
-    root_certificates: Optional[bytes] = None
+    api_key: str | None
+    root_certificates: bytes | None = None
 
     @staticmethod
     def resolve(
-        addr: Optional[str] = None,
-        api_key: Optional[str] = None,
+        addr: str | None = None,
+        api_key: str | None = None,
         *,
-        tls: Optional[bool] = None,
-        root_certificates: Optional[bytes] = None,
-    ) -> "Settings":
+        tls: bool | None = None,
+        root_certificates: bytes | None = None,
+    ) -> Settings:
         raw = addr or os.environ.get("MENTIS_ADDR")
         if not raw:
             raise ConfigError(
@@ -60,11 +61,11 @@ class Settings:
         )
 
 
-def _parse_addr(raw: str) -> Tuple[str, bool]:
+def _parse_addr(raw: str) -> tuple[str, bool]:
     raw = raw.strip()
     for scheme, tls in (("https://", True), ("http://", False)):
         if raw.startswith(scheme):
-            host = raw[len(scheme):].rstrip("/")
+            host = raw[len(scheme) :].rstrip("/")
             if "/" in host:
                 raise ConfigError(f"address {raw!r} has a path; give scheme://host:port")
             return (host if ":" in host.rsplit("]", 1)[-1] else f"{host}:{443 if tls else 80}"), tls
@@ -73,7 +74,7 @@ def _parse_addr(raw: str) -> Tuple[str, bool]:
     return raw, False
 
 
-def _admin_key() -> Optional[str]:
+def _admin_key() -> str | None:
     path = os.path.join(os.environ.get("MENTIS_DATA_DIR", "mentis-data"), "admin.key")
     try:
         with open(path, encoding="utf-8") as f:
@@ -94,7 +95,7 @@ class _Bearer(
         self._header = ("authorization", f"Bearer {key}")
 
     def _details(self, details):
-        return details._replace(metadata=list(details.metadata or []) + [self._header])
+        return details._replace(metadata=[*list(details.metadata or []), self._header])
 
     def intercept_unary_unary(self, continuation, details, request):
         return continuation(self._details(details), request)
@@ -116,13 +117,13 @@ class Connection:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._lock = threading.Lock()
-        self._channel: Optional[grpc.Channel] = None
+        self._channel: grpc.Channel | None = None
         self._generation = 0
         self._open()
 
     def _open(self) -> None:
         s = self.settings
-        options: Sequence[Tuple[str, int]] = [
+        options: Sequence[tuple[str, int]] = [
             ("grpc.max_receive_message_length", _MAX_MESSAGE),
             ("grpc.max_send_message_length", _MAX_MESSAGE),
             ("grpc.keepalive_time_ms", 30_000),
@@ -153,10 +154,8 @@ class Connection:
         with self._lock:
             if self._generation != seen_generation:
                 return
-            try:
+            with contextlib.suppress(Exception):
                 self._raw.close()
-            except Exception:  # noqa: BLE001 - the old channel may be closed already
-                pass
             self._open()
 
     def close(self) -> None:

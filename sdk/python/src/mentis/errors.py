@@ -7,26 +7,24 @@ A command that fails is not an error: it is a result with its exit code.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
-
 import grpc
 
 __all__ = [
-    "MentisError",
-    "ConfigError",
-    "InvalidArgument",
-    "NotFound",
-    "AlreadyExists",
-    "PermissionDenied",
-    "Unauthenticated",
-    "ResourceExhausted",
-    "FailedPrecondition",
     "Aborted",
-    "OutOfRange",
-    "Unavailable",
-    "DeadlineExceeded",
+    "AlreadyExists",
     "Cancelled",
+    "ConfigError",
+    "DeadlineExceeded",
+    "FailedPrecondition",
     "Internal",
+    "InvalidArgument",
+    "MentisError",
+    "NotFound",
+    "OutOfRange",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "Unauthenticated",
+    "Unavailable",
     "from_rpc_error",
 ]
 
@@ -48,8 +46,8 @@ class MentisError(Exception):
         *,
         reason: str = "",
         field: str = "",
-        retry_after: Optional[float] = None,
-        metadata: Optional[Dict[str, str]] = None,
+        retry_after: float | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -122,7 +120,7 @@ class Internal(MentisError):
     code = "INTERNAL"
 
 
-_BY_CODE: Dict[grpc.StatusCode, Type[MentisError]] = {
+_BY_CODE: dict[grpc.StatusCode, type[MentisError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
@@ -150,7 +148,7 @@ def from_rpc_error(e: grpc.RpcError) -> MentisError:
         from grpc_status import rpc_status
 
         status = rpc_status.from_call(e) if hasattr(e, "trailing_metadata") else None
-    except Exception:  # noqa: BLE001 - details are a bonus; the code and message stand without them
+    except Exception:
         status = None
     if status is not None:
         for detail in status.details:

@@ -9,26 +9,29 @@
         print(cell.results[0]["text/plain"])     # 42
 
 Every action carries an action id the SDK makes: a stream that drops is resumed from the last observation
-received (StreamObservations with after_seq), and a submit that failed in transit is sent again with the same id,
-which the runtime runs once (docs/ARCHITECTURE.md, "Guarantees"). Callers see each byte once.
+received (StreamObservations with after_seq), and a submit that failed in transit is sent again with the
+same id, which the runtime runs once (docs/ARCHITECTURE.md, "Guarantees"). Callers see each byte once.
 """
 
 from __future__ import annotations
 
 import base64
+import builtins
+import contextlib
 import math
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import grpc
 
 from ._client import Connection, Settings
-from .errors import MentisError, NotFound, AlreadyExists, from_rpc_error
+from .errors import AlreadyExists, MentisError, NotFound, from_rpc_error
 from .v1 import action_pb2, file_pb2, observation_pb2, sandbox_pb2
 
-__all__ = ["Sandbox", "CommandResult", "CellResult", "CellError", "Files", "FileInfo"]
+__all__ = ["CellError", "CellResult", "CommandResult", "FileInfo", "Files", "Sandbox"]
 
 # Statuses after which a stream is resumed rather than failed: the connection broke, not the call.
 _RESUMABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
@@ -69,7 +72,7 @@ class CommandResult:
 class CellError:
     name: str
     value: str
-    traceback: List[str]
+    traceback: list[str]
 
 
 @dataclass
@@ -81,8 +84,8 @@ class CellResult:
 
     status: str
     text: str
-    results: List[Dict[str, Any]]
-    error: Optional[CellError] = None
+    results: list[dict[str, Any]]
+    error: CellError | None = None
     execution_count: int = 0
     reason: str = ""
     duration: float = 0.0
@@ -106,7 +109,7 @@ def _enum_name(enum, value: int, prefix: str) -> str:
     return enum.Name(value).removeprefix(prefix).lower()
 
 
-def _whole_seconds(timeout: Optional[float]) -> int:
+def _whole_seconds(timeout: float | None) -> int:
     """A timeout in whole seconds, rounded up (0: the runtime's default)."""
     return math.ceil(timeout) if timeout else 0
 
@@ -127,7 +130,7 @@ class _ActionStream:
         self.last_seq = 0
 
     def __iter__(self) -> Iterator[observation_pb2.Observation]:
-        deadline: Optional[float] = None
+        deadline: float | None = None
         started = False
         while True:
             generation = self.conn.generation
@@ -157,7 +160,7 @@ class _ActionStream:
                     if obs.HasField("cmd_end") or obs.HasField("ipython_result"):
                         return
                 # The stream ended without the action's end (a proxy cut it): resume, within the deadline.
-                failure: Optional[MentisError] = MentisError("the stream ended before the action did")
+                failure: MentisError | None = MentisError("the stream ended before the action did")
             except grpc.RpcError as e:
                 if e.code() not in _RESUMABLE:
                     raise from_rpc_error(e) from None
@@ -189,18 +192,18 @@ class Sandbox:
         cls,
         *,
         image: str = "",
-        env: Optional[Dict[str, str]] = None,
-        labels: Optional[Dict[str, str]] = None,
+        env: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
         space: str = "",
         key: str = "",
         cpu: float = 0.0,
         memory_mb: int = 0,
         idle_timeout: int = 0,
         keep: bool = False,
-        addr: Optional[str] = None,
-        api_key: Optional[str] = None,
-        tls: Optional[bool] = None,
-    ) -> "Sandbox":
+        addr: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
+    ) -> Sandbox:
         """Creates a sandbox (0 / empty means the runtime's default for each setting). `key` is an external
         key (`get_or_create` finds the sandbox by it)."""
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
@@ -222,10 +225,10 @@ class Sandbox:
         cls,
         sandbox_id: str,
         *,
-        addr: Optional[str] = None,
-        api_key: Optional[str] = None,
-        tls: Optional[bool] = None,
-    ) -> "Sandbox":
+        addr: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
+    ) -> Sandbox:
         """An existing sandbox, by id (NotFound when there is none). Not deleted at the end of a block."""
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
         info = _call(conn.sandboxes.GetSandbox, sandbox_pb2.GetSandboxRequest(sandbox_id=sandbox_id)).sandbox
@@ -237,11 +240,11 @@ class Sandbox:
         *,
         key: str,
         space: str = "",
-        addr: Optional[str] = None,
-        api_key: Optional[str] = None,
-        tls: Optional[bool] = None,
+        addr: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
         **create_args: Any,
-    ) -> "Sandbox":
+    ) -> Sandbox:
         """The sandbox with external key `key` in `space`, created (with `create_args`) when there is none.
         Never deleted at the end of a block: it is meant to be found again."""
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
@@ -256,7 +259,9 @@ class Sandbox:
             for name, value in create_args.items():
                 _apply_create_arg(spec, name, value)
             try:
-                info = _call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec)).sandbox
+                info = _call(
+                    conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec)
+                ).sandbox
                 return cls(conn, info, owned=False)
             except AlreadyExists:
                 continue  # created by someone else meanwhile: find it
@@ -273,7 +278,7 @@ class Sandbox:
         """The state when last fetched (`refresh()` fetches it again): `"running"`, `"paused"`, ..."""
         return _enum_name(sandbox_pb2.SandboxState, self._info.state, "SANDBOX_STATE_")
 
-    def refresh(self) -> "Sandbox":
+    def refresh(self) -> Sandbox:
         self._info = _call(
             self._conn.sandboxes.GetSandbox, sandbox_pb2.GetSandboxRequest(sandbox_id=self.id)
         ).sandbox
@@ -284,13 +289,13 @@ class Sandbox:
 
     # --- lifecycle
 
-    def pause(self) -> "Sandbox":
+    def pause(self) -> Sandbox:
         self._info = _call(
             self._conn.sandboxes.PauseSandbox, sandbox_pb2.PauseSandboxRequest(sandbox_id=self.id)
         ).sandbox
         return self
 
-    def resume(self) -> "Sandbox":
+    def resume(self) -> Sandbox:
         self._info = _call(
             self._conn.sandboxes.ResumeSandbox, sandbox_pb2.ResumeSandboxRequest(sandbox_id=self.id)
         ).sandbox
@@ -298,16 +303,14 @@ class Sandbox:
 
     def delete(self) -> None:
         """Deletes the sandbox and everything in it (a sandbox already gone is no error)."""
-        try:
+        with contextlib.suppress(NotFound):
             _call(self._conn.sandboxes.DeleteSandbox, sandbox_pb2.DeleteSandboxRequest(sandbox_id=self.id))
-        except NotFound:
-            pass
 
     def close(self) -> None:
         """Closes the connection (the sandbox stays)."""
         self._conn.close()
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -323,13 +326,13 @@ class Sandbox:
         self,
         command: str,
         *,
-        timeout: Optional[float] = None,
-        env: Optional[Dict[str, str]] = None,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
         cwd: str = "",
         session: str = "",
         stdin: bytes = b"",
-        on_stdout: Optional[Callable[[str], None]] = None,
-        on_stderr: Optional[Callable[[str], None]] = None,
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
     ) -> CommandResult:
         """Runs `command` with bash and waits for its end; output is passed to `on_stdout` / `on_stderr` as it
         arrives (decoded as UTF-8; a character split across chunks is kept whole). A command that fails is a
@@ -374,8 +377,8 @@ class Sandbox:
         self,
         code: str,
         *,
-        timeout: Optional[float] = None,
-        on_output: Optional[Callable[[str], None]] = None,
+        timeout: float | None = None,
+        on_output: Callable[[str], None] | None = None,
     ) -> CellResult:
         """Runs `code` as a cell on the sandbox's IPython kernel (its state carries over from cell to cell)
         and waits for its end; printed text is passed to `on_output` as it arrives. An exception in the cell
@@ -384,8 +387,8 @@ class Sandbox:
             ipython=action_pb2.IPythonAction(code=code, timeout_seconds=_whole_seconds(timeout))
         )
         stream = _ActionStream(self._conn, self.id, action)
-        text: List[str] = []
-        results: List[Dict[str, Any]] = []
+        text: list[str] = []
+        results: list[dict[str, Any]] = []
         end = None
         for obs in stream:
             if obs.HasField("ipython_output"):
@@ -403,9 +406,7 @@ class Sandbox:
                 end = obs.ipython_result
         assert end is not None
         status = _enum_name(observation_pb2.IpythonStatus, end.status, "IPYTHON_STATUS_")
-        error = (
-            CellError(end.error_name, end.error_value, list(end.traceback)) if status == "error" else None
-        )
+        error = CellError(end.error_name, end.error_value, list(end.traceback)) if status == "error" else None
         return CellResult(
             status=status,
             text="".join(text),
@@ -449,9 +450,9 @@ class Files:
 
         _call(conn.files.WriteFile, requests())
 
-    def list(self, path: str = "", *, recursive: bool = False) -> List[FileInfo]:
+    def list(self, path: str = "", *, recursive: bool = False) -> builtins.list[FileInfo]:
         conn = self._sb._conn
-        files: List[FileInfo] = []
+        files: list[FileInfo] = []
         token = ""
         while True:
             r = _call(
@@ -476,8 +477,12 @@ class Files:
 
 
 def _apply_create_arg(spec: sandbox_pb2.SandboxSpec, name: str, value: Any) -> None:
-    fields = {"image": "image", "cpu": "cpu_limit", "memory_mb": "memory_limit_mb",
-              "idle_timeout": "idle_timeout_seconds"}
+    fields = {
+        "image": "image",
+        "cpu": "cpu_limit",
+        "memory_mb": "memory_limit_mb",
+        "idle_timeout": "idle_timeout_seconds",
+    }
     if name in ("env", "labels"):
         getattr(spec, name).update(value or {})
     elif name in fields:
@@ -493,8 +498,8 @@ def _call(method, request):
         raise from_rpc_error(e) from None
 
 
-def _bundle(data) -> Dict[str, Any]:
-    bundle: Dict[str, Any] = {}
+def _bundle(data) -> dict[str, Any]:
+    bundle: dict[str, Any] = {}
     for mime, value in data.items():
         if mime.startswith("image/") and mime != "image/svg+xml":
             try:
@@ -509,7 +514,7 @@ def _bundle(data) -> Dict[str, Any]:
 class _Utf8:
     """Decodes a byte stream for a callback, holding back a character split across chunks."""
 
-    def __init__(self, sink: Optional[Callable[[str], None]]) -> None:
+    def __init__(self, sink: Callable[[str], None] | None) -> None:
         import codecs
 
         self._sink = sink
