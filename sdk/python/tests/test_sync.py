@@ -145,13 +145,21 @@ def test_mistakes_are_typed_errors_with_the_runtimes_details(env, monkeypatch):
         Sandbox.create()
 
 
-def test_the_guides_example_runs_as_written(env, capsys):
-    # docs/SDK.md's Python block, exactly as a reader would paste it.
+def _python_block(doc: str, marker: str = "") -> str:
     import pathlib
     import re
 
-    guide = pathlib.Path(__file__).resolve().parents[3] / "docs" / "SDK.md"
-    block = re.search(r"```python\n(.*?)```", guide.read_text(), re.S)
-    assert block, f"no python block in {guide}"
-    exec(compile(block.group(1), str(guide), "exec"), {})
+    text = (pathlib.Path(__file__).resolve().parents[3] / doc).read_text()
+    if marker:
+        text = text.split(f"<!-- {marker}:begin -->", 1)[1].split(f"<!-- {marker}:end -->", 1)[0]
+    block = re.search(r"```python\n(.*?)```", text, re.S)
+    assert block, f"no python block in {doc} {marker}"
+    return block.group(1)
+
+
+def test_the_guides_example_runs_as_written(env, capsys):
+    # docs/SDK.md's and the README's Python blocks, exactly as a reader would paste them.
+    exec(compile(_python_block("docs/SDK.md"), "docs/SDK.md", "exec"), {})
     assert capsys.readouterr().out.splitlines() == ["3 hi", "", "42", "hello ['notes/a.txt']"]
+    exec(compile(_python_block("README.md", "sdk"), "README.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["3", "42"]
