@@ -145,21 +145,25 @@ def test_mistakes_are_typed_errors_with_the_runtimes_details(env, monkeypatch):
         Sandbox.create()
 
 
-def _python_block(doc: str, marker: str = "") -> str:
+def _python_blocks(doc: str, marker: str = "") -> list[str]:
     import pathlib
     import re
 
     text = (pathlib.Path(__file__).resolve().parents[3] / doc).read_text()
     if marker:
         text = text.split(f"<!-- {marker}:begin -->", 1)[1].split(f"<!-- {marker}:end -->", 1)[0]
-    block = re.search(r"```python\n(.*?)```", text, re.S)
-    assert block, f"no python block in {doc} {marker}"
-    return block.group(1)
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks, f"no python block in {doc} {marker}"
+    return blocks
 
 
-def test_the_guides_example_runs_as_written(env, capsys):
+def test_the_guides_examples_run_as_written(env, capsys):
     # docs/SDK.md's and the README's Python blocks, exactly as a reader would paste them.
-    exec(compile(_python_block("docs/SDK.md"), "docs/SDK.md", "exec"), {})
+    sync, asynchronous = _python_blocks("docs/SDK.md")
+    exec(compile(sync, "docs/SDK.md", "exec"), {})
     assert capsys.readouterr().out.splitlines() == ["3 hi", "", "42", "hello ['notes/a.txt']"]
-    exec(compile(_python_block("README.md", "sdk"), "README.md", "exec"), {})
+    exec(compile(asynchronous, "docs/SDK.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["hi 42"]
+    (readme,) = _python_blocks("README.md", "sdk")
+    exec(compile(readme, "README.md", "exec"), {})
     assert capsys.readouterr().out.splitlines() == ["3", "42"]

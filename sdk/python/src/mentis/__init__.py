@@ -11,6 +11,7 @@ The runtime's address and key come from arguments or `MENTIS_ADDR` / `MENTIS_API
 """
 
 from ._client import Settings
+from .aio import AsyncFiles, AsyncSandbox
 from .errors import (
     Aborted,
     AlreadyExists,
@@ -35,6 +36,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Aborted",
     "AlreadyExists",
+    "AsyncFiles",
+    "AsyncSandbox",
     "Cancelled",
     "CellError",
     "CellResult",

@@ -338,40 +338,12 @@ class Sandbox:
         arrives (decoded as UTF-8; a character split across chunks is kept whole). A command that fails is a
         result with its exit code, not an exception. `session` runs it in a persistent shell of that name
         (cd and export carry over)."""
-        action = action_pb2.Action(
-            shell=action_pb2.ShellAction(
-                command=command,
-                work_dir=cwd,
-                env=env or {},
-                timeout_seconds=_whole_seconds(timeout),
-                stdin=stdin,
-                session=session,
-            )
-        )
+        action = _shell_action(command, timeout, env, cwd, session, stdin)
         stream = _ActionStream(self._conn, self.id, action)
-        out, err = bytearray(), bytearray()
-        decoders = {1: _Utf8(on_stdout), 2: _Utf8(on_stderr)}
-        end = None
+        collect = _CommandCollector(on_stdout, on_stderr)
         for obs in stream:
-            if obs.HasField("cmd_output"):
-                data = obs.cmd_output.data
-                (out if obs.cmd_output.stream == observation_pb2.OUTPUT_STREAM_STDOUT else err).extend(data)
-                decoders.get(obs.cmd_output.stream, _Utf8(None)).feed(data)
-            elif obs.HasField("cmd_end"):
-                end = obs.cmd_end
-        for d in decoders.values():
-            d.flush()
-        assert end is not None
-        return CommandResult(
-            exit_code=end.exit_code,
-            reason=_enum_name(observation_pb2.EndReason, end.reason, "END_REASON_"),
-            stdout_bytes=bytes(out),
-            stderr_bytes=bytes(err),
-            signal=end.signal,
-            message=end.message,
-            duration=_seconds(end.duration),
-            action_id=stream.action_id,
-        )
+            collect.feed(obs)
+        return collect.result(stream.action_id)
 
     def run_code(
         self,
@@ -383,40 +355,12 @@ class Sandbox:
         """Runs `code` as a cell on the sandbox's IPython kernel (its state carries over from cell to cell)
         and waits for its end; printed text is passed to `on_output` as it arrives. An exception in the cell
         is a result with status `"error"`, not an exception here."""
-        action = action_pb2.Action(
-            ipython=action_pb2.IPythonAction(code=code, timeout_seconds=_whole_seconds(timeout))
-        )
+        action = _cell_action(code, timeout)
         stream = _ActionStream(self._conn, self.id, action)
-        text: list[str] = []
-        results: list[dict[str, Any]] = []
-        end = None
+        collect = _CellCollector(on_output)
         for obs in stream:
-            if obs.HasField("ipython_output"):
-                o = obs.ipython_output
-                if o.kind in (
-                    observation_pb2.IPYTHON_OUTPUT_KIND_STREAM_STDOUT,
-                    observation_pb2.IPYTHON_OUTPUT_KIND_STREAM_STDERR,
-                ):
-                    text.append(o.text)
-                    if on_output:
-                        on_output(o.text)
-                else:
-                    results.append(_bundle(o.data))
-            elif obs.HasField("ipython_result"):
-                end = obs.ipython_result
-        assert end is not None
-        status = _enum_name(observation_pb2.IpythonStatus, end.status, "IPYTHON_STATUS_")
-        error = CellError(end.error_name, end.error_value, list(end.traceback)) if status == "error" else None
-        return CellResult(
-            status=status,
-            text="".join(text),
-            results=results,
-            error=error,
-            execution_count=end.execution_count,
-            reason=end.reason,
-            duration=_seconds(end.duration),
-            action_id=stream.action_id,
-        )
+            collect.feed(obs)
+        return collect.result(stream.action_id)
 
 
 class Files:
@@ -474,6 +418,116 @@ class Files:
             if not r.next_page_token:
                 return files
             token = r.next_page_token
+
+
+def _shell_action(
+    command: str,
+    timeout: float | None,
+    env: dict[str, str] | None,
+    cwd: str,
+    session: str,
+    stdin: bytes,
+) -> action_pb2.Action:
+    return action_pb2.Action(
+        shell=action_pb2.ShellAction(
+            command=command,
+            work_dir=cwd,
+            env=env or {},
+            timeout_seconds=_whole_seconds(timeout),
+            stdin=stdin,
+            session=session,
+        )
+    )
+
+
+def _cell_action(code: str, timeout: float | None) -> action_pb2.Action:
+    return action_pb2.Action(
+        ipython=action_pb2.IPythonAction(code=code, timeout_seconds=_whole_seconds(timeout))
+    )
+
+
+class _CommandCollector:
+    """A shell action's observations, as they come, into its result (and the output callbacks)."""
+
+    def __init__(self, on_stdout: Callable[[str], None] | None, on_stderr: Callable[[str], None] | None):
+        self._out, self._err = bytearray(), bytearray()
+        self._decoders = {
+            observation_pb2.OUTPUT_STREAM_STDOUT: _Utf8(on_stdout),
+            observation_pb2.OUTPUT_STREAM_STDERR: _Utf8(on_stderr),
+        }
+        self._end: observation_pb2.CmdEnd | None = None
+
+    def feed(self, obs: observation_pb2.Observation) -> None:
+        if obs.HasField("cmd_output"):
+            data = obs.cmd_output.data
+            stdout = obs.cmd_output.stream == observation_pb2.OUTPUT_STREAM_STDOUT
+            (self._out if stdout else self._err).extend(data)
+            decoder = self._decoders.get(obs.cmd_output.stream)
+            if decoder:
+                decoder.feed(data)
+        elif obs.HasField("cmd_end"):
+            self._end = obs.cmd_end
+
+    def result(self, action_id: str) -> CommandResult:
+        for decoder in self._decoders.values():
+            decoder.flush()
+        end = self._end
+        if end is None:
+            raise MentisError("the action's stream ended without its end")
+        return CommandResult(
+            exit_code=end.exit_code,
+            reason=_enum_name(observation_pb2.EndReason, end.reason, "END_REASON_"),
+            stdout_bytes=bytes(self._out),
+            stderr_bytes=bytes(self._err),
+            signal=end.signal,
+            message=end.message,
+            duration=_seconds(end.duration),
+            action_id=action_id,
+        )
+
+
+class _CellCollector:
+    """A cell's observations, as they come, into its result (and the output callback)."""
+
+    _STREAMS = (
+        observation_pb2.IPYTHON_OUTPUT_KIND_STREAM_STDOUT,
+        observation_pb2.IPYTHON_OUTPUT_KIND_STREAM_STDERR,
+    )
+
+    def __init__(self, on_output: Callable[[str], None] | None) -> None:
+        self._on_output = on_output
+        self._text: list[str] = []
+        self._results: list[dict[str, Any]] = []
+        self._end: observation_pb2.IPythonResult | None = None
+
+    def feed(self, obs: observation_pb2.Observation) -> None:
+        if obs.HasField("ipython_output"):
+            o = obs.ipython_output
+            if o.kind in self._STREAMS:
+                self._text.append(o.text)
+                if self._on_output:
+                    self._on_output(o.text)
+            else:
+                self._results.append(_bundle(o.data))
+        elif obs.HasField("ipython_result"):
+            self._end = obs.ipython_result
+
+    def result(self, action_id: str) -> CellResult:
+        end = self._end
+        if end is None:
+            raise MentisError("the cell's stream ended without its end")
+        status = _enum_name(observation_pb2.IpythonStatus, end.status, "IPYTHON_STATUS_")
+        error = CellError(end.error_name, end.error_value, list(end.traceback)) if status == "error" else None
+        return CellResult(
+            status=status,
+            text="".join(self._text),
+            results=self._results,
+            error=error,
+            execution_count=end.execution_count,
+            reason=end.reason,
+            duration=_seconds(end.duration),
+            action_id=action_id,
+        )
 
 
 def _apply_create_arg(spec: sandbox_pb2.SandboxSpec, name: str, value: Any) -> None:

@@ -1,0 +1,75 @@
+"""The asyncio API against a real runtime and real sandboxes (each test runs its own event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+import mentis
+from mentis import AsyncSandbox
+
+
+def test_the_async_api_runs_commands_cells_and_files(env):
+    async def main():
+        async with AsyncSandbox.create() as sb:
+            live = []
+            r = await sb.run("echo out; echo err >&2; exit 4", on_stdout=live.append)
+            assert (r.exit_code, r.stdout, r.stderr, "".join(live)) == (4, "out\n", "err\n", "out\n")
+            assert (await sb.run("cd /tmp", session="a")).ok
+            assert (await sb.run("pwd", session="a")).stdout == "/tmp\n"
+            cell = await sb.run_code("y = 40 + 2\ny")
+            assert cell.results == [{"text/plain": "42"}]
+            failed = await sb.run_code("raise KeyError('k')")
+            assert (failed.status, failed.error.name) == ("error", "KeyError")
+            await sb.files.write("x/y.txt", "async")
+            assert await sb.files.read_text("x/y.txt") == "async"
+            assert [f.path for f in await sb.files.list("x")] == ["x/y.txt"]
+            assert (await sb.pause()).state == "paused"
+            assert (await sb.resume()).state == "running"
+            return sb.id
+
+    sandbox_id = asyncio.run(main())
+    # The block deleted what it created.
+    assert asyncio.run(_state_of(sandbox_id)) == "terminated"
+
+
+async def _state_of(sandbox_id: str) -> str:
+    sb = await AsyncSandbox.connect(sandbox_id)
+    await sb.close()
+    return sb.state
+
+
+def test_an_async_stream_cut_by_the_client_is_resumed_and_every_byte_arrives_once(env):
+    async def main():
+        sb = await AsyncSandbox.create()
+        try:
+            lines = []
+            closing = []
+
+            def on_stdout(text):
+                lines.append(text)
+                if not closing and "5\n" in "".join(lines):
+                    closing.append(asyncio.get_running_loop().create_task(sb._conn.channel.close()))
+
+            r = await sb.run("for i in $(seq 1 40); do echo $i; sleep 0.05; done", on_stdout=on_stdout)
+            assert closing
+            expected = "".join(f"{i}\n" for i in range(1, 41))
+            assert (r.exit_code, r.stdout, "".join(lines)) == (0, expected, expected)
+        finally:
+            await sb.delete()
+            await sb.close()
+
+    asyncio.run(main())
+
+
+def test_async_errors_are_typed(env):
+    async def main():
+        with pytest.raises(mentis.NotFound) as missing:
+            await AsyncSandbox.connect(str(uuid.uuid4()))
+        assert missing.value.reason == "SANDBOX_NOT_FOUND"
+        with pytest.raises(mentis.InvalidArgument):
+            await AsyncSandbox.create(memory_mb=-5)
+
+    asyncio.run(main())
