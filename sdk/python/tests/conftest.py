@@ -100,3 +100,73 @@ def env(runtime, monkeypatch):
     monkeypatch.setenv("MENTIS_ADDR", runtime.addr)
     monkeypatch.setenv("MENTIS_API_KEY", runtime.key)
     return runtime
+
+
+class CuttableProxy:
+    """A TCP proxy in front of the runtime that the test can cut: every open connection is reset at once, as a
+    network drop would, and new connections are let through again."""
+
+    def __init__(self, target_port: int) -> None:
+        import threading
+
+        self.target_port = target_port
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.addr = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self.cuts = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            with self._lock:
+                self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        import struct
+
+        with self._lock:
+            sockets, self._open = self._open, []
+            self.cuts += 1
+        for s in sockets:
+            # SO_LINGER 0: close with a reset, as a dropped network would end it.
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+@pytest.fixture
+def proxy(runtime):
+    p = CuttableProxy(runtime.port)
+    yield p
+    p.close()

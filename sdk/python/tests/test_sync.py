@@ -167,3 +167,20 @@ def test_the_guides_examples_run_as_written(env, capsys):
     (readme,) = _python_blocks("README.md", "sdk")
     exec(compile(readme, "README.md", "exec"), {})
     assert capsys.readouterr().out.splitlines() == ["3", "42"]
+
+
+def test_a_network_drop_is_resumed_and_every_byte_arrives_once(runtime, proxy):
+    # Through a proxy that resets every connection mid-command: the SDK reconnects (through the proxy again)
+    # and resumes after the last seq it received.
+    with Sandbox.create(addr=proxy.addr, api_key=runtime.key) as sb:
+        seen = []
+
+        def on_stdout(text):
+            seen.append(text)
+            if proxy.cuts == 0 and "10\n" in "".join(seen):
+                proxy.cut()
+
+        r = sb.run("for i in $(seq 1 60); do echo $i; sleep 0.03; done", on_stdout=on_stdout)
+        expected = "".join(f"{i}\n" for i in range(1, 61))
+        assert proxy.cuts == 1
+        assert (r.exit_code, r.stdout, "".join(seen)) == (0, expected, expected)
