@@ -140,7 +140,9 @@ def test_mistakes_are_typed_errors_with_the_runtimes_details(env, monkeypatch):
     monkeypatch.setenv("MENTIS_API_KEY", "mk_wrong")
     with pytest.raises(mentis.Unauthenticated):
         Sandbox.create()
+    # No address: embedded mode, which needs a runtime binary to start.
     monkeypatch.delenv("MENTIS_ADDR")
+    monkeypatch.setenv("MENTIS_RUNTIME_BIN", "/nonexistent/mentis-runtime")
     with pytest.raises(mentis.ConfigError):
         Sandbox.create()
 
@@ -184,3 +186,38 @@ def test_a_network_drop_is_resumed_and_every_byte_arrives_once(runtime, proxy):
         expected = "".join(f"{i}\n" for i in range(1, 61))
         assert proxy.cuts == 1
         assert (r.exit_code, r.stdout, "".join(seen)) == (0, expected, expected)
+
+
+def test_embedded_mode_starts_a_runtime_for_the_process_and_cleans_up_at_exit(runtime, tmp_path):
+    # A fresh process with no address: the SDK starts MENTIS_RUNTIME_BIN on a free port with its own data
+    # folder, runs the cell, and at exit deletes its sandboxes and stops the runtime.
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MENTIS_ADDR", "MENTIS_API_KEY", "MENTIS_DATA_DIR")
+    }
+    script = (
+        "import mentis._embedded as e\n"
+        "from mentis import Sandbox\n"
+        "sb = Sandbox.create()\n"  # not deleted by the script: the exit must do it
+        "print(sb.run_code('6 * 7').results[0]['text/plain'])\n"
+        "print(e._runtime.instance, e._runtime.proc.pid, e._runtime.data)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    answer, started = out.stdout.splitlines()
+    instance, pid, data = started.split()
+    assert answer == "42"
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=io.mentis.instance={instance}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert left == [], f"containers of {instance} left behind"
+    assert not os.path.exists(f"/proc/{pid}"), "the embedded runtime still runs"
+    assert not os.path.exists(data)

@@ -1,9 +1,10 @@
 """The connection to a runtime: where it is, the key every call carries, TLS, and the stubs.
 
-Address: the `addr` argument, else `MENTIS_ADDR` (`host:port`, `http://host:port`, or `https://host:port` for
-TLS). Key: `api_key`, else `MENTIS_API_KEY`, else the admin key file `$MENTIS_DATA_DIR/admin.key` when it is
-readable (`MENTIS_DATA_DIR` defaults to `mentis-data`, as the runtime's does), else none. The same rules as
-the `mentis` command line (docs/CLI.md).
+Address: the `addr` argument, else `MENTIS_ADDR` (`host:port`, `http://host:port`, or `https://host:port`
+for TLS), else a runtime the SDK starts for this process (embedded mode, see `_embedded`). Key: `api_key`,
+else `MENTIS_API_KEY`, else the admin key file `$MENTIS_DATA_DIR/admin.key` when it is readable
+(`MENTIS_DATA_DIR` defaults to `mentis-data`, as the runtime's does), else none. The same rules as the
+`mentis` command line (docs/CLI.md).
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ class Settings:
     ) -> Settings:
         raw = addr or os.environ.get("MENTIS_ADDR")
         if not raw:
-            raise ConfigError(
-                "no runtime address: pass addr= or set MENTIS_ADDR (host:port, http:// or https://)"
-            )
+            # Embedded mode: a runtime of this process's own (see `_embedded`).
+            from . import _embedded
+
+            target, key = _embedded.ensure_started()
+            return Settings(target=target, tls=False, api_key=api_key or key)
         target, scheme_tls = _parse_addr(raw)
         key = api_key if api_key is not None else os.environ.get("MENTIS_API_KEY") or _admin_key()
         return Settings(
