@@ -90,10 +90,13 @@ test: image tools
 	$(CARGO) build -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
 	target/debug/mentis-soak --duration 4m --clients $(SOAK_CLIENTS)
 
-# The Python SDK: a wheel with the stubs generated from proto/ (docs/SDK.md).
+# The Python SDK: a wheel with the stubs generated from proto/ and the release runtime for embedded mode
+# (docs/SDK.md).
 sdk: tools
+	$(CARGO) build --release -p mentis-runtime
 	rm -rf target/sdk/*.whl
-	.tools/venv/bin/pip wheel -q --no-build-isolation --no-deps -w target/sdk sdk/python
+	MENTIS_SDK_RUNTIME_BIN=$(CURDIR)/target/release/mentis-runtime \
+	  .tools/venv/bin/pip wheel -q --no-build-isolation --no-deps -w target/sdk sdk/python
 
 # The SDK's tests (pytest) from a fresh virtual environment holding only the wheel and pytest, against a real runtime.
 test-sdk: image sdk

@@ -221,3 +221,28 @@ def test_embedded_mode_starts_a_runtime_for_the_process_and_cleans_up_at_exit(ru
     assert left == [], f"containers of {instance} left behind"
     assert not os.path.exists(f"/proc/{pid}"), "the embedded runtime still runs"
     assert not os.path.exists(data)
+
+
+def test_the_guides_embedded_example_runs_as_written(runtime, tmp_path):
+    # docs/SDK.md's embedded-mode one-liner, with the environment it asks for (no address, no key).
+    import os
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    guide = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "SDK.md").read_text()
+    section = guide.split("## Embedded mode", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"python -c '(.*?)'", section)
+    assert code, "no python -c line in the guide's embedded-mode section"
+    unset = ("MENTIS_ADDR", "MENTIS_API_KEY", "MENTIS_DATA_DIR", "MENTIS_RUNTIME_BIN")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    out = subprocess.run(
+        [sys.executable, "-c", code.group(1)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (out.returncode, out.stdout) == (0, "embedded\n\n"), out.stderr
