@@ -14,7 +14,6 @@ import tempfile
 import time
 import uuid
 
-import grpc
 import pytest
 
 
@@ -60,15 +59,9 @@ class Runtime:
             time.sleep(0.1)
 
     def delete_all(self) -> None:
-        from mentis.v1 import sandbox_pb2, sandbox_pb2_grpc
+        from mentis._embedded import _delete_all
 
-        channel = grpc.insecure_channel(self.addr)
-        stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
-        md = [("authorization", f"Bearer {self.key}")]
-        for sb in stub.ListSandboxes(sandbox_pb2.ListSandboxesRequest(), metadata=md).sandboxes:
-            with contextlib.suppress(grpc.RpcError):
-                stub.DeleteSandbox(sandbox_pb2.DeleteSandboxRequest(sandbox_id=sb.sandbox_id), metadata=md)
-        channel.close()
+        _delete_all(self.addr, self.key)
 
     def stop(self) -> None:
         try:

@@ -123,6 +123,7 @@ def _listening(port: int) -> bool:
 
 
 def _delete_all(addr: str, key: str) -> None:
+    """Deletes every sandbox the runtime at `addr` lists (every page)."""
     import grpc
 
     from .v1 import sandbox_pb2, sandbox_pb2_grpc
@@ -131,11 +132,19 @@ def _delete_all(addr: str, key: str) -> None:
     try:
         stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
         metadata = [("authorization", f"Bearer {key}")] if key else []
-        listed = stub.ListSandboxes(sandbox_pb2.ListSandboxesRequest(), metadata=metadata, timeout=30)
-        for sb in listed.sandboxes:
+        ids, token = [], ""
+        while True:
+            page = stub.ListSandboxes(
+                sandbox_pb2.ListSandboxesRequest(page_token=token), metadata=metadata, timeout=30
+            )
+            ids += [sb.sandbox_id for sb in page.sandboxes]
+            token = page.next_page_token
+            if not token:
+                break
+        for sandbox_id in ids:
             with contextlib.suppress(grpc.RpcError):
                 stub.DeleteSandbox(
-                    sandbox_pb2.DeleteSandboxRequest(sandbox_id=sb.sandbox_id), metadata=metadata, timeout=60
+                    sandbox_pb2.DeleteSandboxRequest(sandbox_id=sandbox_id), metadata=metadata, timeout=60
                 )
     finally:
         channel.close()

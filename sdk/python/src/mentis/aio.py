@@ -31,12 +31,13 @@ from .sandbox import (
     CellResult,
     CommandResult,
     FileInfo,
-    _apply_create_arg,
     _cell_action,
     _CellCollector,
     _CommandCollector,
     _enum_name,
+    _file_info,
     _shell_action,
+    _spec,
 )
 from .v1 import (
     action_pb2,
@@ -204,15 +205,15 @@ class AsyncSandbox:
 
         async def make() -> AsyncSandbox:
             conn = _AsyncConnection(Settings.resolve(addr, api_key, tls=tls))
-            spec = sandbox_pb2.SandboxSpec(
-                space_id=space,
+            spec = _spec(
+                space,
+                key,
                 image=image,
-                env=env or {},
-                labels=labels or {},
-                external_key=key,
-                cpu_limit=cpu,
-                memory_limit_mb=memory_mb,
-                idle_timeout_seconds=idle_timeout,
+                env=env,
+                labels=labels,
+                cpu=cpu,
+                memory_mb=memory_mb,
+                idle_timeout=idle_timeout,
             )
             try:
                 r = await conn.call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec))
@@ -256,9 +257,7 @@ class AsyncSandbox:
                 return cls(conn, r.sandbox, owned=False)
             except NotFound:
                 pass
-            spec = sandbox_pb2.SandboxSpec(space_id=space, external_key=key)
-            for name, value in create_args.items():
-                _apply_create_arg(spec, name, value)
+            spec = _spec(space, key, **create_args)
             try:
                 r = await conn.call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec))
                 return cls(conn, r.sandbox, owned=False)
@@ -398,16 +397,7 @@ class AsyncFiles:
                     sandbox_id=self._sb.id, path=path, recursive=recursive, page_token=token
                 ),
             )
-            files.extend(
-                FileInfo(
-                    path=f.path,
-                    size=f.size,
-                    mode=f.mode,
-                    is_dir=f.type == file_pb2.FILE_TYPE_DIRECTORY,
-                    symlink_target=f.symlink_target,
-                )
-                for f in r.files
-            )
+            files.extend(_file_info(f) for f in r.files)
             if not r.next_page_token:
                 return files
             token = r.next_page_token

@@ -207,15 +207,15 @@ class Sandbox:
         """Creates a sandbox (0 / empty means the runtime's default for each setting). `key` is an external
         key (`get_or_create` finds the sandbox by it)."""
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
-        spec = sandbox_pb2.SandboxSpec(
-            space_id=space,
+        spec = _spec(
+            space,
+            key,
             image=image,
-            env=env or {},
-            labels=labels or {},
-            external_key=key,
-            cpu_limit=cpu,
-            memory_limit_mb=memory_mb,
-            idle_timeout_seconds=idle_timeout,
+            env=env,
+            labels=labels,
+            cpu=cpu,
+            memory_mb=memory_mb,
+            idle_timeout=idle_timeout,
         )
         info = _call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec)).sandbox
         return cls(conn, info, owned=True, keep=keep)
@@ -255,9 +255,7 @@ class Sandbox:
                 return cls(conn, info, owned=False)
             except NotFound:
                 pass
-            spec = sandbox_pb2.SandboxSpec(space_id=space, external_key=key)
-            for name, value in create_args.items():
-                _apply_create_arg(spec, name, value)
+            spec = _spec(space, key, **create_args)
             try:
                 info = _call(
                     conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec)
@@ -405,16 +403,7 @@ class Files:
                     sandbox_id=self._sb.id, path=path, recursive=recursive, page_token=token
                 ),
             )
-            for f in r.files:
-                files.append(
-                    FileInfo(
-                        path=f.path,
-                        size=f.size,
-                        mode=f.mode,
-                        is_dir=f.type == file_pb2.FILE_TYPE_DIRECTORY,
-                        symlink_target=f.symlink_target,
-                    )
-                )
+            files.extend(_file_info(f) for f in r.files)
             if not r.next_page_token:
                 return files
             token = r.next_page_token
@@ -530,19 +519,38 @@ class _CellCollector:
         )
 
 
-def _apply_create_arg(spec: sandbox_pb2.SandboxSpec, name: str, value: Any) -> None:
-    fields = {
-        "image": "image",
-        "cpu": "cpu_limit",
-        "memory_mb": "memory_limit_mb",
-        "idle_timeout": "idle_timeout_seconds",
-    }
-    if name in ("env", "labels"):
-        getattr(spec, name).update(value or {})
-    elif name in fields:
-        setattr(spec, fields[name], value)
-    else:
-        raise TypeError(f"get_or_create() got an unexpected argument {name!r}")
+def _spec(
+    space: str,
+    key: str,
+    *,
+    image: str = "",
+    env: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    cpu: float = 0.0,
+    memory_mb: int = 0,
+    idle_timeout: int = 0,
+) -> sandbox_pb2.SandboxSpec:
+    """The spec of `create` and `get_or_create` (0 / empty: the runtime's default)."""
+    return sandbox_pb2.SandboxSpec(
+        space_id=space,
+        external_key=key,
+        image=image,
+        env=env or {},
+        labels=labels or {},
+        cpu_limit=cpu,
+        memory_limit_mb=memory_mb,
+        idle_timeout_seconds=idle_timeout,
+    )
+
+
+def _file_info(f: file_pb2.FileInfo) -> FileInfo:
+    return FileInfo(
+        path=f.path,
+        size=f.size,
+        mode=f.mode,
+        is_dir=f.type == file_pb2.FILE_TYPE_DIRECTORY,
+        symlink_target=f.symlink_target,
+    )
 
 
 def _call(method, request):
