@@ -88,6 +88,11 @@ impl Conn {
         FileServiceClient::new(self.channel.clone())
     }
 
+    /// The channel for `mentis-mcp`'s tools.
+    pub fn transport(&self) -> mentis_mcp::Transport {
+        mentis_mcp::transport(self.channel.clone())
+    }
+
     pub fn terminals(&self) -> TerminalServiceClient<Api> {
         TerminalServiceClient::new(self.channel.clone())
     }

@@ -9,6 +9,7 @@ mod error;
 mod exec;
 mod files;
 mod logs;
+mod mcp;
 mod output;
 mod sandbox;
 mod shell;
@@ -66,6 +67,9 @@ enum Command {
     /// Files of a sandbox's workspace.
     #[command(subcommand)]
     Files(files::FilesCommand),
+    /// Serve MentisSandbox's tools to an MCP client on stdio (create_sandbox, run_shell, run_python, the file
+    /// tools, delete_sandbox): e.g. `{"command": "mentis", "args": ["mcp"]}` in the client's configuration.
+    Mcp(mcp::McpArgs),
     /// Print a shell completion script (e.g. `mentis completions bash > /etc/bash_completion.d/mentis`).
     Completions {
         #[arg(value_enum)]
@@ -84,6 +88,7 @@ async fn run(cli: Cli) -> Result<Status> {
         Command::Logs(a) => logs::run(&conn()?, a, cli.output).await,
         Command::Cp(a) => files::cp(&conn()?, a).await,
         Command::Files(c) => files::run(&conn()?, c, cli.output).await,
+        Command::Mcp(a) => mcp::run(&conn()?, a).await,
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "mentis", &mut std::io::stdout());
             Ok(0)

@@ -19,3 +19,27 @@ pub use mentis::v1 as api;
 /// Encoded FileDescriptorSet of the public `mentis.v1` protos (with their imports), for server reflection.
 pub const PUBLIC_FILE_DESCRIPTOR_SET: &[u8] =
     tonic::include_file_descriptor_set!("mentis_v1_descriptor");
+
+/// The name of a status code as the gRPC specification spells it (`NOT_FOUND`, ...), for messages people read.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}

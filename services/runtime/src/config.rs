@@ -115,6 +115,9 @@ pub struct RuntimeConfig {
     /// `MENTIS_MAX_MESSAGE_BYTES` (4 MiB): the largest message a client may send (ActionService always
     /// admits the largest action the model accepts).
     pub max_message_bytes: usize,
+    /// `MENTIS_MCP_MAX_OUTPUT` (20000): bytes of one output the MCP tools at `/mcp` give back at most (head
+    /// and tail, with a note of what was left out).
+    pub mcp_max_output: usize,
 }
 
 /// Terminals (TerminalService).
@@ -334,6 +337,7 @@ impl Default for RuntimeConfig {
             auth: AuthConfig::default(),
             tls: None,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            mcp_max_output: mentis_mcp::DEFAULT_MAX_OUTPUT,
         }
     }
 }
@@ -366,6 +370,9 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_HTTP_LISTEN").filter(|v| !v.is_empty()) {
             c.http_listen = Some(parse("MENTIS_HTTP_LISTEN", &v)?);
+        }
+        if let Some(v) = get("MENTIS_MCP_MAX_OUTPUT").filter(|v| !v.is_empty()) {
+            c.mcp_max_output = positive("MENTIS_MCP_MAX_OUTPUT", &v)?;
         }
         if let Some(v) = get("MENTIS_EXECUTOR_IMAGE").filter(|v| !v.is_empty()) {
             if let Err(why) = mentis_core::image::check_reference(&v) {

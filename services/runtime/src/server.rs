@@ -338,10 +338,30 @@ async fn serve(
         manager.config().stream,
     );
     if let Some(listener) = side.http {
+        // MCP's tools call the API in-process: the same services behind the same key check, with the key
+        // of each MCP request.
+        let max = manager.config().max_message_bytes;
+        let api = tonic::service::Routes::new(SandboxServiceServer::new(sandbox_api.clone()))
+            .add_service(ActionServiceServer::new(action_api.clone()))
+            .add_service(FileApi::new(Arc::clone(&manager)).into_service(max));
+        let api = tower::ServiceBuilder::new()
+            .layer(AuthLayer::new(Arc::clone(&keyring)))
+            .service(api);
+        let mcp = crate::web::Mcp {
+            service: mentis_mcp::http_service(
+                mentis_mcp::transport(api),
+                manager.config().mcp_max_output,
+                keyring.enabled(),
+                max,
+                shutdown.clone(),
+            ),
+            keyring: Arc::clone(&keyring),
+        };
         crate::web::serve(
             listener,
             terminal_api.clone(),
             Arc::clone(manager.store()),
+            mcp,
             shutdown.clone(),
         );
     }

@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use crate::api::TerminalApi;
-use crate::auth::Caller;
 use crate::auth::link::{Link, LinkError};
+use crate::auth::{Caller, Keyring};
 use crate::store::Store;
 
 /// The WebSocket subprotocol the page speaks (the server picks it among those the page offers).
@@ -56,17 +56,29 @@ struct Web {
     store: Arc<Store>,
 }
 
-/// Serves the web terminal on `listener` until `shutdown`.
+/// The MCP tools over streamable HTTP (`mentis-mcp`), and the keys its requests must present.
+pub struct Mcp {
+    pub service: mentis_mcp::HttpService,
+    pub keyring: Arc<Keyring>,
+}
+
+/// Serves the web terminal and MCP on `listener` until `shutdown`.
 pub fn serve(
     listener: TcpListener,
     terminals: TerminalApi,
     store: Arc<Store>,
+    mcp: Mcp,
     shutdown: CancellationToken,
 ) {
     if let Ok(at) = listener.local_addr() {
-        tracing::info!(%at, "web terminal served at /terminal (plaintext HTTP)");
+        tracing::info!(%at, "web terminal served at /terminal, MCP at /mcp (plaintext HTTP)");
     }
-    let app = router(Web { terminals, store });
+    let app = router(Web { terminals, store }).nest_service(
+        "/mcp",
+        tower::ServiceBuilder::new()
+            .layer(axum::middleware::from_fn_with_state(mcp.keyring, mcp_key))
+            .service(mcp.service),
+    );
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
@@ -95,6 +107,29 @@ fn router(web: Web) -> Router {
             get(|| asset("text/javascript", FIT_JS)),
         )
         .with_state(web)
+}
+
+/// Every MCP request needs a key, as every API call does (refused here with 401 and a `WWW-Authenticate`
+/// challenge, as HTTP clients expect); the tools then call the API with the same `authorization`, so a
+/// key limited to a space reaches only that space's sandboxes.
+async fn mcp_key(
+    State(keyring): State<Arc<Keyring>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    match keyring.authenticate(header) {
+        Ok(_) => next.run(request).await,
+        Err(e) => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            format!("{e}\n"),
+        )
+            .into_response(),
+    }
 }
 
 fn secured(mut r: Response) -> Response {
