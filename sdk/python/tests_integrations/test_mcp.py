@@ -1,0 +1,231 @@
+"""MCP (docs/MCP.md) driven by the Python `mcp` client package: `mentis mcp` on stdio (MENTIS_CLI_BIN, the
+CLI) and the runtime's streamable HTTP endpoint at /mcp, each through initialize, list_tools and call_tool on
+real sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import urllib.error
+import urllib.request
+import uuid
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+TOOLS = {
+    "create_sandbox",
+    "run_shell",
+    "run_python",
+    "read_file",
+    "write_file",
+    "list_files",
+    "delete_sandbox",
+}
+
+
+def _cli() -> str:
+    path = os.environ.get("MENTIS_CLI_BIN", "")
+    assert path and os.access(path, os.X_OK), "MENTIS_CLI_BIN must name the mentis CLI (target/debug/mentis)"
+    return path
+
+
+@asynccontextmanager
+async def stdio_session(runtime, *args: str):
+    params = StdioServerParameters(
+        command=_cli(),
+        args=["mcp", "--addr", runtime.addr, *args],
+        env={"MENTIS_API_KEY": runtime.key, "PATH": os.environ.get("PATH", "")},
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+@asynccontextmanager
+async def http_session(runtime, key: str | None = None):
+    headers = {"Authorization": f"Bearer {key or runtime.key}"}
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=300)) as client,
+        streamable_http_client(f"http://{runtime.http_addr}/mcp", http_client=client) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def text(result) -> str:
+    assert result.content, result
+    assert result.content[0].type == "text", result.content[0]
+    return result.content[0].text
+
+
+async def call(session, tool: str, **args) -> str:
+    result = await session.call_tool(tool, args)
+    assert not result.isError, text(result)
+    return text(result)
+
+
+async def refused(session, tool: str, **args) -> str:
+    result = await session.call_tool(tool, args)
+    assert result.isError, f"{tool} {args} should be a tool error: {text(result)}"
+    return text(result)
+
+
+def sandbox_id(created: str) -> str:
+    first = created.splitlines()[0]
+    assert first.startswith("sandbox_id: "), created
+    return first.removeprefix("sandbox_id: ")
+
+
+async def exercise(session) -> None:
+    """Every tool once, the way a model would call them, with the outcomes checked."""
+    listed = await session.list_tools()
+    assert {t.name for t in listed.tools} == TOOLS
+    for tool in listed.tools:
+        assert tool.description, tool.name
+        if tool.name != "create_sandbox":
+            assert "sandbox_id" in tool.inputSchema["required"], tool.inputSchema
+
+    key = f"conversation-{uuid.uuid4().hex[:8]}"
+    created = await call(session, "create_sandbox", key=key)
+    assert "created" in created, created
+    sid = sandbox_id(created)
+    # The conversation's sandbox is found again by its key.
+    again = await call(session, "create_sandbox", key=key)
+    assert sandbox_id(again) == sid and "found" in again, again
+
+    out = await call(session, "run_shell", sandbox_id=sid, command="echo out; echo err >&2; exit 3")
+    assert out.startswith("exit code: 3"), out
+    assert "--- stdout ---\nout\n" in out and "--- stderr ---\nerr\n" in out, out
+
+    await call(session, "run_python", sandbox_id=sid, code="x = 6 * 7")
+    out = await call(session, "run_python", sandbox_id=sid, code="print('state kept'); x")
+    assert out == "state kept\n42\n", repr(out)
+    out = await call(session, "run_python", sandbox_id=sid, code="1 / 0")
+    assert "--- error: ZeroDivisionError: division by zero ---" in out, out
+    assert "Traceback" in out and "\x1b" not in out, repr(out)
+
+    assert "wrote 12 bytes" in await call(
+        session, "write_file", sandbox_id=sid, path="notes/a.txt", content="héllo world"
+    )
+    assert await call(session, "read_file", sandbox_id=sid, path="notes/a.txt") == "héllo world"
+    listing = await call(session, "list_files", sandbox_id=sid, recursive=True)
+    assert "notes/a.txt" in listing and "dir " in listing, listing
+
+    missing = await refused(session, "read_file", sandbox_id=sid, path="nope.txt")
+    assert missing.startswith("NOT_FOUND:") and "PATH_NOT_FOUND" in missing, missing
+
+    assert "deleted" in await call(session, "delete_sandbox", sandbox_id=sid)
+    gone = await refused(session, "run_shell", sandbox_id=sid, command="true")
+    assert "SANDBOX_ENDED" in gone or gone.startswith("NOT_FOUND:"), gone
+
+
+def test_stdio(runtime) -> None:
+    async def main():
+        async with stdio_session(runtime) as session:
+            await exercise(session)
+
+    asyncio.run(main())
+
+
+def test_streamable_http(runtime) -> None:
+    async def main():
+        async with http_session(runtime) as session:
+            await exercise(session)
+
+    asyncio.run(main())
+
+
+def test_long_output_is_cut_with_a_note_and_images_come_as_images(runtime) -> None:
+    async def main():
+        async with stdio_session(runtime, "--max-output", "2000") as session:
+            sid = sandbox_id(await call(session, "create_sandbox"))
+            try:
+                out = await call(session, "run_shell", sandbox_id=sid, command="seq 1 100000")
+                assert len(out) < 2600, len(out)
+                assert out.startswith("exit code: 0\n--- stdout ---\n1\n2\n3\n"), out[:60]
+                assert out.rstrip().endswith("99999\n100000"), out[-60:]
+                assert "bytes left out of 588895 here" in out, out
+
+                big = "".join(f"line {i}\n" for i in range(2000))
+                await call(session, "write_file", sandbox_id=sid, path="big.txt", content=big)
+                first = await call(session, "read_file", sandbox_id=sid, path="big.txt")
+                assert first.startswith("line 0\n"), first[:100]
+                assert "read_file with offset 2000 reads on" in first, first[-200:]
+                more = await call(session, "read_file", sandbox_id=sid, path="big.txt", offset=2000)
+                assert more.startswith(big[2000:2100]), more[:100]
+
+                code = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
+                result = await session.call_tool("run_python", {"sandbox_id": sid, "code": code})
+                assert not result.isError, result
+                images = [c for c in result.content if c.type == "image"]
+                assert len(images) == 1 and images[0].mimeType == "image/png", result.content
+                assert base64.b64decode(images[0].data).startswith(b"\x89PNG\r\n\x1a\n")
+            finally:
+                await call(session, "delete_sandbox", sandbox_id=sid)
+
+    asyncio.run(main())
+
+
+def test_bad_arguments_are_refused_clearly(runtime) -> None:
+    async def main():
+        async with http_session(runtime) as session:
+            bad = await refused(session, "run_shell", sandbox_id="no-such-sandbox", command="true")
+            assert bad.startswith("INVALID_ARGUMENT:") and "not a UUID" in bad, bad
+            unknown = await refused(session, "read_file", sandbox_id=str(uuid.uuid4()), path="a")
+            assert unknown.startswith("NOT_FOUND:"), unknown
+            # A missing required argument: the call fails with the protocol's error or a tool error,
+            # never a hang or a success.
+            try:
+                result = await session.call_tool("run_shell", {"command": "true"})
+            except Exception as e:  # the server's JSON-RPC error, raised by the client
+                assert "sandbox_id" in str(e), e
+            else:
+                assert result.isError and "sandbox_id" in text(result), result
+
+    asyncio.run(main())
+
+
+def _post_initialize(runtime, headers: dict[str, str]):
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"http://{runtime.http_addr}/mcp",
+        data=body,
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            **headers,
+        },
+        method="POST",
+    )
+    return urllib.request.urlopen(req, timeout=30)
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer not-a-key"}], ids=["no key", "wrong key"])
+def test_http_needs_a_key(runtime, headers) -> None:
+    with pytest.raises(urllib.error.HTTPError) as e:
+        _post_initialize(runtime, headers)
+    assert e.value.code == 401
+    assert e.value.headers["WWW-Authenticate"] == "Bearer"
+    # The same request with the key is answered.
+    with _post_initialize(runtime, {"Authorization": f"Bearer {runtime.key}"}) as ok:
+        assert ok.status == 200
+        assert json.loads(ok.read())["result"]["serverInfo"]["name"] == "mentis"
