@@ -751,7 +751,9 @@ impl Collect {
         };
         for (name, stream) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             if !stream.is_empty() {
-                out.push_str(&format!("\n--- {name} ---\n{}", stream.text()));
+                let text = stream.text();
+                let text = text.strip_suffix('\n').unwrap_or(&text);
+                out.push_str(&format!("\n--- {name} ---\n{text}"));
             }
         }
         if self.stdout.is_empty() && self.stderr.is_empty() {
@@ -794,7 +796,7 @@ impl Collect {
             body.push('\n');
             body.push_str(note);
         }
-        let mut content = vec![text(body.trim_start_matches('\n').to_owned())];
+        let mut content = vec![text(body.trim_matches('\n').to_owned())];
         content.append(&mut self.images);
         content
     }

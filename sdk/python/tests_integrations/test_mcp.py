@@ -8,6 +8,9 @@ import asyncio
 import base64
 import json
 import os
+import pathlib
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -103,11 +106,11 @@ async def exercise(session) -> None:
 
     out = await call(session, "run_shell", sandbox_id=sid, command="echo out; echo err >&2; exit 3")
     assert out.startswith("exit code: 3"), out
-    assert "--- stdout ---\nout\n" in out and "--- stderr ---\nerr\n" in out, out
+    assert out == "exit code: 3\n--- stdout ---\nout\n--- stderr ---\nerr", out
 
     await call(session, "run_python", sandbox_id=sid, code="x = 6 * 7")
     out = await call(session, "run_python", sandbox_id=sid, code="print('state kept'); x")
-    assert out == "state kept\n42\n", repr(out)
+    assert out == "state kept\n42", repr(out)
     out = await call(session, "run_python", sandbox_id=sid, code="1 / 0")
     assert "--- error: ZeroDivisionError: division by zero ---" in out, out
     assert "Traceback" in out and "\x1b" not in out, repr(out)
@@ -151,7 +154,7 @@ def test_long_output_is_cut_with_a_note_and_images_come_as_images(runtime) -> No
                 out = await call(session, "run_shell", sandbox_id=sid, command="seq 1 100000")
                 assert len(out) < 2600, len(out)
                 assert out.startswith("exit code: 0\n--- stdout ---\n1\n2\n3\n"), out[:60]
-                assert out.rstrip().endswith("99999\n100000"), out[-60:]
+                assert out.endswith("99999\n100000"), out[-60:]
                 assert "bytes left out of 588895 here" in out, out
 
                 big = "".join(f"line {i}\n" for i in range(2000))
@@ -229,3 +232,52 @@ def test_http_needs_a_key(runtime, headers) -> None:
     with _post_initialize(runtime, {"Authorization": f"Bearer {runtime.key}"}) as ok:
         assert ok.status == 200
         assert json.loads(ok.read())["result"]["serverInfo"]["name"] == "mentis"
+
+
+def _guide_block(name: str) -> str:
+    """The fenced block after `<!-- mcp:NAME -->` in docs/MCP.md."""
+    guide = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "MCP.md").read_text()
+    after = guide.split(f"<!-- mcp:{name} -->\n", 1)[1]
+    assert after.startswith("```"), f"no fenced block after mcp:{name}"
+    return after.split("\n", 1)[1].split("\n```\n", 1)[0]
+
+
+def test_the_guides_configurations_and_example_work_as_written(runtime) -> None:
+    stdio = json.loads(_guide_block("stdio"))["mcpServers"]["mentis"]
+    assert stdio["command"] == "mentis" and stdio["args"] == ["mcp"], stdio
+    assert set(stdio["env"]) == {"MENTIS_ADDR", "MENTIS_API_KEY"}, stdio
+    http = json.loads(_guide_block("http"))["mcpServers"]["mentis"]
+    assert http["type"] == "http" and http["url"] == "http://127.0.0.1:8080/mcp", http
+    assert http["headers"] == {"Authorization": "Bearer <an API key>"}, http
+
+    async def main():
+        # The stdio configuration: the client starts `mentis mcp` with the env it names.
+        env = {"MENTIS_ADDR": f"http://{runtime.addr}", "MENTIS_API_KEY": runtime.key}
+        params = StdioServerParameters(command=_cli(), args=stdio["args"], env=env)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            assert {t.name for t in (await session.list_tools()).tools} == TOOLS
+        # The HTTP one: its URL on this runtime's listener, its header with the key.
+        headers = {k: v.replace("<an API key>", runtime.key) for k, v in http["headers"].items()}
+        url = http["url"].replace("127.0.0.1:8080", runtime.http_addr)
+        async with (
+            httpx.AsyncClient(headers=headers) as client,
+            streamable_http_client(url, http_client=client) as (read, write, _),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            assert {t.name for t in (await session.list_tools()).tools} == TOOLS
+
+    asyncio.run(main())
+
+    # The Python example, on this runtime's listener.
+    example = _guide_block("python").replace("127.0.0.1:8080", runtime.http_addr)
+    done = subprocess.run(
+        [sys.executable, "-c", example],
+        env={**os.environ, "MENTIS_API_KEY": runtime.key},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "45\n", done.stdout
