@@ -282,3 +282,33 @@ def test_the_guides_configurations_and_example_work_as_written(runtime) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "45\n", done.stdout
+
+
+def test_a_key_limited_to_a_space_reaches_only_that_space_over_http(runtime) -> None:
+    import grpc
+    from mentis.v1 import key_pb2, key_pb2_grpc, space_pb2, space_pb2_grpc
+
+    space = f"mcp-{uuid.uuid4().hex[:8]}"
+    admin = [("authorization", f"Bearer {runtime.key}")]
+    with grpc.insecure_channel(runtime.addr) as channel:
+        space_pb2_grpc.SpaceServiceStub(channel).CreateSpace(
+            space_pb2.CreateSpaceRequest(space=space_pb2.Space(space_id=space)), metadata=admin
+        )
+        secret = (
+            key_pb2_grpc.KeyServiceStub(channel)
+            .CreateApiKey(key_pb2.CreateApiKeyRequest(name="mcp", space_ids=[space]), metadata=admin)
+            .secret
+        )
+
+    async def main():
+        async with http_session(runtime, key=secret) as session:
+            other = await refused(session, "create_sandbox")
+            assert other.startswith("PERMISSION_DENIED:"), other
+            sid = sandbox_id(await call(session, "create_sandbox", space=space))
+            try:
+                out = await call(session, "run_shell", sandbox_id=sid, command="echo $((6*7))")
+                assert out.endswith("42"), out
+            finally:
+                await call(session, "delete_sandbox", sandbox_id=sid)
+
+    asyncio.run(main())
