@@ -50,7 +50,11 @@ impl Conn {
             format!("http://{addr}")
         };
         let mut endpoint = Endpoint::from_shared(addr.clone())
-            .with_context(|| format!("bad address {addr:?} (expected e.g. {DEFAULT_ADDR})"))?;
+            .with_context(|| format!("bad address {addr:?} (expected e.g. {DEFAULT_ADDR})"))?
+            // HTTP/2 pings find a connection that died without a reset (a long `exec`, `mcp`, `logs -f`).
+            .http2_keep_alive_interval(std::time::Duration::from_secs(30))
+            .keep_alive_timeout(std::time::Duration::from_secs(20))
+            .keep_alive_while_idle(true);
         if addr.starts_with("https://") {
             let mut tls = ClientTlsConfig::new();
             if let Some(ca) = ca_cert {

@@ -116,6 +116,11 @@ pub type HttpService = StreamableHttpService<SandboxTools, NeverSessionManager>;
 /// replays the action's observations from its start instead of running it again).
 const ATTEMPTS: u32 = 3;
 
+/// How long an action's stream may stay silent before it is taken for broken (and resubmitted): the runtime
+/// sends a keepalive on an idle stream every 15 s by default (`MENTIS_STREAM_KEEPALIVE_SECS`), so this is
+/// four missed ones; a connection that died without a reset is found here.
+const SILENCE: Duration = Duration::from_secs(60);
+
 /// The tools, over one [`Transport`].
 #[derive(Clone)]
 pub struct SandboxTools {
@@ -425,7 +430,14 @@ impl SandboxTools {
                 Ok(stream) => {
                     let mut stream = stream.into_inner();
                     loop {
-                        match stream.next().await {
+                        let Ok(next) = tokio::time::timeout(SILENCE, stream.next()).await else {
+                            break Status::unavailable(format!(
+                                "nothing from the runtime for {} s (idle streams carry keepalives): the \
+                                 connection is taken for dead",
+                                SILENCE.as_secs()
+                            ));
+                        };
+                        match next {
                             Some(Ok(api::ExecuteResponse {
                                 kind: Some(api::execute_response::Kind::Observation(o)),
                             })) => {

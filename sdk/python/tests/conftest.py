@@ -149,12 +149,16 @@ class CuttableProxy:
             sockets, self._open = self._open, []
             self.cuts += 1
         for s in sockets:
-            # SO_LINGER 0: close with a reset, as a dropped network would end it.
+            # SO_LINGER 0: close with a reset, as a dropped network would end it. A socket another thread is
+            # blocked reading is only released (and the reset only sent) when that read returns: shutting its
+            # reading side down first makes it return now, not when the peer next sends something.
             try:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                s.close()
+                s.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
+            with contextlib.suppress(OSError):
+                s.close()
 
     def close(self) -> None:
         self.cut()

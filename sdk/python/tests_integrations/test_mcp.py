@@ -312,3 +312,37 @@ def test_a_key_limited_to_a_space_reaches_only_that_space_over_http(runtime) -> 
                 await call(session, "delete_sandbox", sandbox_id=sid)
 
     asyncio.run(main())
+
+
+def test_a_dropped_connection_mid_command_loses_and_repeats_nothing(runtime, proxy) -> None:
+    """`mentis mcp` through a proxy that resets every connection while a command prints: the tool submits the
+    same action id again, the runtime replays the action instead of running it twice, and the model gets
+    every line once."""
+
+    async def main():
+        params = StdioServerParameters(
+            command=_cli(), args=["mcp", "--addr", proxy.addr], env={"MENTIS_API_KEY": runtime.key}
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            sid = sandbox_id(await call(session, "create_sandbox"))
+            try:
+                command = "for i in $(seq 1 8); do echo line$i; sleep 0.3; done; date +%s%N > ran.$RANDOM"
+                running = asyncio.ensure_future(
+                    session.call_tool("run_shell", {"sandbox_id": sid, "command": command})
+                )
+                await asyncio.sleep(1.2)
+                assert not running.done()
+                proxy.cut()
+                result = await running
+                assert not result.isError, text(result)
+                lines = "\n".join(f"line{i}" for i in range(1, 9))
+                assert text(result) == f"exit code: 0\n--- stdout ---\n{lines}", text(result)
+                assert proxy.cuts == 1
+                # It ran once: one marker file.
+                listing = await call(session, "list_files", sandbox_id=sid)
+                assert listing.count(" ran.") == 1, listing
+            finally:
+                await call(session, "delete_sandbox", sandbox_id=sid)
+
+    asyncio.run(main())
