@@ -652,6 +652,10 @@ class AsyncTerminal:
                         return
                     failure = e
                     continue
+                if self._out.detached:  # detached while it attached again
+                    self._call.cancel()
+                    self._end()
+                    return
                 if (started.rows, started.cols) != (self._rows, self._cols):
                     with contextlib.suppress(Exception):
                         await self._call.write(_resize_request(self._rows, self._cols))
@@ -805,9 +809,15 @@ class AsyncTerminal:
         self._out.detached = True
         self._call.cancel()
         task = self._task
-        if task is not None and task is not asyncio.current_task():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(task), 10)
+        if task is None or task is asyncio.current_task():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 10)
+        except asyncio.TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # the caller's own cancellation
 
     async def close(self) -> None:
         """See `Terminal.close`."""

@@ -356,6 +356,10 @@ class Terminal:
                         return
                     failure = e
                     continue
+                if self._out.detached:  # detached while it attached again
+                    self._call.cancel()
+                    self._end()
+                    return
                 if (started.rows, started.cols) != (self._rows, self._cols):
                     self._requests.put(_resize_request(self._rows, self._cols))
                 deadline = None
