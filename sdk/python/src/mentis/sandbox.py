@@ -442,8 +442,9 @@ class Files:
         a tar archive, streamed as it is read: into `remote_path/<its name>` when `remote_path` is an existing
         directory, else into `remote_path` (made when missing), like `cp -r`; existing files there are
         replaced, others kept. Symbolic links go as links (one that points outside the directory refuses the
-        upload: InvalidArgument). Either way the upload is whole or nothing: a failed one changes nothing.
-        A missing local path is FileNotFoundError."""
+        upload: InvalidArgument). Either way the runtime moves the copy in only once it is whole: a refused,
+        failed or cancelled upload (a local file that cannot be read) leaves no file of it. A missing local
+        path is FileNotFoundError."""
         local = os.fspath(local_path)
         mode = os.stat(local).st_mode
         if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
