@@ -14,14 +14,19 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import os
+import stat
+import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Generator
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Generator, Iterator
 from typing import Any, Callable, Generic, TypeVar
 
 import grpc
 import grpc.aio
 
+from . import _transfer
 from ._client import _MAX_MESSAGE, Settings
 from .errors import AlreadyExists, Cancelled, MentisError, NotFound, from_rpc_error
 from .sandbox import (
@@ -39,6 +44,20 @@ from .sandbox import (
     _shell_action,
     _spec,
 )
+from .terminal import (
+    _CLOSE_WAIT,
+    TerminalInfo,
+    TerminalLink,
+    _attach_request,
+    _input_requests,
+    _link,
+    _Output,
+    _resize_request,
+    _signal_request,
+    _size,
+    _start_request,
+    _terminal_info,
+)
 from .v1 import (
     action_pb2,
     action_pb2_grpc,
@@ -47,9 +66,11 @@ from .v1 import (
     observation_pb2,
     sandbox_pb2,
     sandbox_pb2_grpc,
+    terminal_pb2,
+    terminal_pb2_grpc,
 )
 
-__all__ = ["AsyncFiles", "AsyncSandbox"]
+__all__ = ["AsyncFiles", "AsyncSandbox", "AsyncTerminal", "AsyncTerminals"]
 
 T = TypeVar("T")
 
@@ -80,6 +101,7 @@ class _AsyncConnection:
         self.sandboxes = sandbox_pb2_grpc.SandboxServiceStub(self.channel)
         self.actions = action_pb2_grpc.ActionServiceStub(self.channel)
         self.files = file_pb2_grpc.FileServiceStub(self.channel)
+        self.terminals = terminal_pb2_grpc.TerminalServiceStub(self.channel)
         self.generation += 1
 
     async def reconnect(self, seen_generation: int) -> None:
@@ -183,6 +205,9 @@ class AsyncSandbox:
         self._owned = owned
         self._keep = keep
         self.files = AsyncFiles(self)
+        self.terminals = AsyncTerminals(self)
+        # Terminals with a stream on this sandbox's connection, detached when it closes.
+        self._open_terminals: weakref.WeakSet = weakref.WeakSet()
 
     @classmethod
     def create(
@@ -305,7 +330,12 @@ class AsyncSandbox:
             )
 
     async def close(self) -> None:
-        await self._conn.close()
+        """Closes the connection (the sandbox stays; so do its terminals, detached)."""
+        try:
+            for terminal in list(self._open_terminals):
+                await terminal.detach()
+        finally:
+            await self._conn.close()
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -401,3 +431,478 @@ class AsyncFiles:
             if not r.next_page_token:
                 return files
             token = r.next_page_token
+
+    async def stat(self, path: str) -> FileInfo:
+        """See `Files.stat`."""
+        conn = self._sb._conn
+        r = await conn.call(conn.files.StatFile, file_pb2.StatFileRequest(sandbox_id=self._sb.id, path=path))
+        return _file_info(r.file)
+
+    async def _is_dir(self, path: str) -> bool:
+        try:
+            return (await self.stat(path)).is_dir
+        except NotFound:
+            return False
+
+    async def upload(self, local_path: str | os.PathLike[str], remote_path: str = "") -> str:
+        """See `Files.upload` (local files are read off the event loop)."""
+        local = os.fspath(local_path)
+        mode = os.stat(local).st_mode
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            raise ValueError(f"{local} is neither a file nor a directory")
+        conn = self._sb._conn
+        remote_is_dir = await self._is_dir(remote_path)
+        if stat.S_ISDIR(mode):
+            dest = _transfer.remote_dir_destination(local, remote_path, remote_is_dir)
+            header = file_pb2.UploadHeader(sandbox_id=self._sb.id, path=dest)
+            await _send(
+                conn,
+                conn.files.Upload,
+                file_pb2.UploadRequest(header=header),
+                _transfer.tar_chunks(local, _CHUNK),
+                lambda data: file_pb2.UploadRequest(data=data),
+            )
+            return dest
+        dest = _transfer.remote_file_destination(local, remote_path, remote_is_dir)
+        with open(local, "rb") as f:
+            header = file_pb2.WriteFileHeader(sandbox_id=self._sb.id, path=dest, mode=stat.S_IMODE(mode))
+            await _send(
+                conn,
+                conn.files.WriteFile,
+                file_pb2.WriteFileRequest(header=header),
+                _transfer.file_chunks(f, _CHUNK),
+                lambda data: file_pb2.WriteFileRequest(data=data),
+            )
+        return dest
+
+    async def download(self, remote_path: str, local_path: str | os.PathLike[str] = ".") -> str:
+        """See `Files.download`. The archive is spooled to an unnamed temporary file beside the destination
+        as it arrives, then unpacked off the event loop."""
+        conn = self._sb._conn
+        is_dir = (await self.stat(remote_path)).is_dir
+        dest = _transfer.local_destination(remote_path, local_path)
+        parent = os.path.dirname(os.path.abspath(dest))
+        os.makedirs(parent, exist_ok=True)
+        call = conn.files.Download(
+            file_pb2.DownloadRequest(sandbox_id=self._sb.id, path=remote_path), metadata=conn.metadata
+        )
+        with tempfile.TemporaryFile(dir=parent) as spool:
+            try:
+                async for r in call:
+                    spool.write(r.data)
+            except grpc.aio.AioRpcError as e:
+                raise from_rpc_error(e) from None
+            finally:
+                call.cancel()
+            spool.seek(0)
+            unpack = _transfer.unpack if is_dir else _transfer.unpack_one
+            await asyncio.get_running_loop().run_in_executor(None, unpack, spool, dest, _CHUNK)
+        return dest
+
+
+async def _send(
+    conn: _AsyncConnection, method: Any, header: Any, chunks: Iterator[bytes], message: Callable[[bytes], Any]
+) -> Any:
+    """A client stream: `header`, then a message per chunk (read off the event loop), then the clean end that
+    commits it. An error on this side (a local file that cannot be read, a cancelled task) cancels the call
+    instead, so nothing half sent is committed."""
+    loop = asyncio.get_running_loop()
+    end = object()
+    call = method(metadata=conn.metadata)
+    try:
+        await call.write(header)
+        while True:
+            chunk = await loop.run_in_executor(None, next, chunks, end)
+            if chunk is end:
+                break
+            await call.write(message(chunk))
+        await call.done_writing()
+        return await call
+    except grpc.aio.AioRpcError as e:
+        raise from_rpc_error(e) from None
+    except asyncio.InvalidStateError:
+        # The runtime ended the call early (it refused the stream): its status says why.
+        try:
+            await call
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e) from None
+        raise MentisError("the call ended before the whole stream was sent") from None
+    except BaseException:
+        call.cancel()
+        raise
+
+
+class AsyncTerminal:
+    """The asyncio twin of `mentis.Terminal`: the same names, awaited (`async for` reads the output, `async
+    with` closes it at the end). The `on_output` callback is called on the event loop."""
+
+    def __init__(
+        self, conn: _AsyncConnection, sandbox_id: str, on_output: Callable[[bytes], None] | None = None
+    ) -> None:
+        self._conn = conn
+        self._sandbox_id = sandbox_id
+        self._out = _Output(on_output)
+        self._changed = asyncio.Event()
+        self._write_lock = asyncio.Lock()
+        self._call: Any = None
+        self._stream = 0  # counts the streams this terminal has had
+        self._task: asyncio.Task | None = None
+        self.id = ""
+        self._rows = self._cols = 0
+
+    async def _start(self, first: terminal_pb2.OpenRequest) -> AsyncTerminal:
+        started = await self._open_stream(first)
+        self.id = started.terminal_id
+        self._rows, self._cols = started.rows, started.cols
+        self._task = asyncio.get_running_loop().create_task(self._read_stream())
+        return self
+
+    def _notify(self) -> None:
+        old, self._changed = self._changed, asyncio.Event()
+        old.set()
+
+    async def _until(self, ready: Callable[[], Any], timeout: float | None) -> bool:
+        """Waits until `ready()` (False when `timeout` seconds passed first)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not ready():
+            changed = self._changed
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
+        return True
+
+    # --- the stream
+
+    async def _open_stream(self, first: terminal_pb2.OpenRequest) -> terminal_pb2.OpenResponse.Started:
+        call = self._conn.terminals.Open(metadata=self._conn.metadata)
+        try:
+            await call.write(first)
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    raise MentisError("the terminal's stream ended before it started")
+                if response.HasField("started"):
+                    break
+        except grpc.aio.AioRpcError as e:
+            call.cancel()
+            raise from_rpc_error(e) from None
+        except BaseException:
+            call.cancel()
+            raise
+        self._call = call
+        self._stream += 1
+        self._notify()
+        return response.started
+
+    async def _read_stream(self) -> None:
+        """The reading task (see `Terminal._read_stream`)."""
+        deadline: float | None = None
+        while True:
+            generation = self._conn.generation
+            failure: MentisError
+            try:
+                if await self._follow():
+                    return
+                failure = MentisError(f"terminal {self.id}'s stream ended before its program")
+            except grpc.aio.AioRpcError as e:
+                if self._out.detached:
+                    self._end()
+                    return
+                if e.code() not in _RESUMABLE:
+                    self._end(failure=from_rpc_error(e))
+                    return
+                failure = from_rpc_error(e)
+                await self._conn.reconnect(generation)
+            except asyncio.CancelledError:
+                if self._out.detached:
+                    self._end()
+                    return
+                # As in `_observations`: a channel closed under the call, or this task being cancelled.
+                task = asyncio.current_task()
+                if task is None or not hasattr(task, "cancelling") or task.cancelling():
+                    self._call.cancel()
+                    self._end(failure=Cancelled(f"terminal {self.id}'s stream was cancelled"))
+                    raise
+                failure = Cancelled("the channel was closed during the call")
+                await self._conn.reconnect(generation)
+            except Exception as e:  # the callback's or a listing's error: the terminal's failure
+                self._call.cancel()
+                self._end(failure=e)
+                return
+            while True:
+                now = time.monotonic()
+                deadline = deadline or now + _RESUME_FOR
+                if self._out.detached:
+                    self._end()
+                    return
+                if now > deadline:
+                    self._end(failure=failure)
+                    return
+                await asyncio.sleep(0.05)
+                try:
+                    started = await self._open_stream(
+                        _attach_request(self._sandbox_id, self.id, self._out.last_seq)
+                    )
+                except MentisError as e:
+                    if e.code not in ("UNAVAILABLE", "CANCELLED"):
+                        self._end(failure=e)
+                        return
+                    failure = e
+                    continue
+                if self._out.detached:  # detached while it attached again
+                    self._call.cancel()
+                    self._end()
+                    return
+                if (started.rows, started.cols) != (self._rows, self._cols):
+                    with contextlib.suppress(Exception):
+                        await self._call.write(_resize_request(self._rows, self._cols))
+                deadline = None
+                break
+
+    async def _follow(self) -> bool:
+        while True:
+            response = await self._call.read()
+            if response is grpc.aio.EOF:
+                break
+            kind = response.WhichOneof("kind")
+            if kind == "output":
+                data = self._out.feed(response.output)
+                self._notify()
+                if data and self._out.on_output is not None:
+                    self._out.on_output(data)
+            elif kind == "exited":
+                self._end(exit_code=response.exited.exit_code, signal=response.exited.signal)
+                return True
+        if self._out.detached:
+            self._end()
+            return True
+        known = await self._exit_from_list()
+        if known is not None:
+            self._end(exit_code=known)
+            return True
+        return False
+
+    async def _exit_from_list(self) -> int | None:
+        request = terminal_pb2.ListTerminalsRequest(sandbox_id=self._sandbox_id)
+        try:
+            listed = (
+                await self._conn.terminals.ListTerminals(request, metadata=self._conn.metadata)
+            ).terminals
+        except grpc.aio.AioRpcError as e:
+            if e.code() in _RESUMABLE:
+                return None
+            raise from_rpc_error(e) from None
+        for t in listed:
+            if t.terminal_id == self.id:
+                return t.exit_code if t.HasField("exit_code") else None
+        raise NotFound(f"terminal {self.id} is gone", reason="TERMINAL_NOT_FOUND")
+
+    def _end(self, *, exit_code: int | None = None, signal: int = 0, failure: BaseException | None = None):
+        if exit_code is not None:
+            self._out.exit_code, self._out.signal = exit_code, signal
+        self._out.failure = failure
+        self._out.done = True
+        self._notify()
+
+    async def _send(self, *requests: terminal_pb2.OpenRequest) -> None:
+        for request in requests:
+            while True:
+                self._out.check_open(self.id)
+                call, stream = self._call, self._stream
+                try:
+                    async with self._write_lock:
+                        await call.write(request)
+                    break
+                except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    # The stream is gone: the reading task attaches again (or ends the terminal).
+                    await self._until(lambda s=stream: self._stream != s or self._out.done, None)
+
+    # --- what it is
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @property
+    def cols(self) -> int:
+        return self._cols
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._out.exit_code
+
+    @property
+    def signal(self) -> int:
+        return self._out.signal
+
+    @property
+    def last_seq(self) -> int:
+        return self._out.last_seq
+
+    def __repr__(self) -> str:
+        return f"AsyncTerminal({self.id!r}, exit_code={self.exit_code!r})"
+
+    # --- input
+
+    async def write(self, data: bytes | str) -> None:
+        """See `Terminal.write`."""
+        await self._send(*_input_requests(data))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """See `Terminal.resize`."""
+        rows, cols = _size(rows, cols, zero_ok=False)
+        await self._send(_resize_request(rows, cols))
+        self._rows, self._cols = rows, cols
+
+    async def send_signal(self, name: str) -> None:
+        """See `Terminal.send_signal`."""
+        await self._send(_signal_request(name))
+
+    # --- output
+
+    async def read(self, timeout: float | None = None) -> bytes:
+        """See `Terminal.read`."""
+        self._out.check_readable()
+        await self._until(lambda: self._out.buffer or self._out.done, timeout)
+        if self._out.buffer:
+            return self._out.take()
+        if self._out.done and self._out.failure is not None:
+            raise self._out.failure
+        return b""
+
+    async def read_until(self, marker: bytes | str, timeout: float | None = 30.0) -> bytes:
+        """See `Terminal.read_until`."""
+        self._out.check_readable()
+        want = marker.encode("utf-8") if isinstance(marker, str) else bytes(marker)
+        if not await self._until(lambda: want in self._out.buffer or self._out.done, timeout):
+            tail = bytes(self._out.buffer[-200:])
+            raise TimeoutError(f"{want!r} did not appear within {timeout} s; the last output: {tail!r}")
+        found = self._out.take_until(want)
+        if found is not None:
+            return found
+        if self._out.failure is not None:
+            raise self._out.failure
+        raise self._out.ended(self.id)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        while data := await self.read():
+            yield data
+
+    # --- the end
+
+    async def wait(self, timeout: float | None = None) -> int:
+        """See `Terminal.wait`."""
+        if not await self._until(lambda: self._out.done, timeout):
+            raise TimeoutError(f"terminal {self.id} still runs after {timeout} s")
+        return self._out.result(self.id)
+
+    async def detach(self) -> None:
+        """See `Terminal.detach`."""
+        if self._out.done:
+            return
+        self._out.detached = True
+        self._call.cancel()
+        task = self._task
+        if task is None or task is asyncio.current_task():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 10)
+        except asyncio.TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # the caller's own cancellation
+
+    async def close(self) -> None:
+        """See `Terminal.close`."""
+        attached = not self._out.done
+        await self._hang_up()
+        if attached:
+            await self._until(lambda: self._out.done, _CLOSE_WAIT)
+            if self._out.exit_code is not None:
+                await self._hang_up()  # it ended: this forgets it
+        await self.detach()
+
+    async def _hang_up(self) -> None:
+        request = terminal_pb2.CloseTerminalRequest(sandbox_id=self._sandbox_id, terminal_id=self.id)
+        try:
+            await self._conn.terminals.CloseTerminal(request, metadata=self._conn.metadata)
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.NOT_FOUND:
+                await self.detach()
+                raise from_rpc_error(e) from None
+
+    async def __aenter__(self) -> AsyncTerminal:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class AsyncTerminals:
+    """See `mentis.Terminals`. `open` and `attach` are awaited or used in `async with`."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sb = sandbox
+
+    def open(
+        self,
+        command: builtins.list[str] | None = None,
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        env: dict[str, str] | None = None,
+        cwd: str = "",
+        idle_timeout: int = 0,
+        on_output: Callable[[bytes], None] | None = None,
+    ) -> _Pending[AsyncTerminal]:
+        """See `Terminals.open`."""
+        first = _start_request(self._sb.id, command, rows, cols, env, cwd, idle_timeout)
+        return _Pending(lambda: self._track(first, on_output))
+
+    def attach(
+        self, terminal_id: str, *, after_seq: int = 0, on_output: Callable[[bytes], None] | None = None
+    ) -> _Pending[AsyncTerminal]:
+        """See `Terminals.attach`."""
+        first = _attach_request(self._sb.id, terminal_id, after_seq)
+        return _Pending(lambda: self._track(first, on_output))
+
+    async def _track(
+        self, first: terminal_pb2.OpenRequest, on_output: Callable[[bytes], None] | None
+    ) -> AsyncTerminal:
+        terminal = await AsyncTerminal(self._sb._conn, self._sb.id, on_output)._start(first)
+        self._sb._open_terminals.add(terminal)
+        return terminal
+
+    async def list(self) -> builtins.list[TerminalInfo]:
+        """See `Terminals.list`."""
+        conn = self._sb._conn
+        r = await conn.call(
+            conn.terminals.ListTerminals, terminal_pb2.ListTerminalsRequest(sandbox_id=self._sb.id)
+        )
+        return [_terminal_info(t) for t in r.terminals]
+
+    async def close(self, terminal_id: str) -> None:
+        """See `Terminals.close`."""
+        conn = self._sb._conn
+        await conn.call(
+            conn.terminals.CloseTerminal,
+            terminal_pb2.CloseTerminalRequest(sandbox_id=self._sb.id, terminal_id=terminal_id),
+        )
+
+    async def link(self, terminal_id: str = "", *, ttl: int = 0) -> TerminalLink:
+        """See `Terminals.link`."""
+        conn = self._sb._conn
+        r = await conn.call(
+            conn.terminals.CreateTerminalLink,
+            terminal_pb2.CreateTerminalLinkRequest(
+                sandbox_id=self._sb.id, terminal_id=terminal_id, ttl_seconds=ttl
+            ),
+        )
+        return _link(r)

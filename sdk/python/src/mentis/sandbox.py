@@ -19,16 +19,22 @@ import base64
 import builtins
 import contextlib
 import math
+import os
+import stat
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import grpc
 
+from . import _transfer
 from ._client import Connection, Settings
 from .errors import AlreadyExists, MentisError, NotFound, from_rpc_error
+from .terminal import Terminals
 from .v1 import action_pb2, file_pb2, observation_pb2, sandbox_pb2
 
 __all__ = ["CellError", "CellResult", "CommandResult", "FileInfo", "Files", "Sandbox"]
@@ -184,6 +190,9 @@ class Sandbox:
         self._owned = owned
         self._keep = keep
         self.files = Files(self)
+        self.terminals = Terminals(self)
+        # Terminals with a stream on this sandbox's connection, detached when it closes.
+        self._open_terminals: weakref.WeakSet = weakref.WeakSet()
 
     # --- making one
 
@@ -305,8 +314,12 @@ class Sandbox:
             _call(self._conn.sandboxes.DeleteSandbox, sandbox_pb2.DeleteSandboxRequest(sandbox_id=self.id))
 
     def close(self) -> None:
-        """Closes the connection (the sandbox stays)."""
-        self._conn.close()
+        """Closes the connection (the sandbox stays; so do its terminals, detached)."""
+        try:
+            for terminal in list(self._open_terminals):
+                terminal.detach()
+        finally:
+            self._conn.close()
 
     def __enter__(self) -> Sandbox:
         return self
@@ -407,6 +420,120 @@ class Files:
             if not r.next_page_token:
                 return files
             token = r.next_page_token
+
+    def stat(self, path: str) -> FileInfo:
+        """One file, directory or symbolic link (a link is described, not followed); NotFound when missing."""
+        conn = self._sb._conn
+        r = _call(conn.files.StatFile, file_pb2.StatFileRequest(sandbox_id=self._sb.id, path=path))
+        return _file_info(r.file)
+
+    def _is_dir(self, path: str) -> bool:
+        try:
+            return self.stat(path).is_dir
+        except NotFound:
+            return False
+
+    def upload(self, local_path: str | os.PathLike[str], remote_path: str = "") -> str:
+        """Copies a local file or directory into the sandbox, as `mentis cp` does, and returns the remote path
+        it was copied to.
+
+        A file keeps its permission bits; it lands at `remote_path`, or in it under its own name when
+        `remote_path` is "" (the workspace), ends with "/" or is an existing directory. A directory goes as
+        a tar archive, streamed as it is read: into `remote_path/<its name>` when `remote_path` is an existing
+        directory, else into `remote_path` (made when missing), like `cp -r`; existing files there are
+        replaced, others kept. Symbolic links go as links (one that points outside the directory refuses the
+        upload: InvalidArgument). Either way the runtime moves the copy in only once it is whole: a refused,
+        failed or cancelled upload (a local file that cannot be read) leaves no file of it. A missing local
+        path is FileNotFoundError."""
+        local = os.fspath(local_path)
+        mode = os.stat(local).st_mode
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            raise ValueError(f"{local} is neither a file nor a directory")
+        conn = self._sb._conn
+        remote_is_dir = self._is_dir(remote_path)
+        if stat.S_ISDIR(mode):
+            dest = _transfer.remote_dir_destination(local, remote_path, remote_is_dir)
+            header = file_pb2.UploadHeader(sandbox_id=self._sb.id, path=dest)
+            _send(
+                conn.files.Upload,
+                file_pb2.UploadRequest(header=header),
+                _transfer.tar_chunks(local, _CHUNK),
+                lambda data: file_pb2.UploadRequest(data=data),
+            )
+            return dest
+        dest = _transfer.remote_file_destination(local, remote_path, remote_is_dir)
+        with open(local, "rb") as f:
+            header = file_pb2.WriteFileHeader(sandbox_id=self._sb.id, path=dest, mode=stat.S_IMODE(mode))
+            _send(
+                conn.files.WriteFile,
+                file_pb2.WriteFileRequest(header=header),
+                _transfer.file_chunks(f, _CHUNK),
+                lambda data: file_pb2.WriteFileRequest(data=data),
+            )
+        return dest
+
+    def download(self, remote_path: str, local_path: str | os.PathLike[str] = ".") -> str:
+        """Copies a file or directory of the sandbox to this machine, as `mentis cp` does, and returns the
+        local path it was copied to. Both come as a tar archive (Download), unpacked as it arrives, with
+        their permission bits and modification times; symbolic links come as links.
+
+        A file lands at `local_path`, or in it under its own name when `local_path` is an existing directory;
+        the file is replaced only once it is complete. A directory lands in `local_path/<its name>` when
+        `local_path` is an existing directory, else in `local_path` (made when missing), like `cp -r`.
+        A missing remote path is NotFound."""
+        conn = self._sb._conn
+        is_dir = self.stat(remote_path).is_dir
+        dest = _transfer.local_destination(remote_path, local_path)
+        responses = conn.files.Download(file_pb2.DownloadRequest(sandbox_id=self._sb.id, path=remote_path))
+        archive = _transfer.ChunkReader(_data(responses))
+        try:
+            if is_dir:
+                _transfer.unpack(archive, dest, _CHUNK)
+            else:
+                _transfer.unpack_one(archive, dest, _CHUNK)
+        finally:
+            responses.cancel()
+        return dest
+
+
+def _data(responses) -> Iterator[bytes]:
+    """The data of a stream of chunks, its failure as a typed error."""
+    try:
+        for r in responses:
+            yield r.data
+    except grpc.RpcError as e:
+        raise from_rpc_error(e) from None
+
+
+def _send(method, header, chunks: Iterator[bytes], message: Callable[[bytes], Any]):
+    """A client stream: `header`, then a message per chunk, then the clean end that commits it. A chunk that
+    cannot be read (a local file) cancels the call instead, so nothing half sent is committed, and its error
+    is raised."""
+    local: list[BaseException] = []
+    ready = threading.Event()
+    calls: list[Any] = []
+
+    def requests():
+        yield header
+        try:
+            for chunk in chunks:
+                yield message(chunk)
+        except Exception as e:
+            local.append(e)
+            ready.wait()
+            calls[0].cancel()
+
+    call = method.future(requests())
+    calls.append(call)
+    ready.set()
+    try:
+        return call.result()
+    except (grpc.RpcError, grpc.FutureCancelledError) as e:
+        if local:
+            raise local[0] from None
+        if isinstance(e, grpc.RpcError):
+            raise from_rpc_error(e) from None
+        raise
 
 
 def _shell_action(
