@@ -1,12 +1,17 @@
 """mentis.integrations.crewai: each tool through CrewAI's tool interface (BaseTool.run and arun, and the
-structured tool CrewAI's agents call with the model's JSON arguments) on a real sandbox."""
+structured tool CrewAI's agents call with the model's JSON arguments) on a real sandbox, and a CrewAI agent
+run with them. No model service: the agent's LLM is scripted; everything else is real."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from crewai import Agent, Crew, Task
+from crewai.llms.base_llm import BaseLLM
 from crewai.tools import BaseTool, ToolFailure
+from pydantic import Field
 
 from mentis import Sandbox
 from mentis.integrations.crewai import sandbox_tools
@@ -83,3 +88,56 @@ def test_arun(tools):
 def test_only_sync_sandboxes_make_tools():
     with pytest.raises(TypeError, match="mentis Sandbox"):
         sandbox_tools("sandbox-id")
+
+
+class ScriptedLLM(BaseLLM):
+    """Answers with the next scripted reply (CrewAI's text protocol: Thought, Action, Action Input, then Final
+    Answer) and keeps the messages it was sent."""
+
+    replies: list[str]
+    sent: list[Any] = Field(default_factory=list)
+
+    def call(self, messages, tools=None, callbacks=None, available_functions=None, **kwargs):
+        # A copy: the agent goes on appending to the list it passed.
+        self.sent.append([dict(m) for m in messages])
+        return self.replies.pop(0)
+
+    def supports_function_calling(self) -> bool:
+        return False
+
+    def get_context_window_size(self) -> int:
+        return 100_000
+
+
+def test_a_crewai_agent_runs_its_actions_in_the_sandbox(sb):
+    llm = ScriptedLLM(
+        model="scripted",
+        replies=[
+            'Thought: compute\nAction: run_shell\nAction Input: {"command": "echo $((6*7)) | tee six.txt"}',
+            'Thought: check the notes\nAction: read_file\nAction Input: {"path": "crew/none.md"}',
+            "Thought: I now know the final answer\nFinal Answer: 42",
+        ],
+    )
+    agent = Agent(
+        role="Analyst",
+        goal="Answer with numbers computed in the sandbox",
+        backstory="Runs everything in a sandbox.",
+        tools=sandbox_tools(sb),
+        llm=llm,
+        max_iter=5,
+    )
+    task = Task(description="What is 6 times 7?", expected_output="A number", agent=agent)
+    out = Crew(agents=[agent], tasks=[task]).kickoff()
+
+    assert out.raw == "42"
+    assert llm.replies == []
+    # What the model was shown after each action: the sandbox's answer, then the refused call's text.
+    observations = [sent[-2]["content"].split("\nObservation: ", 1)[1] for sent in llm.sent[1:]]
+    assert observations == [
+        "exit code: 0\n--- stdout ---\n42",
+        'error: PATH_NOT_FOUND: "crew/none.md" does not exist (code: PATH_NOT_FOUND)',
+    ]
+    # The refused call is on the task's record as a tool failure; the command ran in the sandbox.
+    (failure,) = out.tasks_output[0].tool_failures
+    assert (failure.tool_name, failure.failure.code) == ("read_file", "PATH_NOT_FOUND")
+    assert sb.files.read_text("six.txt") == "42\n"

@@ -238,7 +238,9 @@ def test_a_sandbox_gone_is_a_tool_error_not_a_crash(runtime):
         sb.close()
     assert isinstance(message, ToolMessage)
     assert message.status == "error"
-    assert message.content.startswith("error: SANDBOX_"), message.content
+    assert message.content == (
+        f"error: SANDBOX_ENDED: sandbox {sb.id} is TERMINATED; an action needs it RUNNING"
+    ), message.content
 
 
 def test_only_sandboxes_make_tools():
