@@ -186,7 +186,8 @@ def test_what_the_model_reads(sb):
     assert slow.endswith("\n--- stdout ---\nstarted")
 
     # Long output: head and tail kept, the cut said, within the limit (plus the note).
-    long = shell.invoke({"command": "printf HEAD; head -c 50000 /dev/zero | tr '\\0' x; printf TAIL"})
+    printing = {"command": "printf HEAD; head -c 50000 /dev/zero | tr '\\0' x; printf TAIL"}
+    long = shell.invoke(printing)
     whole = "exit code: 0\n--- stdout ---\nHEAD" + "x" * 50000 + "TAIL"
     assert long.startswith("exit code: 0\n--- stdout ---\nHEAD")
     assert long.endswith("xxTAIL")
@@ -195,6 +196,8 @@ def test_what_the_model_reads(sb):
         "characters, 1,000 are shown ...]\n"
     )
     assert long == whole[:500] + note + whole[-500:]
+    unlimited = sandbox_tools(sb, limit=0)[0]
+    assert unlimited.invoke(printing) == whole
 
     # A cell: printed text, results (an image named by its type and size), the error and its traceback
     # without terminal colours.

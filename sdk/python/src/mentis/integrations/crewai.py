@@ -34,7 +34,7 @@ __all__ = ["SandboxTool", "sandbox_tools"]
 
 class SandboxTool(BaseTool):
     """One tool on a sandbox (made by `sandbox_tools`). `limit` is the most characters of one answer given
-    to the model."""
+    to the model (0: no limit)."""
 
     limit: int = _common.DEFAULT_LIMIT
     _sandbox: Sandbox = PrivateAttr()
@@ -62,7 +62,7 @@ class SandboxTool(BaseTool):
 def sandbox_tools(sandbox: Sandbox, *, limit: int = _common.DEFAULT_LIMIT) -> list[BaseTool]:
     """The tools `run_shell`, `run_python`, `read_file`, `write_file` and `list_files` on `sandbox`, as
     CrewAI tools (`run` and `arun`; the latter runs the call in a thread). `limit` is the most characters
-    of one answer given to the model (the middle of a longer one is cut, with a note)."""
+    of one answer given to the model (the middle of a longer one is cut, with a note; 0: no limit)."""
     if not isinstance(sandbox, Sandbox):
         raise TypeError(f"sandbox_tools takes a mentis Sandbox, not {type(sandbox).__name__}")
     return [

@@ -38,7 +38,8 @@ def sandbox_tools(sandbox: Sandbox | AsyncSandbox, *, limit: int = _common.DEFAU
     """The tools `run_shell`, `run_python`, `read_file`, `write_file` and `list_files` on `sandbox`, as
     LangChain tools. With a `Sandbox` they run in both `invoke` and `ainvoke` (the latter in a thread);
     with an `AsyncSandbox` they are coroutines, for `ainvoke` and async graphs. `limit` is the most
-    characters of one answer given to the model (the middle of a longer one is cut, with a note)."""
+    characters of one answer given to the model (the middle of a longer one is cut, with a note;
+    0: no limit)."""
     if not isinstance(sandbox, (Sandbox, AsyncSandbox)):
         raise TypeError(f"sandbox_tools takes a mentis Sandbox or AsyncSandbox, not {type(sandbox).__name__}")
     asynchronous = isinstance(sandbox, AsyncSandbox)
