@@ -15,3 +15,4 @@ _spec.loader.exec_module(_shared)
 
 runtime = _shared.runtime
 env = _shared.env
+proxy = _shared.proxy
