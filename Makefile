@@ -98,10 +98,13 @@ sdk: tools
 	MENTIS_SDK_RUNTIME_BIN=$(CURDIR)/target/release/mentis-runtime \
 	  .tools/venv/bin/pip wheel -q --no-build-isolation --no-deps -w target/sdk sdk/python
 
-# The SDK's tests (pytest) from a fresh virtual environment holding only the wheel and pytest, against a real runtime.
+# The SDK's tests (pytest) from a fresh virtual environment holding only the wheel and pytest, against a real runtime;
+# then its agent-framework tools (LangGraph, CrewAI) and the MCP server (`mentis mcp` and /mcp, with the Python MCP
+# client) from another one with the wheel and the pinned packages.
 test-sdk: image sdk
-	$(CARGO) build -p mentis-runtime
+	$(CARGO) build -p mentis-runtime -p mentis-cli
 	@tests/sdk-check.sh
+	@tests/sdk-integrations-check.sh
 
 # The Helm chart rendered, linted and validated offline (also in make lint); the walk-through against the runtime
 # image under Compose, in both modes (each also upgrades the runtime in place), then installed from the offline
