@@ -24,17 +24,17 @@ def _free_port() -> int:
 
 
 class Runtime:
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, *, http: bool = True) -> None:
         self.data = tempfile.TemporaryDirectory(prefix="mentis-sdk-")
         self.port = _free_port()
         self.addr = f"127.0.0.1:{self.port}"
         # The HTTP listener: the web terminal's page and MCP's streamable HTTP endpoint (/mcp).
-        self.http_addr = f"127.0.0.1:{_free_port()}"
+        self.http_addr = f"127.0.0.1:{_free_port()}" if http else ""
         self.instance = f"sdk-{uuid.uuid4().hex[:8]}"
         env = dict(os.environ)
         env.update(
             MENTIS_LISTEN=self.addr,
-            MENTIS_HTTP_LISTEN=self.http_addr,
+            MENTIS_HTTP_LISTEN=self.http_addr,  # empty: none
             MENTIS_DATA_DIR=self.data.name,
             MENTIS_INSTANCE=self.instance,
             RUST_LOG=os.environ.get("RUST_LOG", "warn"),

@@ -327,8 +327,6 @@ def test_terminal_mistakes_are_typed_errors(sb):
         sb.terminals.close("term-000000000000")
     with pytest.raises(mentis.FailedPrecondition):
         sb.terminals.open(["/no/such/program"])
-    with pytest.raises(mentis.FailedPrecondition):
-        sb.terminals.link()  # this runtime serves no web terminal
     with sb.terminals.open(["cat"]) as cat:
         with pytest.raises(mentis.InvalidArgument):
             cat.resize(rows=0, cols=80)
@@ -383,31 +381,33 @@ def test_closing_the_sandbox_connection_detaches_its_terminals(runtime):
 
 
 @pytest.fixture(scope="module")
-def web_runtime():
-    """A runtime that serves the web terminal (MENTIS_HTTP_LISTEN), for links."""
+def runtime_without_web():
+    """A runtime that serves no HTTP listener (no MENTIS_HTTP_LISTEN): it makes no links."""
     import conftest
 
-    binary = os.environ["MENTIS_RUNTIME_BIN"]
-    http_port = conftest._free_port()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MENTIS_HTTP_LISTEN", f"127.0.0.1:{http_port}")
-        rt = conftest.Runtime(binary)
-    rt.http = f"http://127.0.0.1:{http_port}"
+    rt = conftest.Runtime(os.environ["MENTIS_RUNTIME_BIN"], http=False)
     yield rt
     rt.stop()
 
 
-def test_a_terminal_link_opens_the_web_terminal(web_runtime):
+def test_a_runtime_without_the_web_listener_makes_no_links(runtime_without_web):
+    rt = runtime_without_web
+    with Sandbox.create(addr=rt.addr, api_key=rt.key) as sb, pytest.raises(mentis.FailedPrecondition):
+        sb.terminals.link()
+
+
+def test_a_terminal_link_opens_the_web_terminal(runtime):
     import datetime
     import urllib.request
 
-    with Sandbox.create(addr=web_runtime.addr, api_key=web_runtime.key) as sandbox:
+    with Sandbox.create(addr=runtime.addr, api_key=runtime.key) as sandbox:
         term = sandbox.terminals.open()
         link = sandbox.terminals.link(term.id, ttl=120)
         assert link.path == f"/terminal#token={link.token}" and link.token
         now = datetime.datetime.now(datetime.timezone.utc)
         assert now < link.expires_at <= now + datetime.timedelta(seconds=121)
-        with urllib.request.urlopen(web_runtime.http + link.path.split("#")[0], timeout=10) as page:
+        page_url = f"http://{runtime.http_addr}{link.path.split('#')[0]}"
+        with urllib.request.urlopen(page_url, timeout=10) as page:
             assert page.status == 200
         with pytest.raises(mentis.InvalidArgument):
             sandbox.terminals.link(ttl=10 * 3600)
