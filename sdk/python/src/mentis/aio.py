@@ -20,8 +20,8 @@ import tempfile
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Generator, Iterator
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from typing import Any, Generic, TypeVar
 
 import grpc
 import grpc.aio

@@ -15,7 +15,8 @@ failure is recorded by the agent's `tool_failure_policy`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 try:
     from crewai.tools import BaseTool, ToolFailure

@@ -16,7 +16,8 @@ in a ToolMessage with status "error", and the loop goes on.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 try:
     from langchain_core.tools import BaseTool, StructuredTool, ToolException
