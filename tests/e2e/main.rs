@@ -25,6 +25,7 @@ mod recovery;
 mod secrets;
 mod sessions;
 mod shell;
+mod snapshots;
 mod spaces;
 mod streams;
 mod terminal;

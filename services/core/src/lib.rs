@@ -31,5 +31,6 @@ pub use observation::{
 };
 pub use sandbox::{
     Expiry, IdlePolicy, Limits, LimitsPolicy, Sandbox, SandboxRequest, SandboxSpec, SandboxState,
+    check_labels,
 };
 pub use space::{Space, SpaceLimits, SpaceUpdate};

@@ -245,30 +245,34 @@ impl SandboxRequest {
 }
 
 fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), Error> {
+    check_labels(labels, "spec.labels")
+}
+
+/// The rules of labels (of sandboxes, snapshots): entries, key and value lengths, no control characters,
+/// no key under the reserved prefix. Errors name `field`.
+pub fn check_labels(labels: &BTreeMap<String, String>, field: &str) -> Result<(), Error> {
     if labels.len() > MAX_MAP_ENTRIES {
-        return Err(Error::invalid(format!(
-            "spec.labels has more than {MAX_MAP_ENTRIES} entries"
-        ))
-        .at("spec.labels"));
+        return Err(
+            Error::invalid(format!("{field} has more than {MAX_MAP_ENTRIES} entries")).at(field),
+        );
     }
     for (k, v) in labels {
         if k.is_empty() || k.len() > MAX_KEY_LEN || k.chars().any(char::is_control) {
             return Err(
-                Error::invalid(format!("spec.labels: {} is not a valid key", quoted(k)))
-                    .at("spec.labels"),
+                Error::invalid(format!("{field}: {} is not a valid key", quoted(k))).at(field),
             );
         }
         if k.starts_with(RESERVED_LABEL_PREFIX) {
             return Err(Error::invalid(format!(
-                "spec.labels: keys under {RESERVED_LABEL_PREFIX} are reserved"
+                "{field}: keys under {RESERVED_LABEL_PREFIX} are reserved"
             ))
-            .at("spec.labels"));
+            .at(field));
         }
         if v.len() > MAX_KEY_LEN || v.chars().any(char::is_control) {
             return Err(Error::invalid(format!(
-                "spec.labels: the value of {k} is too long or has control characters"
+                "{field}: the value of {k} is too long or has control characters"
             ))
-            .at("spec.labels"));
+            .at(field));
         }
     }
     Ok(())

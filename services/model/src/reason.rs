@@ -117,6 +117,8 @@ reasons! {
     TerminalNotFound = "TERMINAL_NOT_FOUND", NotFound, None;
     /// No API key has this id.
     ApiKeyNotFound = "API_KEY_NOT_FOUND", NotFound, None;
+    /// No snapshot has this id.
+    SnapshotNotFound = "SNAPSHOT_NOT_FOUND", NotFound, None;
     /// No file or directory at this workspace path.
     PathNotFound = "PATH_NOT_FOUND", NotFound, None;
     /// The sandbox's container vanished; the sandbox ends.
@@ -147,6 +149,8 @@ reasons! {
     SpaceNotEmpty = "SPACE_NOT_EMPTY", FailedPrecondition, None;
     /// The default space cannot be deleted.
     DefaultSpace = "DEFAULT_SPACE", FailedPrecondition, None;
+    /// A snapshot's archive fails its checksum, cannot be unpacked, or is missing from the store.
+    SnapshotCorrupt = "SNAPSHOT_CORRUPT", FailedPrecondition, None;
     /// The sandbox's image is not on the machine.
     ImageMissing = "IMAGE_MISSING", FailedPrecondition, None;
     /// Authentication is disabled, so API keys would not be checked.

@@ -13,6 +13,7 @@ pub mod observations;
 pub mod private;
 pub mod sandboxes;
 pub mod server;
+pub mod snapshots;
 pub mod store;
 pub mod telemetry;
 pub mod web;

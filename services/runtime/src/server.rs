@@ -14,6 +14,7 @@ use mentis_proto::api::action_service_server::ActionServiceServer;
 use mentis_proto::api::file_service_server::FileServiceServer;
 use mentis_proto::api::key_service_server::KeyServiceServer;
 use mentis_proto::api::sandbox_service_server::SandboxServiceServer;
+use mentis_proto::api::snapshot_service_server::SnapshotServiceServer;
 use mentis_proto::api::space_service_server::SpaceServiceServer;
 use mentis_proto::api::terminal_service_server::TerminalServiceServer;
 use tokio::net::TcpListener;
@@ -24,7 +25,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::server::NamedService;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SpaceApi, TerminalApi};
+use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SnapshotApi, SpaceApi, TerminalApi};
 use crate::auth::layer::AuthLayer;
 use crate::auth::{self, Keyring};
 use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, TlsFiles};
@@ -307,6 +308,7 @@ async fn serve(
             FileServiceServer::<FileApi>::NAME,
             KeyServiceServer::<KeyApi>::NAME,
             TerminalServiceServer::<TerminalApi>::NAME,
+            SnapshotServiceServer::<SnapshotApi>::NAME,
         ],
     );
     health.serving(true).await;
@@ -324,7 +326,10 @@ async fn serve(
         .build_v1alpha()?;
 
     let sessions = TaskTracker::new();
-    let sandbox_api = SandboxApi::new(Arc::clone(&manager));
+    let snapshot_store: Arc<dyn crate::snapshots::SnapshotStore> = Arc::new(
+        crate::snapshots::LocalStore::open(manager.config().data_dir.join("snapshots"))?,
+    );
+    let sandbox_api = SandboxApi::new(Arc::clone(&manager), Arc::clone(&snapshot_store));
     let action_api = ActionApi::new(
         Arc::clone(&manager),
         shutdown.clone(),
@@ -417,6 +422,11 @@ async fn serve(
         .add_service(FileApi::new(Arc::clone(&manager)).into_service(max))
         .add_service(
             KeyServiceServer::new(KeyApi::new(Arc::clone(&manager), keyring))
+                .max_decoding_message_size(max)
+                .accept_compressed(gzip),
+        )
+        .add_service(
+            SnapshotServiceServer::new(SnapshotApi::new(Arc::clone(&manager), snapshot_store))
                 .max_decoding_message_size(max)
                 .accept_compressed(gzip),
         )

@@ -27,6 +27,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 pub mod actions;
 mod keys;
 pub mod seal;
+pub mod snapshots;
 
 pub use seal::{KEY_FILE, Sealer};
 
@@ -289,6 +290,8 @@ impl Store {
             Ok(_) | Err(_) => {}
         }
         conn.execute_batch(SCHEMA).map_err(db_err("schema"))?;
+        conn.execute_batch(snapshots::SCHEMA)
+            .map_err(db_err("schema"))?;
         // CREATE TABLE IF NOT EXISTS leaves an older table as it was: add what later versions added
         // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys; 4 added
         // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit).

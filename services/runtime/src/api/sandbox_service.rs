@@ -2,25 +2,54 @@
 
 use std::sync::Arc;
 
-use mentis_core::{SandboxId, SpaceId};
+use mentis_core::{Error, SandboxId, SpaceId};
 use mentis_proto::api::{self, sandbox_service_server::SandboxService};
 use tonic::{Request, Response, Status};
 
 use super::access::{self, caller};
 use super::paging;
+use super::snapshot_service;
 use super::status::to_status;
 use crate::convert::{request_from_proto, sandbox_to_proto, state_from_proto};
 use crate::sandboxes::{ListQuery, Manager};
+use crate::snapshots::{self, SnapshotStore};
+use crate::store::snapshots::SnapshotRecord;
 
 /// Implementation of `mentis.v1.SandboxService`.
 #[derive(Debug, Clone)]
 pub struct SandboxApi {
     manager: Arc<Manager>,
+    /// Where `spec.snapshot_id`'s archives are.
+    snapshots: Arc<dyn SnapshotStore>,
 }
 
 impl SandboxApi {
-    pub fn new(manager: Arc<Manager>) -> Self {
-        Self { manager }
+    pub fn new(manager: Arc<Manager>, snapshots: Arc<dyn SnapshotStore>) -> Self {
+        Self { manager, snapshots }
+    }
+
+    /// Restores snapshot `record` into the new sandbox `id`; a sandbox that cannot get it is deleted.
+    async fn restore(&self, id: SandboxId, record: &SnapshotRecord) -> Result<(), Error> {
+        let restored = async {
+            let executor = self.manager.executor_for(id).await?;
+            snapshots::restore(
+                &executor,
+                &*self.snapshots,
+                &snapshot_service::object_key(&record.id),
+                &record.sha256,
+            )
+            .await
+        }
+        .await;
+        if let Err(e) = restored {
+            tracing::warn!(sandbox = %id, snapshot = %record.id, error = %e, "restore failed: the sandbox is deleted");
+            if let Err(d) = self.manager.delete(id).await {
+                tracing::warn!(sandbox = %id, error = %d, "deleting the sandbox whose restore failed");
+            }
+            return Err(e);
+        }
+        tracing::info!(sandbox = %id, snapshot = %record.id, "workspace restored");
+        Ok(())
     }
 }
 
@@ -31,10 +60,35 @@ impl SandboxService for SandboxApi {
         req: Request<api::CreateSandboxRequest>,
     ) -> Result<Response<api::CreateSandboxResponse>, Status> {
         let caller = caller(&req)?;
-        let request = request_from_proto(req.into_inner().spec).map_err(to_status)?;
+        let spec = req.into_inner().spec;
+        let snapshot_id = spec
+            .as_ref()
+            .map(|s| s.snapshot_id.clone())
+            .unwrap_or_default();
+        let request = request_from_proto(spec).map_err(to_status)?;
         let space = request.space().map_err(to_status)?;
         caller.require_space(&space).map_err(to_status)?;
+        let snapshot = if snapshot_id.is_empty() {
+            None
+        } else {
+            let record =
+                snapshot_service::find(&self.manager, &caller, &snapshot_id, "spec.snapshot_id")
+                    .map_err(to_status)?;
+            if record.space_id != space.as_str() {
+                return Err(to_status(
+                    Error::invalid(format!(
+                        "snapshot {} is of space {}, not of the sandbox's space {space}",
+                        record.id, record.space_id
+                    ))
+                    .at("spec.snapshot_id"),
+                ));
+            }
+            Some(record)
+        };
         let sandbox = self.manager.create(request).await.map_err(to_status)?;
+        if let Some(record) = &snapshot {
+            self.restore(sandbox.id, record).await.map_err(to_status)?;
+        }
         Ok(Response::new(api::CreateSandboxResponse {
             sandbox: Some(sandbox_to_proto(&sandbox, 0)),
         }))
