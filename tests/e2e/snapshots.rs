@@ -194,7 +194,7 @@ async fn snapshots_are_listed_paged_filtered_scoped_and_deleted() {
     })
     .await
     .unwrap();
-    assert_eq!(ids(&rest), [s1.snapshot_id.clone()]);
+    assert_eq!(ids(&rest), std::slice::from_ref(&s1.snapshot_id));
     assert!(rest.next_page_token.is_empty());
     let of_a = list(api::ListSnapshotsRequest {
         sandbox_id: a.clone(),
