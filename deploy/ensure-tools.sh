@@ -10,6 +10,7 @@
 #   protoc               Debian's protobuf-compiler, protoc-gen-go and protoc-gen-go-grpc (system-wide), for
 #                        tests/proto-codegen.py (code generation in other languages, in `make lint`).
 #   nginx                Debian's nginx (system-wide, not started): the proxy of tests/e2e/proxy.rs.
+#   .tools/bin/s3s-fs    s3s-fs (crates.io, built with cargo install): the S3 server tests/e2e/snapshots.rs starts.
 #   tmux                 Debian's tmux (system-wide): tests/e2e/cli.rs runs `mentis shell` in a tmux pane.
 #   docker-compose       Debian's Compose (1.29, system-wide): deploy/compose.yaml, run by the walk-through's
 #                        --compose modes.
@@ -41,6 +42,8 @@ BUF_VERSION=1.75.0
 KERNEL_REQS=("ipykernel==7.4.0" "numpy==2.4.6" "pandas==3.1.1" "matplotlib==3.11.2")
 # The Helm chart's check: Helm 4's library (a 75 MB wheel) and Kubernetes' JSON schemas (1.34 is checked).
 HELM_REQS=("helm-python-sdk==0.2.2" "kubernetes-validate==1.37.0")
+# The S3-compatible server of the snapshot tests.
+S3S_FS_VERSION=0.14.1
 # The Python SDK's lint and format check (make lint).
 LINT_REQS=("ruff==0.17.6")
 
@@ -161,6 +164,15 @@ if ! command -v chromium >/dev/null 2>&1; then
   apt_install chromium
   installed+=("chromium (Debian)")
 fi
+
+# --- s3s-fs (crates.io), the S3-compatible server tests/e2e/snapshots.rs stores snapshots in (started by the test) --
+# Built from source once per machine (about 3 minutes on 2 cores); 0.17 needs a newer rustc than ours.
+if [ ! -x "$tools/s3s/bin/s3s-fs" ] || [ "$("$tools/s3s/bin/s3s-fs" --version 2>/dev/null)" != "s3s-fs $S3S_FS_VERSION" ]; then
+  log "building s3s-fs $S3S_FS_VERSION (cargo install, once per machine)"
+  quiet cargo install --locked "s3s-fs@$S3S_FS_VERSION" --features binary --root "$tools/s3s"
+  installed+=("s3s-fs $S3S_FS_VERSION (crates.io)")
+fi
+ln -sfn ../s3s/bin/s3s-fs "$tools/bin/s3s-fs"
 
 # --- the web terminal's npm packages (web/package-lock.json) ---------------------------------------------------
 command -v npm >/dev/null 2>&1 || apt_install npm

@@ -3,20 +3,22 @@
 //! and link as they were; a damaged archive refused on restore with nothing left behind; listing, paging,
 //! labels, spaces and deletion.
 
+mod s3;
+
 use mentis_e2e::*;
 use mentis_proto::api::{self, snapshot_service_client::SnapshotServiceClient};
 use tonic::Code;
 
-fn snapshots(h: &Harness) -> SnapshotServiceClient<ApiChannel> {
+pub(super) fn snapshots(h: &Harness) -> SnapshotServiceClient<ApiChannel> {
     SnapshotServiceClient::new(h.channel.clone())
 }
 
 /// Every entry under /workspace with its type, mode, size, link target and content hash, as the sandbox
 /// itself sees it.
-const STATE: &str = "cd /workspace && find . -mindepth 1 -printf '%p %y %m %s %l\\n' | sort && \
+pub(super) const STATE: &str = "cd /workspace && find . -mindepth 1 -printf '%p %y %m %s %l\\n' | sort && \
                      find . -type f -print0 | sort -z | xargs -0 -r sha256sum";
 
-async fn take(h: &Harness, sandbox: &str, labels: &[(&str, &str)]) -> api::Snapshot {
+pub(super) async fn take(h: &Harness, sandbox: &str, labels: &[(&str, &str)]) -> api::Snapshot {
     snapshots(h)
         .create_snapshot(api::CreateSnapshotRequest {
             sandbox_id: sandbox.to_owned(),
@@ -33,7 +35,10 @@ async fn take(h: &Harness, sandbox: &str, labels: &[(&str, &str)]) -> api::Snaps
 }
 
 /// CreateSandbox's own outcome (its status when refused).
-async fn create(h: &Harness, spec: api::SandboxSpec) -> Result<api::Sandbox, tonic::Status> {
+pub(super) async fn create(
+    h: &Harness,
+    spec: api::SandboxSpec,
+) -> Result<api::Sandbox, tonic::Status> {
     let r = h
         .sandboxes
         .clone()
@@ -42,7 +47,7 @@ async fn create(h: &Harness, spec: api::SandboxSpec) -> Result<api::Sandbox, ton
     Ok(r.into_inner().sandbox.unwrap_or_default())
 }
 
-fn from_snapshot(snapshot_id: &str) -> api::SandboxSpec {
+pub(super) fn from_snapshot(snapshot_id: &str) -> api::SandboxSpec {
     api::SandboxSpec {
         snapshot_id: snapshot_id.to_owned(),
         ..Default::default()

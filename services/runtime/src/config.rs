@@ -13,6 +13,7 @@ use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
 mod auth;
 mod error;
 mod limits;
+mod snapshots;
 mod transport;
 
 pub use error::ConfigError;
@@ -20,6 +21,7 @@ use error::err;
 
 pub use auth::AuthConfig;
 pub use limits::DiskLimits;
+pub use snapshots::SnapshotStoreConfig;
 pub use transport::{DEFAULT_MAX_MESSAGE_BYTES, TlsFiles};
 
 use crate::api::outbound::StreamPolicy;
@@ -118,6 +120,9 @@ pub struct RuntimeConfig {
     /// `MENTIS_MCP_MAX_OUTPUT` (20000): bytes of one output the MCP tools at `/mcp` give back at most (head
     /// and tail, with a note of what was left out).
     pub mcp_max_output: usize,
+    /// Where snapshots go: `MENTIS_DATA_DIR/snapshots`, or the bucket of `MENTIS_S3_ENDPOINT` (with
+    /// `MENTIS_S3_BUCKET`, `MENTIS_S3_REGION` (us-east-1), `MENTIS_S3_PREFIX`; credentials from `AWS_*`).
+    pub snapshot_store: SnapshotStoreConfig,
 }
 
 /// Terminals (TerminalService).
@@ -338,6 +343,7 @@ impl Default for RuntimeConfig {
             tls: None,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             mcp_max_output: mentis_mcp::DEFAULT_MAX_OUTPUT,
+            snapshot_store: SnapshotStoreConfig::Local,
         }
     }
 }
@@ -354,6 +360,7 @@ impl RuntimeConfig {
         let mut c = Self {
             auth: auth::from_lookup(&get)?,
             tls: transport::tls(&get)?,
+            snapshot_store: snapshots::snapshot_store(&get)?,
             limits: limits::policy(&get, LimitsPolicy::default(), disk_limits)?,
             disk_limits,
             read_only_rootfs: limits::read_only(&get)?,

@@ -28,7 +28,7 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SnapshotApi, SpaceApi, TerminalApi};
 use crate::auth::layer::AuthLayer;
 use crate::auth::{self, Keyring};
-use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, TlsFiles};
+use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, SnapshotStoreConfig, TlsFiles};
 use crate::sandboxes::Manager;
 use crate::store::Store;
 
@@ -326,9 +326,18 @@ async fn serve(
         .build_v1alpha()?;
 
     let sessions = TaskTracker::new();
-    let snapshot_store: Arc<dyn crate::snapshots::SnapshotStore> = Arc::new(
-        crate::snapshots::LocalStore::open(manager.config().data_dir.join("snapshots"))?,
-    );
+    let snapshot_store: Arc<dyn crate::snapshots::SnapshotStore> = match &manager
+        .config()
+        .snapshot_store
+    {
+        SnapshotStoreConfig::Local => Arc::new(crate::snapshots::LocalStore::open(
+            manager.config().data_dir.join("snapshots"),
+        )?),
+        SnapshotStoreConfig::S3(s3) => {
+            tracing::info!(endpoint = %s3.endpoint, bucket = %s3.bucket, prefix = %s3.prefix, "snapshots go to S3");
+            Arc::new(crate::snapshots::S3Store::open(s3)?)
+        }
+    };
     let sandbox_api = SandboxApi::new(Arc::clone(&manager), Arc::clone(&snapshot_store));
     let action_api = ActionApi::new(
         Arc::clone(&manager),

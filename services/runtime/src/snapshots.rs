@@ -6,6 +6,7 @@
 
 mod archive;
 mod local;
+mod s3;
 
 use std::fmt::Debug;
 
@@ -14,6 +15,7 @@ use tokio::io::AsyncRead;
 
 pub use archive::{Taken, restore, take};
 pub use local::LocalStore;
+pub use s3::{S3Settings, S3Store};
 
 /// Where snapshot archives live: objects written whole or not at all.
 #[async_trait::async_trait]
