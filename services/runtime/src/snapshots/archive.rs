@@ -14,7 +14,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncRead, BufReader, ReadBuf};
 use tokio_util::io::{ReaderStream, StreamReader};
 
-use super::SnapshotStore;
+use super::store::SnapshotStore;
 use crate::executor_client::{ExecutorClient, status_to_error};
 
 /// Bytes of unpacked archive per Upload message.

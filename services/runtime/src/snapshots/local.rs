@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use mentis_core::{Error, Result};
 use tokio::io::{AsyncRead, AsyncWriteExt as _};
 
-use super::SnapshotStore;
+use super::store::SnapshotStore;
 
 #[derive(Debug)]
 pub struct LocalStore {

@@ -13,7 +13,7 @@ use object_store::{ObjectStore, ObjectStoreExt as _};
 use tokio::io::{AsyncRead, AsyncWriteExt as _};
 use tokio_util::io::StreamReader;
 
-use super::SnapshotStore;
+use super::store::SnapshotStore;
 
 /// Where a runtime keeps its archives in S3.
 #[derive(Clone, PartialEq, Eq)]
