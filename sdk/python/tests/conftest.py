@@ -78,6 +78,19 @@ class Runtime:
                 self.proc.wait()
             self.log.close()
             self.data.cleanup()
+            self.sweep()
+
+    def sweep(self) -> None:
+        """Removes whatever Docker objects of this runtime's instance are left (none, when every test and the
+        delete above did their part): the tests leave no container or volume behind, even when they fail."""
+        label = f"label=io.mentis.instance={self.instance}"
+        for kind, listing in (("container", ["ps", "-aq"]), ("volume", ["volume", "ls", "-q"])):
+            left = subprocess.run(
+                ["docker", *listing, "--filter", label], capture_output=True, text=True, check=False
+            ).stdout.split()
+            if left:
+                print(f"conftest: removing {len(left)} {kind}(s) instance {self.instance} left", flush=True)
+                subprocess.run(["docker", kind, "rm", "-f", *left], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="session")
