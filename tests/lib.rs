@@ -208,6 +208,7 @@ pub struct Harness {
 impl Harness {
     /// Starts a runtime with its own instance name; `tweak` may adjust the config.
     pub async fn start_with(tweak: impl FnOnce(&mut RuntimeConfig)) -> Result<Self> {
+        mentis_runtime::install_crypto_provider();
         // RUST_LOG=debug shows what the runtime did, for a failing test.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -667,6 +668,8 @@ impl RuntimeProcess {
         addr: std::net::SocketAddr,
         env: &[(&str, &str)],
     ) -> Result<Self> {
+        // This process's TLS clients (the tls and pki tests) need a provider named too.
+        mentis_runtime::install_crypto_provider();
         let child = Command::new(bin)
             .env("MENTIS_LISTEN", addr.to_string())
             .env("MENTIS_INSTANCE", instance)

@@ -76,6 +76,7 @@ impl Pki {
 }
 
 pub async fn channel(port: u16, tls: ClientTlsConfig) -> anyhow::Result<Channel> {
+    mentis_runtime::install_crypto_provider();
     Ok(Endpoint::from_shared(format!("https://localhost:{port}"))?
         .tls_config(tls)?
         .connect()

@@ -17,6 +17,7 @@ const USAGE: &str = "usage: mentis-runtime [healthcheck | --version | --help]
 
 /// The `mentis-runtime` command line: no argument serves, `healthcheck` checks a running runtime.
 pub async fn main_with_args(args: Vec<String>) -> anyhow::Result<()> {
+    crate::install_crypto_provider();
     match args
         .iter()
         .map(String::as_str)

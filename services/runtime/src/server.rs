@@ -105,6 +105,7 @@ impl Runtime {
         config: RuntimeConfig,
         backend: Arc<dyn SandboxBackend>,
     ) -> Result<Self, ServeError> {
+        crate::install_crypto_provider();
         let tls = config.tls.as_ref().map(server_tls).transpose()?;
         let listener =
             TcpListener::bind(config.listen)

@@ -1,6 +1,7 @@
 //! The snapshot store on the embedded default: a folder of the data folder (`snapshots/`), one file per
 //! archive, written beside its final name and renamed into place when complete.
 
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::PathBuf;
 
 use mentis_core::{Error, Result};
@@ -16,9 +17,14 @@ pub struct LocalStore {
 impl LocalStore {
     /// The store in `dir` (made when missing, private to this user like the rest of the data folder).
     pub fn open(dir: PathBuf) -> Result<Self> {
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            Error::internal(format!("snapshots: cannot make {}", dir.display())).with_source(e)
-        })?;
+        // 0700 like the rest of the data folder, whatever the process's umask (a library user's).
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| {
+                Error::internal(format!("snapshots: cannot make {}", dir.display())).with_source(e)
+            })?;
         Ok(Self { dir })
     }
 
