@@ -170,6 +170,7 @@ run_block limits
 run_block observability
 run_block terminals
 run_block snapshots
+run_block snapshot-policy
 run_block files \
   'SANDBOX=$(grpcurl -plaintext -H "$AUTH" -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)' \
   'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d
@@ -200,6 +201,8 @@ for want in 'kept from the first sandbox' '"conversation": "chat-1234"' '"store"
   grep -qF -- "$want" "$work/snapshots.out" ||
     { echo "readme-walkthrough: snapshots: output lacks $want" >&2; cat "$work/snapshots.out" >&2; exit 1; }
 done
+grep -qx 'SANDBOX_STATE_RUNNING' "$work/snapshot-policy.out" ||
+  { echo "readme-walkthrough: snapshot-policy: no sandbox came back" >&2; cat "$work/snapshot-policy.out" >&2; exit 1; }
 for want in 'hello from /tmp' '/dev/pts/' '30 100'; do
   grep -qF -- "$want" "$work/terminals.out" ||
     { echo "readme-walkthrough: terminals: output lacks $want" >&2; cat "$work/terminals.out" >&2; exit 1; }

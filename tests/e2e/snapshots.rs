@@ -3,6 +3,7 @@
 //! and link as they were; a damaged archive refused on restore with nothing left behind; listing, paging,
 //! labels, spaces and deletion.
 
+mod policy;
 mod s3;
 
 use mentis_e2e::*;

@@ -374,6 +374,14 @@ impl Error {
         self
     }
 
+    /// The same error, its message led by `what` ("what: message"): where it happened, when the call
+    /// that failed is not what the client asked for.
+    pub fn context(mut self, what: &str) -> Self {
+        let d = self.detail_mut();
+        d.message = format!("{what}: {}", d.message);
+        self
+    }
+
     /// This error and its causes, for the log.
     pub fn chain(&self) -> Chain<'_> {
         Chain(self)

@@ -33,4 +33,4 @@ pub use sandbox::{
     Expiry, IdlePolicy, Limits, LimitsPolicy, Sandbox, SandboxRequest, SandboxSpec, SandboxState,
     check_labels,
 };
-pub use space::{Space, SpaceLimits, SpaceUpdate};
+pub use space::{Cause, Ending, SnapshotPolicy, Space, SpaceLimits, SpaceUpdate};

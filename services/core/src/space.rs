@@ -28,6 +28,62 @@ pub struct SpaceLimits {
     pub read_only_rootfs: Option<bool>,
 }
 
+/// When the runtime snapshots a space's sandboxes on its own (`mentis.v1.SnapshotPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SnapshotPolicy {
+    /// Before a pause.
+    pub on_pause: bool,
+    /// Before a delete.
+    pub on_delete: bool,
+    /// Before the idle timeout or the maximum lifetime pauses or deletes a sandbox.
+    pub on_expiry: bool,
+}
+
+/// Why a sandbox is being paused or deleted, as far as a snapshot policy cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// A pause asked for by a client (or the idle policy, see `cause`).
+    Pause(Cause),
+    /// A delete asked for by a client, a space's forced delete or an expiry.
+    Delete(Cause),
+}
+
+/// Who asked for a pause or a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// A client (PauseSandbox, DeleteSandbox, DeleteSpace with force).
+    Request,
+    /// The idle timeout.
+    IdleTimeout,
+    /// The maximum lifetime.
+    MaxLifetime,
+}
+
+impl SnapshotPolicy {
+    /// Whether `ending` calls for a snapshot first, and the `io.mentis.trigger` label it gets.
+    pub fn trigger(&self, ending: Ending) -> Option<&'static str> {
+        let (asked, cause, name) = match ending {
+            Ending::Pause(c) => (self.on_pause, c, "pause"),
+            Ending::Delete(c) => (self.on_delete, c, "delete"),
+        };
+        let expiry = match cause {
+            Cause::Request => None,
+            Cause::IdleTimeout => Some("idle-timeout"),
+            Cause::MaxLifetime => Some("max-lifetime"),
+        };
+        match expiry {
+            Some(e) if self.on_expiry => Some(e),
+            _ if asked => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Whether any snapshot is asked for.
+    pub fn any(&self) -> bool {
+        self.on_pause || self.on_delete || self.on_expiry
+    }
+}
+
 /// A space as the control plane keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Space {
@@ -36,6 +92,7 @@ pub struct Space {
     pub description: String,
     pub metadata: BTreeMap<String, String>,
     pub limits: SpaceLimits,
+    pub snapshot_policy: SnapshotPolicy,
     pub created_at: SystemTime,
     pub updated_at: SystemTime,
 }
@@ -47,6 +104,7 @@ pub struct SpaceUpdate {
     pub description: Option<String>,
     pub metadata: Option<BTreeMap<String, String>>,
     pub limits: Option<SpaceLimits>,
+    pub snapshot_policy: Option<SnapshotPolicy>,
 }
 
 impl Space {
@@ -58,6 +116,7 @@ impl Space {
             description: "Sandboxes created without a space".into(),
             metadata: BTreeMap::new(),
             limits: SpaceLimits::default(),
+            snapshot_policy: SnapshotPolicy::default(),
             created_at: now,
             updated_at: now,
         }
@@ -85,6 +144,9 @@ impl Space {
         }
         if let Some(v) = update.limits {
             self.limits = v;
+        }
+        if let Some(v) = update.snapshot_policy {
+            self.snapshot_policy = v;
         }
         self.updated_at = now;
     }
@@ -150,6 +212,52 @@ fn validate_fields(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_names_the_trigger_of_each_ending() {
+        let none = SnapshotPolicy::default();
+        for e in [
+            Ending::Pause(Cause::Request),
+            Ending::Delete(Cause::IdleTimeout),
+            Ending::Delete(Cause::MaxLifetime),
+        ] {
+            assert_eq!(none.trigger(e), None);
+        }
+        let pause = SnapshotPolicy {
+            on_pause: true,
+            ..none
+        };
+        assert_eq!(pause.trigger(Ending::Pause(Cause::Request)), Some("pause"));
+        assert_eq!(
+            pause.trigger(Ending::Pause(Cause::IdleTimeout)),
+            Some("pause")
+        );
+        assert_eq!(pause.trigger(Ending::Delete(Cause::Request)), None);
+        let delete = SnapshotPolicy {
+            on_delete: true,
+            ..none
+        };
+        assert_eq!(
+            delete.trigger(Ending::Delete(Cause::MaxLifetime)),
+            Some("delete")
+        );
+        assert_eq!(delete.trigger(Ending::Pause(Cause::IdleTimeout)), None);
+        let expiry = SnapshotPolicy {
+            on_expiry: true,
+            ..none
+        };
+        assert_eq!(expiry.trigger(Ending::Pause(Cause::Request)), None);
+        assert_eq!(expiry.trigger(Ending::Delete(Cause::Request)), None);
+        assert_eq!(
+            expiry.trigger(Ending::Pause(Cause::IdleTimeout)),
+            Some("idle-timeout")
+        );
+        assert_eq!(
+            expiry.trigger(Ending::Delete(Cause::MaxLifetime)),
+            Some("max-lifetime")
+        );
+        assert!(expiry.any() && !none.any());
+    }
 
     #[test]
     fn fields_are_bounded_and_updates_apply() {

@@ -8,6 +8,7 @@
 mod actions;
 mod handle;
 mod health;
+mod keep;
 mod lifecycle;
 mod pool;
 mod provision;
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mentis_core::{
-    Action, ActionId, Error, Reason, Resource, Result, Sandbox, SandboxBackend, SandboxId,
+    Action, ActionId, Cause, Error, Reason, Resource, Result, Sandbox, SandboxBackend, SandboxId,
     SandboxRequest, Space, SpaceId, SpaceUpdate,
 };
 use tokio_util::sync::CancellationToken;
@@ -38,6 +39,7 @@ pub use spaces::SpaceView;
 
 use crate::config::RuntimeConfig;
 use crate::executor_client::ExecutorClient;
+use crate::snapshots::Snapshots;
 use crate::store::Store;
 
 /// How often changed records are written to the store.
@@ -47,6 +49,7 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 pub struct Manager {
     config: Arc<RuntimeConfig>,
     store: Arc<Store>,
+    snapshots: Arc<Snapshots>,
     backend: Arc<dyn SandboxBackend>,
     registry: Arc<Registry>,
     spaces: Arc<Spaces>,
@@ -60,6 +63,7 @@ pub struct Manager {
 }
 
 use actions::Actions;
+use keep::Keeper;
 use lifecycle::Lifecycle;
 use pool::Pools;
 use provision::Provisioner;
@@ -77,6 +81,7 @@ impl Manager {
         config: Arc<RuntimeConfig>,
         backend: Arc<dyn SandboxBackend>,
         store: Arc<Store>,
+        snapshots: Arc<Snapshots>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let tasks = TaskTracker::new();
@@ -96,6 +101,13 @@ impl Manager {
             Arc::clone(&store),
             shutdown.clone(),
         );
+        let keeper = Arc::new(Keeper::new(Arc::clone(&spaces), Arc::clone(&snapshots)));
+        let lifecycle = Arc::new(Lifecycle::new(
+            Arc::clone(&registry),
+            Arc::clone(&backend),
+            Arc::clone(&config),
+            Arc::clone(&keeper),
+        ));
         let provisioner = Arc::new(Provisioner::new(
             Arc::clone(&config),
             Arc::clone(&backend),
@@ -103,13 +115,10 @@ impl Manager {
             Arc::clone(&registry),
             Arc::clone(&spaces),
             Arc::clone(&pools),
+            Arc::clone(&lifecycle),
+            keeper,
             tasks.clone(),
             shutdown.clone(),
-        ));
-        let lifecycle = Arc::new(Lifecycle::new(
-            Arc::clone(&registry),
-            Arc::clone(&backend),
-            Arc::clone(&config),
         ));
         let actions = Actions::new(
             Arc::clone(&registry),
@@ -119,6 +128,7 @@ impl Manager {
         Arc::new(Self {
             config,
             store,
+            snapshots,
             backend,
             registry,
             spaces,
@@ -129,6 +139,11 @@ impl Manager {
             tasks,
             shutdown,
         })
+    }
+
+    /// Every snapshot of this runtime.
+    pub fn snapshots(&self) -> &Arc<Snapshots> {
+        &self.snapshots
     }
 
     /// Every sandbox this runtime knows (for the metrics' gauges).
@@ -245,14 +260,26 @@ impl Manager {
         self.registry.list(q)
     }
 
-    /// Deletes a sandbox: its running actions end LOST, its container and volume go. Idempotent.
+    /// Deletes a sandbox: its running actions end LOST, its container and volume go, after the snapshot
+    /// its space asks for. Idempotent.
     pub async fn delete(&self, id: SandboxId) -> Result<()> {
-        self.provisioner.delete(id, "deleted").await
+        self.provisioner
+            .delete(id, "deleted", Some(Cause::Request))
+            .await
     }
 
-    /// Freezes a RUNNING sandbox (idempotent for a PAUSED one).
+    /// Deletes a sandbox that never served a client (its workspace could not be restored): no snapshot.
+    pub async fn discard(&self, id: SandboxId) -> Result<()> {
+        self.provisioner
+            .delete(id, "its workspace could not be restored", None)
+            .await
+    }
+
+    /// Freezes a RUNNING sandbox (idempotent for a PAUSED one), after the snapshot its space asks for.
     pub async fn pause(&self, id: SandboxId) -> Result<Sandbox> {
-        self.lifecycle.pause(id, "paused by a client").await
+        self.lifecycle
+            .pause(id, "paused by a client", Cause::Request)
+            .await
     }
 
     /// Thaws a PAUSED sandbox (idempotent for a RUNNING one).
@@ -369,7 +396,7 @@ impl Manager {
         }
         for sandbox in members {
             self.provisioner
-                .delete(sandbox, "deleted with its space")
+                .delete(sandbox, "deleted with its space", Some(Cause::Request))
                 .await?;
         }
         self.spaces.remove_if_empty(id)

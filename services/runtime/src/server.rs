@@ -30,6 +30,7 @@ use crate::auth::layer::AuthLayer;
 use crate::auth::{self, Keyring};
 use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, SnapshotStoreConfig, TlsFiles};
 use crate::sandboxes::Manager;
+use crate::snapshots::{LocalStore, S3Store, SnapshotStore, Snapshots};
 use crate::store::Store;
 
 /// How long open calls get to finish once the drain has begun.
@@ -166,10 +167,21 @@ impl Runtime {
                 Keyring::disabled(Arc::clone(&store))
             }
         });
+        let archives: Arc<dyn SnapshotStore> = match &config.snapshot_store {
+            SnapshotStoreConfig::Local => {
+                Arc::new(LocalStore::open(config.data_dir.join("snapshots"))?)
+            }
+            SnapshotStoreConfig::S3(s3) => {
+                tracing::info!(endpoint = %s3.endpoint, bucket = %s3.bucket, prefix = %s3.prefix, "snapshots go to S3");
+                Arc::new(S3Store::open(s3)?)
+            }
+        };
+        let snapshots = Arc::new(Snapshots::new(archives, Arc::clone(&store)));
         let manager = Manager::new(
             Arc::clone(&config),
             Arc::clone(&backend),
             store,
+            snapshots,
             shutdown.child_token(),
         );
         manager.start().await?;
@@ -327,19 +339,7 @@ async fn serve(
         .build_v1alpha()?;
 
     let sessions = TaskTracker::new();
-    let snapshot_store: Arc<dyn crate::snapshots::SnapshotStore> = match &manager
-        .config()
-        .snapshot_store
-    {
-        SnapshotStoreConfig::Local => Arc::new(crate::snapshots::LocalStore::open(
-            manager.config().data_dir.join("snapshots"),
-        )?),
-        SnapshotStoreConfig::S3(s3) => {
-            tracing::info!(endpoint = %s3.endpoint, bucket = %s3.bucket, prefix = %s3.prefix, "snapshots go to S3");
-            Arc::new(crate::snapshots::S3Store::open(s3)?)
-        }
-    };
-    let sandbox_api = SandboxApi::new(Arc::clone(&manager), Arc::clone(&snapshot_store));
+    let sandbox_api = SandboxApi::new(Arc::clone(&manager));
     let action_api = ActionApi::new(
         Arc::clone(&manager),
         shutdown.clone(),
@@ -436,7 +436,7 @@ async fn serve(
                 .accept_compressed(gzip),
         )
         .add_service(
-            SnapshotServiceServer::new(SnapshotApi::new(Arc::clone(&manager), snapshot_store))
+            SnapshotServiceServer::new(SnapshotApi::new(Arc::clone(&manager)))
                 .max_decoding_message_size(max)
                 .accept_compressed(gzip),
         )

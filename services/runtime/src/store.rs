@@ -19,8 +19,8 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mentis_core::{
-    Error, Expiry, IdlePolicy, Limits, Result, Sandbox, SandboxId, SandboxState, Space, SpaceId,
-    SpaceLimits,
+    Error, Expiry, IdlePolicy, Limits, Result, Sandbox, SandboxId, SandboxState, SnapshotPolicy,
+    Space, SpaceId, SpaceLimits,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -55,7 +55,8 @@ CREATE TABLE IF NOT EXISTS spaces (
     max_sandboxes INTEGER NOT NULL,
     created_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
-    sandbox_limits TEXT NOT NULL DEFAULT '{}'
+    sandbox_limits TEXT NOT NULL DEFAULT '{}',
+    snapshot_policy TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS sandboxes (
     id TEXT PRIMARY KEY,
@@ -294,13 +295,15 @@ impl Store {
             .map_err(db_err("schema"))?;
         // CREATE TABLE IF NOT EXISTS leaves an older table as it was: add what later versions added
         // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys; 4 added
-        // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit).
+        // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit; 6: the spaces'
+        // snapshot policies, none for older spaces).
         for (table, column, decl) in [
             ("sandboxes", "egress", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "nofile", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "read_only", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "disk_mb", "INTEGER NOT NULL DEFAULT 0"),
             ("spaces", "sandbox_limits", "TEXT NOT NULL DEFAULT '{}'"),
+            ("spaces", "snapshot_policy", "TEXT NOT NULL DEFAULT '{}'"),
         ] {
             add_column_if_missing(&conn, table, column, decl)?;
         }
@@ -341,8 +344,8 @@ impl Store {
             .execute(
                 "INSERT OR REPLACE INTO spaces
                  (id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms,
-                  sandbox_limits)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                  sandbox_limits, snapshot_policy)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
                     s.id.as_str(),
                     s.display_name,
@@ -352,6 +355,7 @@ impl Store {
                     ms(s.created_at),
                     ms(s.updated_at),
                     space_limits_json(&s.limits),
+                    policy_json(&s.snapshot_policy),
                 ],
             )
             .map_err(db_err("write a space"))?;
@@ -371,7 +375,7 @@ impl Store {
         let mut stmt = conn
             .prepare(
                 "SELECT id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms,
-                 sandbox_limits FROM spaces ORDER BY id",
+                 sandbox_limits, snapshot_policy FROM spaces ORDER BY id",
             )
             .map_err(db_err("read spaces"))?;
         let rows = stmt
@@ -385,13 +389,23 @@ impl Store {
                     r.get::<_, i64>(5)?,
                     r.get::<_, i64>(6)?,
                     r.get::<_, String>(7)?,
+                    r.get::<_, String>(8)?,
                 ))
             })
             .map_err(db_err("read spaces"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, display_name, description, metadata, max, created, updated, sandbox_limits) =
-                row.map_err(db_err("read a space"))?;
+            let (
+                id,
+                display_name,
+                description,
+                metadata,
+                max,
+                created,
+                updated,
+                sandbox_limits,
+                policy,
+            ) = row.map_err(db_err("read a space"))?;
             let Ok(id) = SpaceId::parse(&id) else {
                 tracing::warn!(%id, "store: skipping a space with an invalid id");
                 continue;
@@ -402,6 +416,7 @@ impl Store {
                 description,
                 metadata: from_json(&metadata),
                 limits: space_limits_from_json(max, &sandbox_limits),
+                snapshot_policy: policy_from_json(&policy),
                 created_at: time(created),
                 updated_at: time(updated),
             });
@@ -735,6 +750,22 @@ fn space_limits_from_json(max_sandboxes: u32, text: &str) -> SpaceLimits {
     }
 }
 
+/// A space's snapshot policy as JSON.
+fn policy_json(p: &SnapshotPolicy) -> String {
+    serde_json::json!({"on_pause": p.on_pause, "on_delete": p.on_delete, "on_expiry": p.on_expiry})
+        .to_string()
+}
+
+fn policy_from_json(text: &str) -> SnapshotPolicy {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let flag = |k: &str| v[k].as_bool().unwrap_or(false);
+    SnapshotPolicy {
+        on_pause: flag("on_pause"),
+        on_delete: flag("on_delete"),
+        on_expiry: flag("on_expiry"),
+    }
+}
+
 /// Writes a new record: its env sealed, no token (it is derived).
 fn insert_sandbox(
     conn: &Connection,
@@ -828,6 +859,7 @@ mod tests {
             store.put_sandbox(&s, &env, 41).unwrap();
             let mut space = Space::default_space(s.created_at);
             space.metadata.insert("team".into(), "a".into());
+            space.snapshot_policy.on_delete = true;
             store.put_space(&space).unwrap();
             store.set_meta("clean", "1").unwrap();
         }
@@ -848,7 +880,9 @@ mod tests {
             (all[0].record.state, all[0].last_seq),
             (SandboxState::Running, 50)
         );
-        assert_eq!(store.spaces().unwrap()[0].metadata["team"], "a");
+        let spaces = store.spaces().unwrap();
+        assert_eq!(spaces[0].metadata["team"], "a");
+        assert!(spaces[0].snapshot_policy.on_delete && !spaces[0].snapshot_policy.on_pause);
         assert_eq!(store.meta("clean").unwrap().as_deref(), Some("1"));
         assert_eq!(store.meta("other").unwrap(), None);
         store.delete_sandbox(s.id).unwrap();
@@ -859,16 +893,19 @@ mod tests {
     fn a_schema_1_database_is_migrated() {
         let dir = tempfile::tempdir().unwrap();
         {
-            // Schema 1: without what versions 2 (egress), 3 (nofile, read_only, sandbox_limits) and 5
-            // (disk_mb) added.
+            // Schema 1: without what versions 2 (egress), 3 (nofile, read_only, sandbox_limits), 5
+            // (disk_mb) and 6 (snapshot_policy) added.
             let conn = Connection::open(dir.path().join("mentis.db")).unwrap();
             let v1 = SCHEMA
                 .replace(
                     ",\n    egress INTEGER NOT NULL DEFAULT 0,\n    nofile INTEGER NOT NULL DEFAULT 0,\n    read_only INTEGER NOT NULL DEFAULT 0,\n    disk_mb INTEGER NOT NULL DEFAULT 0",
                     "",
                 )
-                .replace(",\n    sandbox_limits TEXT NOT NULL DEFAULT '{}'", "");
-            assert_eq!(SCHEMA.len() - v1.len(), 207, "both parts were removed");
+                .replace(
+                    ",\n    sandbox_limits TEXT NOT NULL DEFAULT '{}',\n    snapshot_policy TEXT NOT NULL DEFAULT '{}'",
+                    "",
+                );
+            assert_eq!(SCHEMA.len() - v1.len(), 255, "both parts were removed");
             conn.execute_batch(&v1).unwrap();
             conn.pragma_update(None, "user_version", 1).unwrap();
         }

@@ -12,38 +12,29 @@ use super::snapshot_service;
 use super::status::to_status;
 use crate::convert::{request_from_proto, sandbox_to_proto, state_from_proto};
 use crate::sandboxes::{ListQuery, Manager};
-use crate::snapshots::{self, SnapshotStore};
 use crate::store::snapshots::SnapshotRecord;
 
 /// Implementation of `mentis.v1.SandboxService`.
 #[derive(Debug, Clone)]
 pub struct SandboxApi {
     manager: Arc<Manager>,
-    /// Where `spec.snapshot_id`'s archives are.
-    snapshots: Arc<dyn SnapshotStore>,
 }
 
 impl SandboxApi {
-    pub fn new(manager: Arc<Manager>, snapshots: Arc<dyn SnapshotStore>) -> Self {
-        Self { manager, snapshots }
+    pub fn new(manager: Arc<Manager>) -> Self {
+        Self { manager }
     }
 
     /// Restores snapshot `record` into the new sandbox `id`; a sandbox that cannot get it is deleted.
     async fn restore(&self, id: SandboxId, record: &SnapshotRecord) -> Result<(), Error> {
         let restored = async {
             let executor = self.manager.executor_for(id).await?;
-            snapshots::restore(
-                &executor,
-                &*self.snapshots,
-                &snapshot_service::object_key(&record.id),
-                &record.sha256,
-            )
-            .await
+            self.manager.snapshots().restore(&executor, record).await
         }
         .await;
         if let Err(e) = restored {
             tracing::warn!(sandbox = %id, snapshot = %record.id, error = %e, "restore failed: the sandbox is deleted");
-            if let Err(d) = self.manager.delete(id).await {
+            if let Err(d) = self.manager.discard(id).await {
                 tracing::warn!(sandbox = %id, error = %d, "deleting the sandbox whose restore failed");
             }
             return Err(e);

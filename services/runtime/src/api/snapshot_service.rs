@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use mentis_core::{Error, Reason, SpaceId, quoted};
 use mentis_proto::api::{self, snapshot_service_server::SnapshotService};
@@ -15,25 +14,18 @@ use super::status::to_status;
 use crate::auth::Caller;
 use crate::convert::timestamp;
 use crate::sandboxes::Manager;
-use crate::snapshots::{self, SnapshotStore};
 use crate::store::snapshots::{SnapshotFilter, SnapshotRecord};
 
 /// Implementation of `mentis.v1.SnapshotService`.
 #[derive(Debug, Clone)]
 pub struct SnapshotApi {
     manager: Arc<Manager>,
-    store: Arc<dyn SnapshotStore>,
 }
 
 impl SnapshotApi {
-    pub fn new(manager: Arc<Manager>, store: Arc<dyn SnapshotStore>) -> Self {
-        Self { manager, store }
+    pub fn new(manager: Arc<Manager>) -> Self {
+        Self { manager }
     }
-}
-
-/// The object of snapshot `id` in the snapshot store.
-pub fn object_key(id: &str) -> String {
-    format!("{id}.tar.zst")
 }
 
 /// A snapshot id as clients send it: a UUID, else INVALID_ARGUMENT naming `field`.
@@ -93,28 +85,12 @@ impl SnapshotService for SnapshotApi {
             .executor_for(sandbox)
             .await
             .map_err(to_status)?;
-        let id = uuid::Uuid::now_v7().to_string();
-        // At the store's precision (milliseconds), so Create and Get answer the same.
-        let created_at = crate::store::time(crate::store::ms(SystemTime::now()));
-        let taken = snapshots::take(&executor, &*self.store, &object_key(&id))
+        let record = self
+            .manager
+            .snapshots()
+            .take(&executor, sandbox, &space, labels)
             .await
             .map_err(to_status)?;
-        let record = SnapshotRecord {
-            id,
-            sandbox_id: sandbox.to_string(),
-            space_id: space.to_string(),
-            labels,
-            created_at,
-            size: taken.size,
-            archive_bytes: taken.archive_bytes,
-            sha256: taken.sha256,
-            store: self.store.name().to_owned(),
-        };
-        if let Err(e) = self.manager.store().put_snapshot(&record) {
-            let _ = self.store.delete(&object_key(&record.id)).await;
-            return Err(to_status(e));
-        }
-        tracing::info!(snapshot = %record.id, %sandbox, size = record.size, archive = record.archive_bytes, "snapshot taken");
         Ok(Response::new(api::CreateSnapshotResponse {
             snapshot: Some(snapshot_to_proto(&record)),
         }))
@@ -193,13 +169,10 @@ impl SnapshotService for SnapshotApi {
         let raw = req.into_inner().snapshot_id;
         match find(&self.manager, &caller, &raw, "snapshot_id") {
             Ok(record) => {
-                self.store
-                    .delete(&object_key(&record.id))
-                    .await
-                    .map_err(to_status)?;
                 self.manager
-                    .store()
-                    .delete_snapshot(&record.id)
+                    .snapshots()
+                    .delete(&record)
+                    .await
                     .map_err(to_status)?;
                 Ok(Response::new(api::DeleteSnapshotResponse {}))
             }

@@ -2,7 +2,9 @@
 
 use std::time::SystemTime;
 
-use mentis_core::{Error, Limits, Space, SpaceId, SpaceLimits, SpaceUpdate, quoted};
+use mentis_core::{
+    Error, Limits, SnapshotPolicy, Space, SpaceId, SpaceLimits, SpaceUpdate, quoted,
+};
 use mentis_proto::api;
 
 use super::sandbox::{read_only_from_proto, read_only_to_proto};
@@ -18,6 +20,7 @@ pub fn space_from_proto(s: Option<api::Space>) -> Result<Space, Error> {
         description: s.description,
         metadata: s.metadata.into_iter().collect(),
         limits: limits_from_proto(s.limits).map_err(|e| e.within("space"))?,
+        snapshot_policy: policy_from_proto(s.snapshot_policy),
         created_at: now,
         updated_at: now,
     })
@@ -46,6 +49,15 @@ fn limits_from_proto(l: Option<api::SpaceLimits>) -> Result<SpaceLimits, Error> 
     })
 }
 
+fn policy_from_proto(p: Option<api::SnapshotPolicy>) -> SnapshotPolicy {
+    let p = p.unwrap_or_default();
+    SnapshotPolicy {
+        on_pause: p.on_pause,
+        on_delete: p.on_delete,
+        on_expiry: p.on_expiry,
+    }
+}
+
 fn sandbox_limits_to_proto(l: &Limits) -> api::SandboxLimits {
     api::SandboxLimits {
         cpu: l.cpu,
@@ -66,9 +78,18 @@ pub fn update_from_proto(
     let paths = mask.map(|m| m.paths).unwrap_or_default();
     let all = paths.is_empty();
     for p in &paths {
-        if !["display_name", "description", "metadata", "limits"].contains(&p.as_str()) {
+        if ![
+            "display_name",
+            "description",
+            "metadata",
+            "limits",
+            "snapshot_policy",
+        ]
+        .contains(&p.as_str())
+        {
             return Err(Error::invalid(format!(
-                "update_mask: {} cannot be updated (display_name, description, metadata, limits)",
+                "update_mask: {} cannot be updated (display_name, description, metadata, limits, \
+                 snapshot_policy)",
                 quoted(p)
             ))
             .at("update_mask"));
@@ -87,6 +108,7 @@ pub fn update_from_proto(
             description: wants("description").then_some(s.description),
             metadata: wants("metadata").then(|| s.metadata.into_iter().collect()),
             limits,
+            snapshot_policy: wants("snapshot_policy").then(|| policy_from_proto(s.snapshot_policy)),
         },
     ))
 }
@@ -111,5 +133,10 @@ pub fn space_to_proto(s: &Space, sandbox_count: u32) -> api::Space {
         create_time: Some(timestamp(s.created_at)),
         update_time: Some(timestamp(s.updated_at)),
         sandbox_count,
+        snapshot_policy: Some(api::SnapshotPolicy {
+            on_pause: s.snapshot_policy.on_pause,
+            on_delete: s.snapshot_policy.on_delete,
+            on_expiry: s.snapshot_policy.on_expiry,
+        }),
     }
 }

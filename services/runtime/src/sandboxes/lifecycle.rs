@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use mentis_core::lifecycle;
 use mentis_core::{
-    Error, Reason, Resource, Result, Sandbox, SandboxBackend, SandboxId, SandboxState,
+    Cause, Ending, Error, Reason, Resource, Result, Sandbox, SandboxBackend, SandboxId,
+    SandboxState,
 };
 
 use super::handle::SandboxHandle;
+use super::keep::Keeper;
 use super::reach::reach_executor;
 use super::registry::Registry;
 use crate::config::RuntimeConfig;
@@ -19,6 +21,7 @@ pub struct Lifecycle {
     registry: Arc<Registry>,
     backend: Arc<dyn SandboxBackend>,
     config: Arc<RuntimeConfig>,
+    keeper: Arc<Keeper>,
 }
 
 impl std::fmt::Debug for Lifecycle {
@@ -32,17 +35,20 @@ impl Lifecycle {
         registry: Arc<Registry>,
         backend: Arc<dyn SandboxBackend>,
         config: Arc<RuntimeConfig>,
+        keeper: Arc<Keeper>,
     ) -> Self {
         Self {
             registry,
             backend,
             config,
+            keeper,
         }
     }
 
-    /// Freezes a RUNNING sandbox. Idempotent for a PAUSED one. FailedPrecondition while actions run (their
-    /// streams would not survive the freeze) or in any other state.
-    pub async fn pause(&self, id: SandboxId, reason: &str) -> Result<Sandbox> {
+    /// Freezes a RUNNING sandbox, after the snapshot its space asks for (which stops the pause when it
+    /// fails). Idempotent for a PAUSED one. FailedPrecondition while actions run (their streams would not
+    /// survive the freeze) or in any other state.
+    pub async fn pause(&self, id: SandboxId, reason: &str, cause: Cause) -> Result<Sandbox> {
         let h = self.registry.handle(id)?;
         let _lifecycle = h.lifecycle.lock().await;
         if h.state() == SandboxState::Paused {
@@ -70,6 +76,13 @@ impl Lifecycle {
                 .about(Resource::sandbox(id))),
             }
         })?;
+        if let Err(e) = self.keeper.before(&h, Ending::Pause(cause)).await {
+            h.enter(
+                SandboxState::Running,
+                "the snapshot before the pause failed",
+            )?;
+            return Err(e);
+        }
         if let Err(e) = self.backend.pause(id).await {
             tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not pause a sandbox");
             h.enter(SandboxState::Running, &format!("pause failed: {e}"))?;
@@ -88,6 +101,11 @@ impl Lifecycle {
 
     async fn resume_handle(&self, h: &Arc<SandboxHandle>) -> Result<Sandbox> {
         let _lifecycle = h.lifecycle.lock().await;
+        self.resume_locked(h).await
+    }
+
+    /// [`Self::resume`] for a caller that holds the sandbox's lifecycle lock.
+    pub(super) async fn resume_locked(&self, h: &SandboxHandle) -> Result<Sandbox> {
         if h.state() == SandboxState::Running {
             return Ok(h.snapshot());
         }

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use mentis_core::{
-    BackendSpec, Error, Reason, Result, Sandbox, SandboxBackend, SandboxId, SandboxRequest,
-    SandboxState,
+    BackendSpec, Cause, Ending, Error, Reason, Result, Sandbox, SandboxBackend, SandboxId,
+    SandboxRequest, SandboxState,
 };
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -14,6 +14,8 @@ use tracing::Instrument;
 
 use super::handle::SandboxHandle;
 use super::health;
+use super::keep::Keeper;
+use super::lifecycle::Lifecycle;
 use super::pool::{Member, Pool, Pools};
 use super::reach::ready_executor;
 use super::registry::{Admission, Recording, Registry};
@@ -30,6 +32,8 @@ pub struct Provisioner {
     registry: Arc<Registry>,
     spaces: Arc<Spaces>,
     pools: Arc<Pools>,
+    lifecycle: Arc<Lifecycle>,
+    keeper: Arc<Keeper>,
     /// Owns every create and delete in flight.
     pub(super) tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -50,6 +54,8 @@ impl Provisioner {
         registry: Arc<Registry>,
         spaces: Arc<Spaces>,
         pools: Arc<Pools>,
+        lifecycle: Arc<Lifecycle>,
+        keeper: Arc<Keeper>,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
@@ -60,6 +66,8 @@ impl Provisioner {
             registry,
             spaces,
             pools,
+            lifecycle,
+            keeper,
             tasks,
             shutdown,
         }
@@ -296,7 +304,12 @@ impl Provisioner {
 
     /// Deletes a sandbox, recording why (deleted by a client, expired, ...): TERMINATING, its running
     /// actions end LOST, its container and volume go, TERMINATED. Idempotent.
-    pub async fn delete(self: &Arc<Self>, id: SandboxId, reason: &'static str) -> Result<()> {
+    pub async fn delete(
+        self: &Arc<Self>,
+        id: SandboxId,
+        reason: &'static str,
+        cause: Option<Cause>,
+    ) -> Result<()> {
         let handle = self.registry.find(id);
         let this = Arc::clone(self);
         let span = tracing::info_span!("delete_sandbox", sandbox_id = %id);
@@ -314,6 +327,9 @@ impl Provisioner {
                         // An earlier delete got this far and failed to remove the container: retry that.
                         SandboxState::Terminating => {}
                         _ => {
+                            if let Some(cause) = cause {
+                                this.keep(&h, cause).await?;
+                            }
                             h.enter(SandboxState::Terminating, reason)?;
                         }
                     }
@@ -333,6 +349,32 @@ impl Provisioner {
             )
             .await
             .map_err(|e| Error::internal("delete task failed").with_source(e))?
+    }
+}
+
+impl Provisioner {
+    /// The snapshot the space of `h` asks for before a delete, taken while `h`'s lifecycle lock is held:
+    /// a PAUSED sandbox is resumed for it. A failed snapshot of a RUNNING sandbox stops the delete (its
+    /// workspace is still there for the next try); a sandbox that cannot be reached (UNHEALTHY, CREATING,
+    /// or not resumed) goes without one.
+    async fn keep(&self, h: &SandboxHandle, cause: Cause) -> Result<()> {
+        let ending = Ending::Delete(cause);
+        if self.keeper.wants(h, ending).is_none() {
+            return Ok(());
+        }
+        if h.state() == SandboxState::Paused
+            && let Err(e) = self.lifecycle.resume_locked(h).await
+        {
+            tracing::warn!(sandbox_id = %h.id, error = %e.chain(), "deleted without the snapshot its space asks for: it could not be resumed");
+            return Ok(());
+        }
+        match h.state() {
+            SandboxState::Running => self.keeper.before(h, ending).await,
+            other => {
+                tracing::warn!(sandbox_id = %h.id, state = %other, "deleted without the snapshot its space asks for: it cannot be reached");
+                Ok(())
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mentis_core::{IdlePolicy, SandboxState};
+use mentis_core::{Cause, IdlePolicy, SandboxState};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -44,7 +44,11 @@ async fn reap(registry: &Registry, lifecycle: &Lifecycle, provisioner: &Arc<Prov
         if !s.expiry.max_lifetime.is_zero() && age >= s.expiry.max_lifetime {
             tracing::info!(sandbox_id = %s.id, "maximum lifetime reached");
             if let Err(e) = provisioner
-                .delete(s.id, "expired: maximum lifetime reached")
+                .delete(
+                    s.id,
+                    "expired: maximum lifetime reached",
+                    Some(Cause::MaxLifetime),
+                )
                 .await
             {
                 tracing::warn!(sandbox_id = %s.id, error = %e.chain(), "could not delete an expired sandbox");
@@ -61,11 +65,18 @@ async fn reap(registry: &Registry, lifecycle: &Lifecycle, provisioner: &Arc<Prov
         }
         let result = match s.expiry.idle_policy {
             IdlePolicy::Keep => Ok(()),
-            IdlePolicy::Pause => lifecycle.pause(s.id, "idle timeout").await.map(|_| ()),
-            IdlePolicy::Delete => provisioner.delete(s.id, "expired: idle timeout").await,
+            IdlePolicy::Pause => lifecycle
+                .pause(s.id, "idle timeout", Cause::IdleTimeout)
+                .await
+                .map(|_| ()),
+            IdlePolicy::Delete => {
+                provisioner
+                    .delete(s.id, "expired: idle timeout", Some(Cause::IdleTimeout))
+                    .await
+            }
         };
         if let Err(e) = result {
-            tracing::debug!(sandbox_id = %s.id, error = %e.chain(), "idle policy not applied this round");
+            tracing::warn!(sandbox_id = %s.id, error = %e.chain(), "idle policy not applied this round");
         }
     }
 }
