@@ -19,6 +19,7 @@ mod metrics;
 mod persistence;
 mod pki;
 mod pool;
+mod preview;
 mod proxy;
 mod reattach;
 mod recovery;

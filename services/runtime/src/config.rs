@@ -13,6 +13,7 @@ use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
 mod auth;
 mod error;
 mod limits;
+mod preview;
 mod snapshots;
 mod transport;
 
@@ -51,6 +52,12 @@ pub struct RuntimeConfig {
     /// `/terminal/ws`), in plaintext HTTP, reached with links TerminalService.CreateTerminalLink makes; off
     /// when None.
     pub http_listen: Option<SocketAddr>,
+    /// `MENTIS_PREVIEW_BASE_URL`: the scheme, host and port clients reach the HTTP listener at, put in
+    /// front of preview URLs (`http://` and the listener's address when None).
+    pub preview_base_url: Option<String>,
+    /// `MENTIS_PREVIEW_DOMAIN`: preview URLs are host-based, `<port>-<sandbox>.<domain>`, each app on an
+    /// origin of its own (a wildcard DNS name pointing at the HTTP listener); path-based when None.
+    pub preview_domain: Option<String>,
     /// `MENTIS_EXECUTOR_IMAGE`: image of sandboxes whose spec names none.
     pub executor_image: String,
     /// `MENTIS_DATA_DIR`: the durable store (`mentis.db`).
@@ -312,6 +319,8 @@ impl Default for RuntimeConfig {
             metrics_listen: None,
             health_listen: None,
             http_listen: None,
+            preview_base_url: None,
+            preview_domain: None,
             executor_image: DEFAULT_EXECUTOR_IMAGE.into(),
             data_dir: PathBuf::from("mentis-data"),
             docker: DockerConfig::default(),
@@ -377,6 +386,12 @@ impl RuntimeConfig {
         }
         if let Some(v) = get("MENTIS_HTTP_LISTEN").filter(|v| !v.is_empty()) {
             c.http_listen = Some(parse("MENTIS_HTTP_LISTEN", &v)?);
+        }
+        if let Some(v) = get("MENTIS_PREVIEW_BASE_URL").filter(|v| !v.is_empty()) {
+            c.preview_base_url = Some(preview::base_url(&v)?);
+        }
+        if let Some(v) = get("MENTIS_PREVIEW_DOMAIN").filter(|v| !v.is_empty()) {
+            c.preview_domain = Some(preview::domain(&v)?);
         }
         if let Some(v) = get("MENTIS_MCP_MAX_OUTPUT").filter(|v| !v.is_empty()) {
             c.mcp_max_output = positive("MENTIS_MCP_MAX_OUTPUT", &v)?;

@@ -2,6 +2,7 @@
 //! is noticed), every call carrying the sandbox's token, readiness through grpc.health.v1.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -61,6 +62,9 @@ pub struct ExecutorClient {
     /// With the token too: an executor that is not this sandbox's (a reused address) refuses it.
     health: HealthClient<InterceptedService<Channel, BearerToken>>,
     call_timeout: Duration,
+    /// The host and port the executor answers at (the sandbox's address on the executor network).
+    host: Arc<str>,
+    port: u16,
 }
 
 impl std::fmt::Debug for ExecutorClient {
@@ -77,6 +81,18 @@ impl ExecutorClient {
         call_timeout: Duration,
         keepalive: Duration,
     ) -> Result<Self, Error> {
+        let uri: http::Uri = endpoint.uri.parse().map_err(|e| {
+            Error::internal(format!("bad executor endpoint {}", endpoint.uri)).with_source(e)
+        })?;
+        let (host, port) = match (uri.host(), uri.port_u16()) {
+            (Some(h), Some(p)) => (Arc::from(h.trim_matches(['[', ']'])), p),
+            _ => {
+                return Err(Error::internal(format!(
+                    "executor endpoint {} has no host and port",
+                    endpoint.uri
+                )));
+            }
+        };
         let channel = tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
             .map_err(|e| {
                 Error::internal(format!("bad executor endpoint {}", endpoint.uri)).with_source(e)
@@ -103,7 +119,19 @@ impl ExecutorClient {
             ),
             health: HealthClient::with_interceptor(channel, BearerToken(value)),
             call_timeout,
+            host,
+            port,
         })
+    }
+
+    /// The sandbox's address on the executor network (where its other ports are reached too).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The executor's own port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// One health check, bounded by `within`.

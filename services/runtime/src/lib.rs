@@ -10,6 +10,7 @@ pub mod convert;
 pub mod executor_client;
 pub mod metrics;
 pub mod observations;
+pub mod preview;
 pub mod private;
 pub mod sandboxes;
 pub mod server;

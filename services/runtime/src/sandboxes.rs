@@ -141,6 +141,13 @@ impl Manager {
         })
     }
 
+    /// Counts as activity of a sandbox (an open preview tunnel); nothing when it is unknown.
+    pub fn touch(&self, id: SandboxId) {
+        if let Some(h) = self.registry.find(id) {
+            h.touch();
+        }
+    }
+
     /// Every snapshot of this runtime.
     pub fn snapshots(&self) -> &Arc<Snapshots> {
         &self.snapshots

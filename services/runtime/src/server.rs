@@ -29,6 +29,7 @@ use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SnapshotApi, SpaceApi, 
 use crate::auth::layer::AuthLayer;
 use crate::auth::{self, Keyring};
 use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, SnapshotStoreConfig, TlsFiles};
+use crate::preview::{Previews, Proxy};
 use crate::sandboxes::Manager;
 use crate::snapshots::{LocalStore, S3Store, SnapshotStore, Snapshots};
 use crate::store::Store;
@@ -339,7 +340,12 @@ async fn serve(
         .build_v1alpha()?;
 
     let sessions = TaskTracker::new();
-    let sandbox_api = SandboxApi::new(Arc::clone(&manager));
+    let previews = Arc::new(Previews::new(
+        manager.config(),
+        side.http.as_ref().and_then(|l| l.local_addr().ok()),
+        Arc::clone(manager.store()),
+    ));
+    let sandbox_api = SandboxApi::new(Arc::clone(&manager), Arc::clone(&previews));
     let action_api = ActionApi::new(
         Arc::clone(&manager),
         shutdown.clone(),
@@ -377,6 +383,7 @@ async fn serve(
             terminal_api.clone(),
             Arc::clone(manager.store()),
             mcp,
+            Arc::new(Proxy::new(previews, Arc::clone(&manager))),
             shutdown.clone(),
         );
     }

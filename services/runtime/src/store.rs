@@ -26,6 +26,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 pub mod actions;
 mod keys;
+pub mod previews;
 pub mod seal;
 pub mod snapshots;
 
@@ -293,6 +294,8 @@ impl Store {
         conn.execute_batch(SCHEMA).map_err(db_err("schema"))?;
         conn.execute_batch(snapshots::SCHEMA)
             .map_err(db_err("schema"))?;
+        conn.execute_batch(previews::SCHEMA)
+            .map_err(db_err("schema"))?;
         // CREATE TABLE IF NOT EXISTS leaves an older table as it was: add what later versions added
         // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys; 4 added
         // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit; 6: the spaces'
@@ -534,6 +537,11 @@ impl Store {
             params![id.to_string()],
         )
         .map_err(db_err("delete a sandbox's actions"))?;
+        conn.execute(
+            "DELETE FROM preview_generations WHERE sandbox_id = ?1",
+            params![id.to_string()],
+        )
+        .map_err(db_err("delete a sandbox's preview generations"))?;
         Ok(())
     }
 

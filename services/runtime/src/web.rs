@@ -68,17 +68,24 @@ pub fn serve(
     terminals: TerminalApi,
     store: Arc<Store>,
     mcp: Mcp,
+    previews: Arc<crate::preview::Proxy>,
     shutdown: CancellationToken,
 ) {
     if let Ok(at) = listener.local_addr() {
-        tracing::info!(%at, "web terminal served at /terminal, MCP at /mcp (plaintext HTTP)");
+        tracing::info!(%at, "web terminal served at /terminal, MCP at /mcp, preview URLs at /preview/ (plaintext HTTP)");
     }
-    let app = router(Web { terminals, store }).nest_service(
-        "/mcp",
-        tower::ServiceBuilder::new()
-            .layer(axum::middleware::from_fn_with_state(mcp.keyring, mcp_key))
-            .service(mcp.service),
-    );
+    // Preview requests (by path or by host) go to the preview proxy before any route is looked at.
+    let app = router(Web { terminals, store })
+        .nest_service(
+            "/mcp",
+            tower::ServiceBuilder::new()
+                .layer(axum::middleware::from_fn_with_state(mcp.keyring, mcp_key))
+                .service(mcp.service),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            previews,
+            crate::preview::middleware,
+        ));
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })

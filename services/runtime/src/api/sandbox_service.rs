@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use mentis_core::{Error, SandboxId, SpaceId};
+use std::time::Duration;
+
+use mentis_core::{Error, Reason, SandboxId, SpaceId};
 use mentis_proto::api::{self, sandbox_service_server::SandboxService};
 use tonic::{Request, Response, Status};
 
@@ -11,6 +13,7 @@ use super::paging;
 use super::snapshot_service;
 use super::status::to_status;
 use crate::convert::{request_from_proto, sandbox_to_proto, state_from_proto};
+use crate::preview::{self, Previews};
 use crate::sandboxes::{ListQuery, Manager};
 use crate::store::snapshots::SnapshotRecord;
 
@@ -18,11 +21,44 @@ use crate::store::snapshots::SnapshotRecord;
 #[derive(Debug, Clone)]
 pub struct SandboxApi {
     manager: Arc<Manager>,
+    previews: Arc<Previews>,
 }
 
 impl SandboxApi {
-    pub fn new(manager: Arc<Manager>) -> Self {
-        Self { manager }
+    pub fn new(manager: Arc<Manager>, previews: Arc<Previews>) -> Self {
+        Self { manager, previews }
+    }
+
+    /// The sandbox and port a preview call names, checked: the caller may use the sandbox, it has not
+    /// ended, the port is one (`allow_zero`: 0 stands for every port) and not the executor's.
+    fn preview_target(
+        &self,
+        req: &Request<impl Sized>,
+        sandbox_id: &str,
+        port: u32,
+        allow_zero: bool,
+    ) -> Result<(SandboxId, u16), Status> {
+        let caller = caller(req)?;
+        let id = access::sandbox(&caller, &self.manager, sandbox_id)?;
+        let h = self.manager.handle(id).map_err(to_status)?;
+        let port = match u16::try_from(port) {
+            Ok(0) if allow_zero => 0,
+            Ok(p) if p > 0 => p,
+            _ => {
+                return Err(to_status(
+                    Error::invalid(format!("port {port} is not a port (1-65535)")).at("port"),
+                ));
+            }
+        };
+        if port != 0 && h.executor().is_some_and(|e| e.port() == port) {
+            return Err(to_status(
+                Error::invalid(format!(
+                    "port {port} is the sandbox's executor, which no preview reaches"
+                ))
+                .at("port"),
+            ));
+        }
+        Ok((id, port))
     }
 
     /// Restores snapshot `record` into the new sandbox `id`; a sandbox that cannot get it is deleted.
@@ -174,6 +210,55 @@ impl SandboxService for SandboxApi {
         Ok(Response::new(api::ResumeSandboxResponse {
             sandbox: Some(sandbox_to_proto(&sandbox, last_seq)),
         }))
+    }
+
+    async fn get_preview_url(
+        &self,
+        req: Request<api::GetPreviewUrlRequest>,
+    ) -> Result<Response<api::GetPreviewUrlResponse>, Status> {
+        let r = req.get_ref();
+        let (id, port) = self.preview_target(&req, &r.sandbox_id, r.port, false)?;
+        let ttl = Duration::from_secs(r.ttl_seconds.into());
+        if ttl > preview::MAX_TTL {
+            return Err(to_status(
+                Error::invalid(format!(
+                    "ttl_seconds is {}; a preview URL lives at most {} seconds",
+                    r.ttl_seconds,
+                    preview::MAX_TTL.as_secs()
+                ))
+                .at("ttl_seconds"),
+            ));
+        }
+        if self
+            .manager
+            .handle(id)
+            .map_err(to_status)?
+            .state()
+            .is_final()
+        {
+            return Err(to_status(Error::new(
+                Reason::SandboxEnded,
+                format!("sandbox {id} has ended; its ports are gone"),
+            )));
+        }
+        let issued = self.previews.issue(id, port, ttl).map_err(to_status)?;
+        Ok(Response::new(api::GetPreviewUrlResponse {
+            url: issued.url,
+            expire_time: Some(crate::convert::timestamp(issued.expires_at)),
+            token: issued.token,
+            path: issued.path,
+        }))
+    }
+
+    async fn revoke_preview_urls(
+        &self,
+        req: Request<api::RevokePreviewUrlsRequest>,
+    ) -> Result<Response<api::RevokePreviewUrlsResponse>, Status> {
+        let r = req.get_ref();
+        let (id, port) = self.preview_target(&req, &r.sandbox_id, r.port, true)?;
+        self.previews.revoke(id, port).map_err(to_status)?;
+        tracing::info!(sandbox_id = %id, port, "preview URLs revoked");
+        Ok(Response::new(api::RevokePreviewUrlsResponse {}))
     }
 
     async fn list_pools(

@@ -26,6 +26,7 @@ const NONCE_LEN: usize = 12;
 pub struct Sealer {
     tokens: [u8; 32],
     links: [u8; 32],
+    previews: [u8; 32],
     env: ChaCha20Poly1305,
     id: String,
 }
@@ -62,6 +63,7 @@ impl Sealer {
         Self {
             tokens: hmac(key, &[b"mentis/v1/executor-token"]),
             links: hmac(key, &[b"mentis/v1/terminal-link"]),
+            previews: hmac(key, &[b"mentis/v1/preview-url"]),
             env: ChaCha20Poly1305::new(&env.into()),
             id: hex::encode(&hmac(key, &[b"mentis/v1/key-id"])[..8]),
         }
@@ -138,6 +140,21 @@ impl Sealer {
             return false;
         };
         m.update(b"link:");
+        m.update(payload);
+        m.verify_slice(mac).is_ok()
+    }
+
+    /// The MAC of a preview URL's token payload (`preview::token`), with a key of its own.
+    pub fn preview_mac(&self, payload: &[u8]) -> [u8; 32] {
+        hmac(&self.previews, &[b"preview:", payload])
+    }
+
+    /// Whether `mac` is the MAC of a preview token's `payload` (compared in constant time).
+    pub fn preview_mac_ok(&self, payload: &[u8], mac: &[u8]) -> bool {
+        let Ok(mut m) = <Hmac<Sha256> as Mac>::new_from_slice(&self.previews) else {
+            return false;
+        };
+        m.update(b"preview:");
         m.update(payload);
         m.verify_slice(mac).is_ok()
     }
