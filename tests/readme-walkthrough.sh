@@ -132,7 +132,7 @@ if [ -n "$compose" ]; then
   done
   [ "$health" = healthy ] || { echo "readme-walkthrough: the runtime container is $health, not healthy" >&2; keep_logs=1; exit 1; }
 else
-  MENTIS_METRICS_LISTEN=127.0.0.1:9464 MENTIS_LISTEN=$listen MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
+  MENTIS_METRICS_LISTEN=127.0.0.1:9464 MENTIS_HTTP_LISTEN=127.0.0.1:8080 MENTIS_LISTEN=$listen MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data RUST_LOG=warn target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
   runtime_pid=$!
   for _ in $(seq 1 100); do
     grpcurl -plaintext -max-time 1 127.0.0.1:50051 grpc.health.v1.Health/Check >/dev/null 2>&1 && break
@@ -171,6 +171,7 @@ run_block observability
 run_block terminals
 run_block snapshots
 run_block snapshot-policy
+run_block preview
 run_block files \
   'SANDBOX=$(grpcurl -plaintext -H "$AUTH" -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)' \
   'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d
@@ -203,6 +204,8 @@ for want in 'kept from the first sandbox' '"conversation": "chat-1234"' '"store"
 done
 grep -qx 'SANDBOX_STATE_RUNNING' "$work/snapshot-policy.out" ||
   { echo "readme-walkthrough: snapshot-policy: no sandbox came back" >&2; cat "$work/snapshot-policy.out" >&2; exit 1; }
+grep -qF '<h1>hello from the sandbox</h1>' "$work/preview.out" && [ "$(grep -cx 401 "$work/preview.out")" = 2 ] ||
+  { echo "readme-walkthrough: preview: expected the page, then 401 twice" >&2; cat "$work/preview.out" >&2; exit 1; }
 for want in 'hello from /tmp' '/dev/pts/' '30 100'; do
   grep -qF -- "$want" "$work/terminals.out" ||
     { echo "readme-walkthrough: terminals: output lacks $want" >&2; cat "$work/terminals.out" >&2; exit 1; }

@@ -291,7 +291,7 @@ async fn every_method_answers_malformed_input_with_the_status_docs_errors_lists(
 -> anyhow::Result<()> {
     let mut h = Harness::start_with(|c| {
         c.max_message_bytes = table::LIMIT;
-        // CreateTerminalLink answers only with the web terminal on.
+        // CreateTerminalLink and GetPreviewUrl answer only with the HTTP listener on.
         c.http_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
     })
     .await?;
