@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use mentis_proto::api::{
     action_service_client::ActionServiceClient, file_service_client::FileServiceClient,
-    sandbox_service_client::SandboxServiceClient, terminal_service_client::TerminalServiceClient,
+    sandbox_service_client::SandboxServiceClient, snapshot_service_client::SnapshotServiceClient,
+    terminal_service_client::TerminalServiceClient,
 };
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -99,6 +100,10 @@ impl Conn {
 
     pub fn terminals(&self) -> TerminalServiceClient<Api> {
         TerminalServiceClient::new(self.channel.clone())
+    }
+
+    pub fn snapshots(&self) -> SnapshotServiceClient<Api> {
+        SnapshotServiceClient::new(self.channel.clone())
     }
 }
 

@@ -13,6 +13,7 @@ mod mcp;
 mod output;
 mod sandbox;
 mod shell;
+mod snapshot;
 
 use std::process::ExitCode;
 
@@ -50,6 +51,10 @@ enum Command {
     /// Create, list, inspect, pause, resume and delete sandboxes.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
+    /// Take, list, inspect and delete snapshots of sandboxes' workspaces (`sandbox create --snapshot ID`
+    /// restores one).
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     /// Run a bash command line in a sandbox; its stdout and stderr stream live, and mentis exits with its
     /// status.
     Exec(exec::ExecArgs),
@@ -81,6 +86,7 @@ async fn run(cli: Cli) -> Result<Status> {
     let conn = || Conn::new(&cli.addr, cli.api_key.as_deref(), cli.ca_cert.as_deref());
     match cli.command {
         Command::Sandbox(c) => sandbox::run(&conn()?, c, cli.output).await,
+        Command::Snapshot(c) => snapshot::run(&conn()?, c, cli.output).await,
         Command::Exec(a) => exec::exec(&conn()?, a).await,
         Command::RunCode(a) => exec::run_code(&conn()?, a).await,
         Command::Shell(a) => shell::run(&conn()?, a).await,

@@ -59,6 +59,20 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// Prints a JSON object's fields as `name  value` lines (strings bare, null empty, the rest as JSON).
+pub fn fields(v: &Value) {
+    if let Value::Object(m) = v {
+        for (k, v) in m {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            println!("{k:<22}{v}");
+        }
+    }
+}
+
 /// Prints a JSON value, pretty.
 pub fn print_json(v: &Value) {
     println!(

@@ -50,6 +50,14 @@ pub struct CreateArgs {
     /// A key of your own for the sandbox, unique in its space (GetSandboxByKey).
     #[arg(long, default_value = "", hide_default_value = true)]
     external_key: String,
+    /// Restore the workspace from this snapshot (of the same space) before the sandbox is printed.
+    #[arg(
+        long = "snapshot",
+        value_name = "SNAPSHOT",
+        default_value = "",
+        hide_default_value = true
+    )]
+    snapshot_id: String,
 }
 
 #[derive(Args, Debug)]
@@ -75,6 +83,7 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
                 memory_limit_mb: a.memory_mb,
                 idle_timeout_seconds: a.idle_timeout,
                 external_key: a.external_key,
+                snapshot_id: a.snapshot_id,
                 ..Default::default()
             };
             let sb = c
@@ -187,19 +196,7 @@ fn state(s: &api::Sandbox) -> String {
 fn print_one(sb: &api::Sandbox, format: Format) {
     match format {
         Format::Json => output::print_json(&sandbox_json(sb)),
-        Format::Text => {
-            let v = sandbox_json(sb);
-            if let Value::Object(m) = v {
-                for (k, v) in m {
-                    let v = match v {
-                        Value::String(s) => s,
-                        Value::Null => String::new(),
-                        other => other.to_string(),
-                    };
-                    println!("{k:<22}{v}");
-                }
-            }
-        }
+        Format::Text => output::fields(&sandbox_json(sb)),
     }
 }
 

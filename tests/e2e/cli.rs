@@ -1,6 +1,7 @@
 //! The `mentis` command line (cli/, docs/CLI.md) end to end: the built binary against a real runtime.
 //! `exec` streams stdout and stderr apart and exits with the command's status; `sandbox` commands print
-//! JSON; `cp` round-trips a file and a directory both ways; `files ls`, `logs --after-seq` (and `--follow`), `run-code`;
+//! JSON; `snapshot` commands take, list, get and delete snapshots and `sandbox create --snapshot` restores
+//! one; `cp` round-trips a file and a directory both ways; `files ls`, `logs --after-seq` (and `--follow`), `run-code`;
 //! the key comes from the flag, the environment or the admin key file; and `mentis shell` in a real
 //! terminal (tmux's): raw mode, a resize seen by `stty size`, Ctrl-C interrupting a command, the remote
 //! exit status, and the local terminal's settings put back. Fails (never skips) when tmux is missing:
@@ -319,6 +320,156 @@ async fn sandbox_commands_create_get_list_pause_resume_delete_in_json() -> Resul
     } else {
         assert!(out.stderr.starts_with("mentis: NOT_FOUND: "), "{out:?}");
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_commands_take_list_get_delete_and_sandbox_create_restores_one() -> Result<()> {
+    let mut e = Env::start().await?;
+    let sb = e.sandbox().await?;
+    e.ok(&[
+        "exec",
+        &sb,
+        "--",
+        "mkdir -p d && printf 'kept bytes\\n' > d/kept.txt",
+    ])
+    .await?;
+
+    let first = e
+        .json(&["snapshot", "create", &sb, "--label", "conv=cli-1"])
+        .await?;
+    let first_id = first["snapshot_id"]
+        .as_str()
+        .context("no snapshot_id")?
+        .to_owned();
+    assert_eq!(first["sandbox_id"], sb.as_str(), "{first}");
+    assert_eq!(first["space_id"], "default", "{first}");
+    assert_eq!(first["labels"]["conv"], "cli-1", "{first}");
+    assert_eq!(first["store"], "local", "{first}");
+    assert_eq!(first["sha256"].as_str().map(str::len), Some(64), "{first}");
+    assert!(first["size_bytes"].as_u64() > Some(0), "{first}");
+    assert!(first["create_time"].is_string(), "{first}");
+    // Text: the id only.
+    let second_id = e
+        .ok(&["snapshot", "create", &sb, "-l", "conv=cli-1", "-l", "n=2"])
+        .await?
+        .trim()
+        .to_owned();
+    assert_eq!(second_id.len(), 36, "{second_id}");
+
+    let ids = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s["snapshot_id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Newest first; filtered by label, sandbox and space; --limit keeps the newest.
+    let both = vec![second_id.clone(), first_id.clone()];
+    let list = e
+        .json(&["snapshot", "list", "--label", "conv=cli-1"])
+        .await?;
+    assert_eq!(ids(&list), both);
+    assert_eq!(
+        ids(&e.json(&["snapshot", "list", "--sandbox", &sb]).await?),
+        both
+    );
+    assert_eq!(
+        ids(&e
+            .json(&["snapshot", "list", "--space", "default", "-l", "conv=cli-1"])
+            .await?),
+        both
+    );
+    assert_eq!(
+        ids(&e
+            .json(&["snapshot", "list", "-l", "conv=cli-1", "-l", "n=2"])
+            .await?),
+        vec![second_id.clone()]
+    );
+    assert_eq!(
+        ids(&e
+            .json(&["snapshot", "list", "-l", "conv=cli-1", "--limit", "1"])
+            .await?),
+        vec![second_id.clone()]
+    );
+    assert_eq!(
+        e.json(&["snapshot", "list", "--label", "conv=other"])
+            .await?,
+        Value::Array(vec![])
+    );
+    // Text: a header, then a row per snapshot with its sandbox and labels.
+    let text = e.ok(&["snapshot", "list", "--sandbox", &sb]).await?;
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("SNAPSHOT"), "{text}");
+    assert!(
+        lines[1].starts_with(&second_id)
+            && lines[1].contains(&sb)
+            && lines[1].ends_with("conv=cli-1,n=2"),
+        "{text}"
+    );
+    assert!(lines[2].starts_with(&first_id), "{text}");
+
+    let got = e.json(&["snapshot", "get", &first_id]).await?;
+    assert_eq!(got, first);
+    let text = e.ok(&["snapshot", "get", &first_id]).await?;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("snapshot_id") && l.ends_with(&first_id)),
+        "{text}"
+    );
+
+    // The sandbox goes; `sandbox create --snapshot` brings its workspace back in a new one.
+    e.ok(&["sandbox", "delete", &sb]).await?;
+    let restored = e
+        .json(&["sandbox", "create", "--snapshot", &first_id])
+        .await?;
+    let restored_id = restored["sandbox_id"].as_str().context("no sandbox_id")?;
+    assert_ne!(restored_id, sb);
+    assert_eq!(restored["state"], "RUNNING", "{restored}");
+    assert_eq!(
+        e.ok(&["exec", restored_id, "--", "cat d/kept.txt"]).await?,
+        "kept bytes\n"
+    );
+    e.ok(&["sandbox", "delete", restored_id]).await?;
+
+    // Delete: the id; a second delete is no error; a deleted snapshot is NOT_FOUND, for get and restore.
+    assert_eq!(
+        e.ok(&["snapshot", "delete", &first_id]).await?.trim(),
+        first_id
+    );
+    let deleted = e.json(&["snapshot", "delete", &first_id]).await?;
+    assert_eq!(deleted["deleted"], true, "{deleted}");
+    let out = e.run(&["snapshot", "get", &first_id]).await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.starts_with("mentis: NOT_FOUND: "), "{out:?}");
+    let out = e
+        .run(&["sandbox", "create", "--snapshot", &first_id])
+        .await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.starts_with("mentis: NOT_FOUND: "), "{out:?}");
+    assert_eq!(
+        ids(&e.json(&["snapshot", "list", "-l", "conv=cli-1"]).await?),
+        vec![second_id.clone()]
+    );
+    e.ok(&["snapshot", "delete", &second_id]).await?;
+
+    // Bad input: a label that is not K=V, an id that is not one, a missing argument.
+    let out = e
+        .run(&["snapshot", "create", restored_id, "-l", "conv"])
+        .await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("is not KEY=VALUE"), "{out:?}");
+    let out = e.run(&["snapshot", "get", "not-a-snapshot"]).await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.starts_with("mentis: INVALID_ARGUMENT: "),
+        "{out:?}"
+    );
+    let out = e.run(&["snapshot", "create"]).await?;
+    assert_eq!(out.code, 2, "{out:?}");
     Ok(())
 }
 

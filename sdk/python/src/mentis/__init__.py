@@ -1,5 +1,5 @@
 """MentisSandbox's Python client: sandboxes for AI agents, with shell commands, stateful IPython cells,
-files and terminals, over the runtime's gRPC API.
+files, terminals and snapshots of workspaces, over the runtime's gRPC API.
 
     from mentis import Sandbox
 
@@ -11,7 +11,7 @@ The runtime's address and key come from arguments or `MENTIS_ADDR` / `MENTIS_API
 """
 
 from ._client import Settings
-from .aio import AsyncFiles, AsyncSandbox, AsyncTerminal, AsyncTerminals
+from .aio import AsyncFiles, AsyncSandbox, AsyncSnapshots, AsyncTerminal, AsyncTerminals
 from .errors import (
     Aborted,
     AlreadyExists,
@@ -30,6 +30,7 @@ from .errors import (
     Unavailable,
 )
 from .sandbox import CellError, CellResult, CommandResult, FileInfo, Files, Sandbox
+from .snapshot import Snapshot, Snapshots
 from .terminal import Terminal, TerminalInfo, TerminalLink, Terminals
 
 __version__ = "0.1.0"
@@ -39,6 +40,7 @@ __all__ = [
     "AlreadyExists",
     "AsyncFiles",
     "AsyncSandbox",
+    "AsyncSnapshots",
     "AsyncTerminal",
     "AsyncTerminals",
     "Cancelled",
@@ -59,6 +61,8 @@ __all__ = [
     "ResourceExhausted",
     "Sandbox",
     "Settings",
+    "Snapshot",
+    "Snapshots",
     "Terminal",
     "TerminalInfo",
     "TerminalLink",

@@ -22,6 +22,7 @@ from .v1 import (
     action_pb2_grpc,
     file_pb2_grpc,
     sandbox_pb2_grpc,
+    snapshot_pb2_grpc,
     space_pb2_grpc,
     terminal_pb2_grpc,
 )
@@ -144,6 +145,7 @@ class Connection:
         self.actions = action_pb2_grpc.ActionServiceStub(channel)
         self.files = file_pb2_grpc.FileServiceStub(channel)
         self.spaces = space_pb2_grpc.SpaceServiceStub(channel)
+        self.snapshots = snapshot_pb2_grpc.SnapshotServiceStub(channel)
         self.terminals = terminal_pb2_grpc.TerminalServiceStub(channel)
         self._generation += 1
 

@@ -44,6 +44,7 @@ from .sandbox import (
     _shell_action,
     _spec,
 )
+from .snapshot import Snapshot, _create_request, _list_request, _snapshot
 from .terminal import (
     _CLOSE_WAIT,
     TerminalInfo,
@@ -66,11 +67,13 @@ from .v1 import (
     observation_pb2,
     sandbox_pb2,
     sandbox_pb2_grpc,
+    snapshot_pb2,
+    snapshot_pb2_grpc,
     terminal_pb2,
     terminal_pb2_grpc,
 )
 
-__all__ = ["AsyncFiles", "AsyncSandbox", "AsyncTerminal", "AsyncTerminals"]
+__all__ = ["AsyncFiles", "AsyncSandbox", "AsyncSnapshots", "AsyncTerminal", "AsyncTerminals"]
 
 T = TypeVar("T")
 
@@ -102,6 +105,7 @@ class _AsyncConnection:
         self.actions = action_pb2_grpc.ActionServiceStub(self.channel)
         self.files = file_pb2_grpc.FileServiceStub(self.channel)
         self.terminals = terminal_pb2_grpc.TerminalServiceStub(self.channel)
+        self.snapshots = snapshot_pb2_grpc.SnapshotServiceStub(self.channel)
         self.generation += 1
 
     async def reconnect(self, seen_generation: int) -> None:
@@ -221,6 +225,7 @@ class AsyncSandbox:
         cpu: float = 0.0,
         memory_mb: int = 0,
         idle_timeout: int = 0,
+        snapshot_id: str = "",
         keep: bool = False,
         addr: str | None = None,
         api_key: str | None = None,
@@ -239,6 +244,7 @@ class AsyncSandbox:
                 cpu=cpu,
                 memory_mb=memory_mb,
                 idle_timeout=idle_timeout,
+                snapshot_id=snapshot_id,
             )
             try:
                 r = await conn.call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec))
@@ -323,6 +329,11 @@ class AsyncSandbox:
         self._info = r.sandbox
         return self
 
+    async def snapshot(self, *, labels: dict[str, str] | None = None) -> Snapshot:
+        """See `Sandbox.snapshot`."""
+        r = await self._conn.call(self._conn.snapshots.CreateSnapshot, _create_request(self.id, labels))
+        return _snapshot(r.snapshot)
+
     async def delete(self) -> None:
         with contextlib.suppress(NotFound):
             await self._conn.call(
@@ -377,6 +388,56 @@ class AsyncSandbox:
         async for obs in _observations(self._conn, self.id, action, action_id):
             collect.feed(obs)
         return collect.result(action_id)
+
+
+class AsyncSnapshots:
+    """The asyncio twin of `mentis.Snapshots` (same arguments, same results): `await snapshots.get(id)`, and
+    `async with AsyncSnapshots() as snapshots` closes its connection at the end of the block."""
+
+    def __init__(self, *, addr: str | None = None, api_key: str | None = None, tls: bool | None = None):
+        self._conn = _AsyncConnection(Settings.resolve(addr, api_key, tls=tls))
+
+    async def create(self, sandbox_id: str, *, labels: dict[str, str] | None = None) -> Snapshot:
+        r = await self._conn.call(self._conn.snapshots.CreateSnapshot, _create_request(sandbox_id, labels))
+        return _snapshot(r.snapshot)
+
+    async def get(self, snapshot_id: str) -> Snapshot:
+        request = snapshot_pb2.GetSnapshotRequest(snapshot_id=snapshot_id)
+        return _snapshot((await self._conn.call(self._conn.snapshots.GetSnapshot, request)).snapshot)
+
+    async def list(
+        self,
+        *,
+        sandbox_id: str = "",
+        space: str = "",
+        labels: dict[str, str] | None = None,
+        page_size: int = 0,
+        limit: int = 0,
+    ) -> builtins.list[Snapshot]:
+        """See `Snapshots.list`: every page, newest first, at most `limit` (0: all)."""
+        request = _list_request(sandbox_id, space, labels, page_size, limit)
+        found: builtins.list[Snapshot] = []
+        while True:
+            r = await self._conn.call(self._conn.snapshots.ListSnapshots, request)
+            found.extend(_snapshot(s) for s in r.snapshots)
+            if limit and len(found) >= limit:
+                return found[:limit]
+            if not r.next_page_token:
+                return found
+            request.page_token = r.next_page_token
+
+    async def delete(self, snapshot_id: str) -> None:
+        request = snapshot_pb2.DeleteSnapshotRequest(snapshot_id=snapshot_id)
+        await self._conn.call(self._conn.snapshots.DeleteSnapshot, request)
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    async def __aenter__(self) -> AsyncSnapshots:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
 
 
 class AsyncFiles:

@@ -34,6 +34,7 @@ import grpc
 from . import _transfer
 from ._client import Connection, Settings
 from .errors import AlreadyExists, MentisError, NotFound, from_rpc_error
+from .snapshot import Snapshot, Snapshots
 from .terminal import Terminals
 from .v1 import action_pb2, file_pb2, observation_pb2, sandbox_pb2
 
@@ -208,13 +209,16 @@ class Sandbox:
         cpu: float = 0.0,
         memory_mb: int = 0,
         idle_timeout: int = 0,
+        snapshot_id: str = "",
         keep: bool = False,
         addr: str | None = None,
         api_key: str | None = None,
         tls: bool | None = None,
     ) -> Sandbox:
         """Creates a sandbox (0 / empty means the runtime's default for each setting). `key` is an external
-        key (`get_or_create` finds the sandbox by it)."""
+        key (`get_or_create` finds the sandbox by it). `snapshot_id`: the workspace is restored from that
+        snapshot (of the same space) before this returns; NotFound when there is none, FailedPrecondition
+        (reason `SNAPSHOT_CORRUPT`) when its archive is damaged, and then no sandbox is left."""
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
         spec = _spec(
             space,
@@ -225,6 +229,7 @@ class Sandbox:
             cpu=cpu,
             memory_mb=memory_mb,
             idle_timeout=idle_timeout,
+            snapshot_id=snapshot_id,
         )
         info = _call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec)).sandbox
         return cls(conn, info, owned=True, keep=keep)
@@ -307,6 +312,12 @@ class Sandbox:
             self._conn.sandboxes.ResumeSandbox, sandbox_pb2.ResumeSandboxRequest(sandbox_id=self.id)
         ).sandbox
         return self
+
+    def snapshot(self, *, labels: dict[str, str] | None = None) -> Snapshot:
+        """Takes a snapshot of the workspace (`/workspace`) and returns it once it is complete in the
+        runtime's store; `Sandbox.create(snapshot_id=...)` brings it back in a new sandbox, even after this
+        one is deleted. `labels` are for finding it again (`Snapshots.list(labels=...)`)."""
+        return Snapshots._over(self._conn).create(self.id, labels=labels)
 
     def delete(self) -> None:
         """Deletes the sandbox and everything in it (a sandbox already gone is no error)."""
@@ -656,6 +667,7 @@ def _spec(
     cpu: float = 0.0,
     memory_mb: int = 0,
     idle_timeout: int = 0,
+    snapshot_id: str = "",
 ) -> sandbox_pb2.SandboxSpec:
     """The spec of `create` and `get_or_create` (0 / empty: the runtime's default)."""
     return sandbox_pb2.SandboxSpec(
@@ -667,6 +679,7 @@ def _spec(
         cpu_limit=cpu,
         memory_limit_mb=memory_mb,
         idle_timeout_seconds=idle_timeout,
+        snapshot_id=snapshot_id,
     )
 
 
