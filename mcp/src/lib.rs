@@ -215,6 +215,17 @@ pub struct ListFilesArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PreviewUrlArgs {
+    /// The sandbox (from create_sandbox).
+    pub sandbox_id: String,
+    /// The port a server in the sandbox listens on (on 0.0.0.0, e.g. `python3 -m http.server 8000`).
+    pub port: u32,
+    /// Seconds the URL opens (default 3600, at most 7 days).
+    #[serde(default)]
+    pub ttl_seconds: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct DeleteSandboxArgs {
     /// The sandbox (from create_sandbox).
     pub sandbox_id: String,
@@ -319,6 +330,36 @@ impl SandboxTools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         reply(self.list(&ctx, a).await)
+    }
+
+    #[tool(
+        description = "A URL that opens a web app or server running in a sandbox (HTTP and WebSocket), to \
+                       hand to a person or fetch: start the server in the background first, listening on \
+                       0.0.0.0 (e.g. `nohup python3 -m http.server 8000 >/tmp/http.log 2>&1 &`). The URL \
+                       carries its own expiring token; the runtime needs its HTTP listener for this."
+    )]
+    async fn preview_url(
+        &self,
+        Parameters(a): Parameters<PreviewUrlArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let req = request(
+            &ctx,
+            api::GetPreviewUrlRequest {
+                sandbox_id: a.sandbox_id,
+                port: a.port,
+                ttl_seconds: a.ttl_seconds.unwrap_or(0),
+            },
+        );
+        let got = self.sandboxes().get_preview_url(req).await;
+        reply(got.map(|r| {
+            let r = r.into_inner();
+            let until = r
+                .expire_time
+                .map(|t| format!(" (opens until Unix time {})", t.seconds))
+                .unwrap_or_default();
+            vec![text(format!("{}{until}", r.url))]
+        }))
     }
 
     #[tool(description = "Delete a sandbox and everything in it.")]

@@ -29,6 +29,7 @@ TOOLS = {
     "read_file",
     "write_file",
     "list_files",
+    "preview_url",
     "delete_sandbox",
 }
 
@@ -121,6 +122,22 @@ async def exercise(session) -> None:
     assert await call(session, "read_file", sandbox_id=sid, path="notes/a.txt") == "héllo world"
     listing = await call(session, "list_files", sandbox_id=sid, recursive=True)
     assert "notes/a.txt" in listing and "dir " in listing, listing
+
+    # A server in the sandbox, reached through the URL the tool hands out (its token in it).
+    await call(
+        session,
+        "run_shell",
+        sandbox_id=sid,
+        command="mkdir -p site && echo 'served by the sandbox' > site/index.html && "
+        "(cd site && nohup python3 -m http.server 8000 >/tmp/http.log 2>&1 &) && "
+        "timeout 10 bash -c 'until echo > /dev/tcp/127.0.0.1/8000; do sleep 0.1; done' 2>/dev/null",
+    )
+    url = (await call(session, "preview_url", sandbox_id=sid, port=8000)).split()[0]
+    assert "/?mentis_preview_token=" in url, url
+    page = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read().decode())
+    assert page == "served by the sandbox\n", page
+    bad_port = await refused(session, "preview_url", sandbox_id=sid, port=70000)
+    assert bad_port.startswith("INVALID_ARGUMENT:"), bad_port
 
     missing = await refused(session, "read_file", sandbox_id=sid, path="nope.txt")
     assert missing.startswith("NOT_FOUND:") and "PATH_NOT_FOUND" in missing, missing
