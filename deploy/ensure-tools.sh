@@ -14,8 +14,9 @@
 #   tmux                 Debian's tmux (system-wide): tests/e2e/cli.rs runs `mentis shell` in a tmux pane.
 #   docker-compose       Debian's Compose (1.29, system-wide): deploy/compose.yaml, run by the walk-through's
 #                        --compose modes.
-#   chromium             Debian's chromium (system-wide): the web terminal's test (tests/e2e/web.rs) drives it
-#                        headless with playwright-core.
+#   chromium             Debian's chromium (system-wide): the web terminal's and the preview URLs' tests
+#                        (tests/e2e/web.rs, tests/e2e/preview.rs) drive it headless with playwright-core.
+#   zstd                 Debian's zstd (system-wide): the baseline of the snapshot benchmark (`make bench`).
 #   web/node_modules     the web terminal's npm packages (deploy/ensure-web.sh: npm ci from web/package-lock.json):
 #                        xterm.js, embedded into the runtime at build time, and playwright-core.
 #   .tools/venv          a Python venv with grpcio and grpcio-tools (to generate and run the Python client), and
@@ -128,6 +129,12 @@ fi
 if ! command -v curl >/dev/null 2>&1; then
   apt_install curl ca-certificates
   installed+=("curl (Debian)")
+fi
+
+# --- zstd (Debian), the baseline of the snapshot benchmark (`make bench`: tar | zstd beside CreateSnapshot) ---------
+if ! command -v zstd >/dev/null 2>&1; then
+  apt_install zstd
+  installed+=("zstd (Debian)")
 fi
 
 # --- protoc with Go plugins (Debian), used by tests/proto-codegen.py to show that clients in other languages -----

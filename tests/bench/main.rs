@@ -871,6 +871,52 @@ async fn traces_on() -> anyhow::Result<(
     Ok((traces, drain))
 }
 
+/// An ext4 filesystem in an image file under target/, mounted on a loop device like a workspace; unmounted
+/// and removed when dropped.
+struct LoopFs {
+    /// Removed (with the image) once unmounted: fields drop after `Drop::drop`.
+    _dir: tempfile::TempDir,
+    mount: std::path::PathBuf,
+}
+
+impl LoopFs {
+    fn mount(mib: u64) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir_in("target").context("a folder under target/")?;
+        let image = dir.path().join("fs.img");
+        let mount = dir.path().join("mnt");
+        std::fs::create_dir(&mount)?;
+        std::fs::File::create(&image)?.set_len(mib << 20)?;
+        let image_s = image.display().to_string();
+        timed(
+            "mkfs.ext4",
+            &[
+                "-q",
+                "-F",
+                "-m",
+                "0",
+                "-E",
+                "lazy_itable_init=1,lazy_journal_init=1",
+                &image_s,
+            ],
+        )?;
+        timed(
+            "mount",
+            &["-o", "loop", &image_s, &mount.display().to_string()],
+        )?;
+        Ok(Self { _dir: dir, mount })
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.mount
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let _ = timed("umount", &[&self.mount.display().to_string()]);
+    }
+}
+
 /// The workspace the snapshot figures use: 10,000 files of 20,000 bytes (200 MB) in 100 folders, every other
 /// one random bytes (incompressible), the rest slices of a text corpus (compressible), the same bytes on
 /// every run (a fixed seed). Usage: python3 - ROOT.
@@ -914,7 +960,9 @@ async fn snapshot_rows(
         "the workspace was not made: {counted} {}",
         stderr(&made)
     );
-    let local = tempfile::tempdir_in("target").context("a folder under target/")?;
+    // The baseline works on the same kind of filesystem as a workspace: ext4 in an image on a loop device
+    // (the host's own filesystem may create files at another speed altogether).
+    let local = LoopFs::mount(1024)?;
     let tree = local.path().join("tree");
     let generated = Command::new("python3")
         .arg("-")
@@ -1011,7 +1059,10 @@ async fn snapshot_rows(
     anyhow::ensure!(theirs == ours, "the restored workspace differs");
     let extracted = local.path().join("out");
     let out_s = extracted.display().to_string();
+    // The baseline's two parts, to tell them apart in the output.
+    let parts = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(Duration, Duration)>::new()));
     let base_restore = measure("CreateSandbox + zstd -d | tar -x", runs, 1, long, || {
+        let parts = std::sync::Arc::clone(&parts);
         let mut sandboxes = client.clone();
         let restored = std::sync::Arc::clone(&restored);
         let script = format!(
@@ -1029,23 +1080,42 @@ async fn snapshot_rows(
                 .context("no sandbox")?;
             let create = t.elapsed();
             restored.lock().unwrap().push(sb.sandbox_id);
-            Ok(create + timed("bash", &["-c", &script])?)
+            let extract = timed("bash", &["-c", &script])?;
+            parts.lock().unwrap().push((create, extract));
+            Ok(create + extract)
         }
     })
     .await?;
     let ids = std::mem::take(&mut *restored.lock().unwrap());
     delete(h, ids).await?;
     delete(h, vec![source]).await?;
-    for s in std::mem::take(&mut *taken.lock().unwrap()) {
+    let all = std::mem::take(&mut *taken.lock().unwrap());
+    for s in all {
         snapshots
             .delete_snapshot(api::DeleteSnapshotRequest {
                 snapshot_id: s.snapshot_id,
             })
             .await?;
     }
-    let sizes = json!({ "snapshot_bytes": ours_size, "tar_zstd_bytes": base_size, "workspace_bytes": 200_000_000u64, "files": 10_000 });
+    let (mut creates, mut extracts): (Vec<Duration>, Vec<Duration>) =
+        parts.lock().unwrap().iter().copied().unzip();
+    creates.sort();
+    extracts.sort();
+    let (create_ms, extract_ms) = (
+        ms(creates.get(creates.len() / 2).copied().unwrap_or_default()),
+        ms(extracts
+            .get(extracts.len() / 2)
+            .copied()
+            .unwrap_or_default()),
+    );
+    let sizes = json!({
+        "snapshot_bytes": ours_size, "tar_zstd_bytes": base_size, "workspace_bytes": 200_000_000u64,
+        "files": 10_000, "baseline_create_median_ms": create_ms, "baseline_extract_median_ms": extract_ms,
+    });
     println!(
-        "snapshot archive {ours_size} bytes; tar | zstd -3 {base_size} bytes (200 MB of files, half of them random)"
+        "snapshot archive {ours_size} bytes; tar | zstd -3 {base_size} bytes (200 MB of files, half of them random); \
+         the restore baseline's parts: CreateSandbox {create_ms:.0} ms, zstd -d | tar -x into {} {extract_ms:.0} ms (medians)",
+        local.path().display()
     );
     Ok((
         vec![
