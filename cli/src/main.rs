@@ -11,6 +11,7 @@ mod files;
 mod logs;
 mod mcp;
 mod output;
+mod preview;
 mod sandbox;
 mod shell;
 mod snapshot;
@@ -55,6 +56,10 @@ enum Command {
     /// restores one).
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
+    /// Preview URLs: open a web app, dev server or notebook running in a sandbox from outside it
+    /// (`preview url SANDBOX PORT`), and revoke them (`preview revoke SANDBOX`).
+    #[command(subcommand)]
+    Preview(preview::PreviewCommand),
     /// Run a bash command line in a sandbox; its stdout and stderr stream live, and mentis exits with its
     /// status.
     Exec(exec::ExecArgs),
@@ -87,6 +92,7 @@ async fn run(cli: Cli) -> Result<Status> {
     match cli.command {
         Command::Sandbox(c) => sandbox::run(&conn()?, c, cli.output).await,
         Command::Snapshot(c) => snapshot::run(&conn()?, c, cli.output).await,
+        Command::Preview(c) => preview::run(&conn()?, c, cli.output).await,
         Command::Exec(a) => exec::exec(&conn()?, a).await,
         Command::RunCode(a) => exec::run_code(&conn()?, a).await,
         Command::Shell(a) => shell::run(&conn()?, a).await,

@@ -1,7 +1,7 @@
 //! The `mentis` command line (cli/, docs/CLI.md) end to end: the built binary against a real runtime.
 //! `exec` streams stdout and stderr apart and exits with the command's status; `sandbox` commands print
 //! JSON; `snapshot` commands take, list, get and delete snapshots and `sandbox create --snapshot` restores
-//! one; `cp` round-trips a file and a directory both ways; `files ls`, `logs --after-seq` (and `--follow`), `run-code`;
+//! one; `preview url` prints a URL that curl opens and `preview revoke` ends it; `cp` round-trips a file and a directory both ways; `files ls`, `logs --after-seq` (and `--follow`), `run-code`;
 //! the key comes from the flag, the environment or the admin key file; and `mentis shell` in a real
 //! terminal (tmux's): raw mode, a resize seen by `stty size`, Ctrl-C interrupting a command, the remote
 //! exit status, and the local terminal's settings put back. Fails (never skips) when tmux is missing:
@@ -69,12 +69,20 @@ struct Out {
 
 impl Env {
     async fn start() -> Result<Self> {
+        Self::start_with(|_| {}).await
+    }
+
+    /// [`Env::start`] with `tweak` adjusting the runtime's config.
+    async fn start_with(
+        tweak: impl FnOnce(&mut mentis_runtime::config::RuntimeConfig),
+    ) -> Result<Self> {
         let bin = tokio::task::spawn_blocking(mentis_bin).await??;
         let mut key = None;
         let h = Harness::start_with(|c| {
             if let AuthConfig::Keys { admin_key } = &c.auth {
                 key = admin_key.clone();
             }
+            tweak(c);
         })
         .await?;
         let addr = format!("http://{}", h.runtime.as_ref().context("no runtime")?.addr);
@@ -470,6 +478,165 @@ async fn snapshot_commands_take_list_get_delete_and_sandbox_create_restores_one(
     );
     let out = e.run(&["snapshot", "create"]).await?;
     assert_eq!(out.code, 2, "{out:?}");
+    Ok(())
+}
+
+/// `curl -sS` of `url` with `args`: the HTTP status and the body.
+async fn curl(url: &str, args: &[&str]) -> Result<(u16, String)> {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "60", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .await
+        .context("curl (deploy/ensure-tools.sh installs it)")?;
+    ensure!(
+        out.status.success(),
+        "curl {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').context("no status")?;
+    Ok((status.parse()?, body.to_owned()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preview_url_prints_a_url_that_opens_and_preview_revoke_ends_it() -> Result<()> {
+    let http = free_port()?;
+    let mut e = Env::start_with(|c| {
+        c.http_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], http)));
+    })
+    .await?;
+    let sb = e.sandbox().await?;
+    e.ok(&[
+        "exec",
+        &sb,
+        "--",
+        "mkdir -p site && echo '<h1>from the cli</h1>' > site/index.html && \
+         (nohup python3 -m http.server 8000 --directory site >/tmp/http.log 2>&1 &) && \
+         until (echo > /dev/tcp/127.0.0.1/8000) 2>/dev/null; do sleep 0.1; done",
+    ])
+    .await?;
+
+    // Text: the URL alone, which opens the page.
+    let url = e.ok(&["preview", "url", &sb, "8000"]).await?;
+    let url = url.trim_end_matches('\n');
+    let app = format!("http://127.0.0.1:{http}/preview/{sb}/8000/");
+    assert!(
+        url.starts_with(&format!("{app}?mentis_preview_token=")),
+        "{url}"
+    );
+    assert_eq!(
+        curl(url, &[]).await?,
+        (200, "<h1>from the cli</h1>\n".into())
+    );
+    // Without its token: refused.
+    let (status, body) = curl(&app, &[]).await?;
+    assert_eq!(status, 401, "{body}");
+
+    // JSON: the whole answer; the token alone opens it as a header; --ttl sets its expiry.
+    let before = std::time::SystemTime::now();
+    let got = e
+        .json(&["preview", "url", &sb, "8000", "--ttl", "120"])
+        .await?;
+    let token = got["token"].as_str().context("no token")?;
+    let path = got["path"].as_str().context("no path")?;
+    assert_eq!(
+        path,
+        format!("/preview/{sb}/8000/?mentis_preview_token={token}")
+    );
+    assert_eq!(
+        got["url"],
+        format!("http://127.0.0.1:{http}{path}"),
+        "{got}"
+    );
+    let expires = got["expire_time"].as_str().context("no expire_time")?;
+    let expires: prost_types::Timestamp = expires.parse().context("expire_time")?;
+    let left =
+        expires.seconds - i64::try_from(before.duration_since(std::time::UNIX_EPOCH)?.as_secs())?;
+    assert!((110..=121).contains(&left), "{left} s left: {got}");
+    let header = format!("X-Mentis-Preview-Token: {token}");
+    assert_eq!(
+        curl(&format!("{app}index.html"), &["-H", &header]).await?,
+        (200, "<h1>from the cli</h1>\n".into())
+    );
+
+    // Revoke port 8000: both URLs stop opening; another port's does not; a new one works.
+    let other = e.json(&["preview", "url", &sb, "8001"]).await?;
+    let other_header = format!(
+        "X-Mentis-Preview-Token: {}",
+        other["token"].as_str().context("no token")?
+    );
+    let other_app = format!("http://127.0.0.1:{http}/preview/{sb}/8001/");
+    assert_eq!(
+        e.ok(&["preview", "revoke", &sb, "--port", "8000"]).await?,
+        format!("{sb}\n")
+    );
+    for old in [url, got["url"].as_str().context("url")?] {
+        let (status, body) = curl(old, &[]).await?;
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains("revoked"), "{body}");
+    }
+    // Nothing listens on 8001, but its token still passes (502, not 401).
+    let (status, body) = curl(&other_app, &["-H", &other_header]).await?;
+    assert_eq!(status, 502, "{body}");
+    let fresh = e.ok(&["preview", "url", &sb, "8000"]).await?;
+    assert_eq!(curl(fresh.trim(), &[]).await?.0, 200);
+    // Every port's: JSON says which.
+    let revoked = e.json(&["preview", "revoke", &sb]).await?;
+    assert_eq!(
+        revoked,
+        serde_json::json!({"sandbox_id": sb, "port": null, "revoked": true})
+    );
+    assert_eq!(curl(fresh.trim(), &[]).await?.0, 401);
+    assert_eq!(curl(&other_app, &["-H", &other_header]).await?.0, 401);
+
+    // Bad input: no port, a port that is none, the executor's own, a TTL over 7 days, an unknown sandbox.
+    for args in [
+        vec!["preview", "url", &sb],
+        vec!["preview", "url", &sb, "0"],
+        vec!["preview", "url", &sb, "65536"],
+        vec!["preview", "url", &sb, "8000", "--ttl", "0"],
+        vec!["preview", "revoke", &sb, "--port", "0"],
+    ] {
+        let out = e.run(&args).await?;
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+    }
+    let out = e.run(&["preview", "url", &sb, "50052"]).await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.starts_with("mentis: INVALID_ARGUMENT: ") && out.stderr.contains("executor"),
+        "{out:?}"
+    );
+    let out = e
+        .run(&["preview", "url", &sb, "8000", "--ttl", "700000"])
+        .await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("ttl_seconds"), "{out:?}");
+    let out = e
+        .run(&[
+            "preview",
+            "url",
+            "00000000-0000-4000-8000-000000000000",
+            "8000",
+        ])
+        .await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.starts_with("mentis: NOT_FOUND: "), "{out:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preview_url_without_the_http_listener_says_how_to_turn_it_on() -> Result<()> {
+    let mut e = Env::start().await?;
+    let sb = e.sandbox().await?;
+    let out = e.run(&["preview", "url", &sb, "8000"]).await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.starts_with("mentis: FAILED_PRECONDITION: ")
+            && out.stderr.contains("MENTIS_HTTP_LISTEN"),
+        "{out:?}"
+    );
     Ok(())
 }
 

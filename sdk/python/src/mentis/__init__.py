@@ -1,5 +1,5 @@
 """MentisSandbox's Python client: sandboxes for AI agents, with shell commands, stateful IPython cells,
-files, terminals and snapshots of workspaces, over the runtime's gRPC API.
+files, terminals, snapshots of workspaces and preview URLs, over the runtime's gRPC API.
 
     from mentis import Sandbox
 
@@ -29,7 +29,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .sandbox import CellError, CellResult, CommandResult, FileInfo, Files, Sandbox
+from .sandbox import CellError, CellResult, CommandResult, FileInfo, Files, PreviewUrl, Sandbox
 from .snapshot import Snapshot, Snapshots
 from .terminal import Terminal, TerminalInfo, TerminalLink, Terminals
 
@@ -58,6 +58,7 @@ __all__ = [
     "NotFound",
     "OutOfRange",
     "PermissionDenied",
+    "PreviewUrl",
     "ResourceExhausted",
     "Sandbox",
     "Settings",

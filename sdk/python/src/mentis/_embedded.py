@@ -3,8 +3,10 @@
 The runtime binary is, in order: `MENTIS_RUNTIME_BIN`; the one shipped in the wheel (`mentis/_bin/`, in the
 platform wheels `make sdk` builds); `mentis-runtime` on PATH. It listens on a free 127.0.0.1 port with a data
 folder of its own (a temporary directory, removed at exit) and its own instance name, so it never touches
-another runtime's sandboxes. It still needs what every runtime needs: a Docker engine and the executor image
-(`make image`, or the offline bundle). At exit, the sandboxes it made are deleted and it is stopped.
+another runtime's sandboxes; its HTTP listener (preview URLs, the web terminal: MENTIS_HTTP_LISTEN) is on
+another free 127.0.0.1 port, so `Sandbox.preview_url` works out of the box. It still needs what every runtime
+needs: a Docker engine and the executor image (`make image`, or the offline bundle). At exit, the sandboxes it
+made are deleted and it is stopped.
 """
 
 from __future__ import annotations
@@ -62,13 +64,14 @@ class _Embedded:
     def __init__(self, program: str) -> None:
         self.data = tempfile.mkdtemp(prefix="mentis-embedded-")
         self.instance = f"embedded-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port, http_port = _free_ports(2)
         self.addr = f"127.0.0.1:{port}"
+        # Preview URLs and the web terminal: the runtime's own listener, never one another runtime uses.
+        self.http_addr = f"127.0.0.1:{http_port}"
         env = dict(os.environ)
         env.update(
             MENTIS_LISTEN=self.addr,
+            MENTIS_HTTP_LISTEN=self.http_addr,
             MENTIS_DATA_DIR=self.data,
             MENTIS_INSTANCE=self.instance,
             RUST_LOG=os.environ.get("RUST_LOG", "warn"),
@@ -112,6 +115,17 @@ class _Embedded:
                 self.proc.wait()
         self._log.close()
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+def _free_ports(n: int) -> list[int]:
+    """`n` distinct ports free on 127.0.0.1 now (held together while they are picked)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(n):
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
 
 
 def _listening(port: int) -> bool:

@@ -36,11 +36,15 @@ from .sandbox import (
     CellResult,
     CommandResult,
     FileInfo,
+    PreviewUrl,
     _cell_action,
     _CellCollector,
     _CommandCollector,
     _enum_name,
     _file_info,
+    _preview_request,
+    _preview_url,
+    _revoke_request,
     _shell_action,
     _spec,
 )
@@ -333,6 +337,15 @@ class AsyncSandbox:
         """See `Sandbox.snapshot`."""
         r = await self._conn.call(self._conn.snapshots.CreateSnapshot, _create_request(self.id, labels))
         return _snapshot(r.snapshot)
+
+    async def preview_url(self, port: int, ttl: float | None = None) -> PreviewUrl:
+        """See `Sandbox.preview_url`."""
+        r = await self._conn.call(self._conn.sandboxes.GetPreviewUrl, _preview_request(self.id, port, ttl))
+        return _preview_url(r)
+
+    async def revoke_preview_urls(self, port: int | None = None) -> None:
+        """See `Sandbox.revoke_preview_urls`."""
+        await self._conn.call(self._conn.sandboxes.RevokePreviewUrls, _revoke_request(self.id, port))
 
     async def delete(self) -> None:
         with contextlib.suppress(NotFound):

@@ -27,18 +27,19 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import grpc
 
 from . import _transfer
 from ._client import Connection, Settings
-from .errors import AlreadyExists, MentisError, NotFound, from_rpc_error
+from .errors import AlreadyExists, InvalidArgument, MentisError, NotFound, from_rpc_error
 from .snapshot import Snapshot, Snapshots
-from .terminal import Terminals
+from .terminal import Terminals, _time
 from .v1 import action_pb2, file_pb2, observation_pb2, sandbox_pb2
 
-__all__ = ["CellError", "CellResult", "CommandResult", "FileInfo", "Files", "Sandbox"]
+__all__ = ["CellError", "CellResult", "CommandResult", "FileInfo", "Files", "PreviewUrl", "Sandbox"]
 
 # Statuses after which a stream is resumed rather than failed: the connection broke, not the call.
 _RESUMABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
@@ -110,6 +111,57 @@ class FileInfo:
     mode: int
     is_dir: bool
     symlink_target: str = ""
+
+
+@dataclass
+class PreviewUrl:
+    """A URL that reaches one port of the sandbox through the runtime's HTTP listener (docs/PREVIEW.md),
+    until `expires_at` or until it is revoked. `url` carries the token as `?mentis_preview_token=`; `token`
+    is the token alone (programs may send it as the `X-Mentis-Preview-Token` header instead); `path` is the
+    path-based URL without the runtime's address, for a client that reaches the runtime by another one."""
+
+    url: str
+    token: str
+    path: str
+    expires_at: datetime | None
+
+
+# The largest value a uint32 request field carries; the runtime judges the rest (1-65535, not the executor's).
+_MAX_U32 = 0xFFFFFFFF
+
+
+def _preview_port(port: Any, *, every: bool = False) -> int:
+    """`port` for a preview request; None is every port (0) where `every` allows it."""
+    if port is None and every:
+        return 0
+    if not isinstance(port, int) or isinstance(port, bool):
+        raise InvalidArgument(f"port must be an int, not {type(port).__name__}", field="port")
+    if port < 0 or port > _MAX_U32 or (every and port == 0):
+        more = "; port=None revokes the URLs of every port" if every else ""
+        raise InvalidArgument(f"port {port} is not a port (1-65535){more}", field="port")
+    return port
+
+
+def _preview_request(sandbox_id: str, port: Any, ttl: float | None) -> sandbox_pb2.GetPreviewUrlRequest:
+    """GetPreviewUrl's request; a ttl that is not a positive number of seconds is refused here."""
+    port = _preview_port(port)
+    if ttl is None:
+        seconds = 0  # the runtime's default, an hour
+    elif isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
+        raise InvalidArgument(
+            f"ttl must be a positive number of seconds (None: an hour), not {ttl!r}", field="ttl_seconds"
+        )
+    else:
+        seconds = _MAX_U32 if ttl > _MAX_U32 else math.ceil(ttl)  # over 7 days: the runtime refuses it
+    return sandbox_pb2.GetPreviewUrlRequest(sandbox_id=sandbox_id, port=port, ttl_seconds=seconds)
+
+
+def _preview_url(r: sandbox_pb2.GetPreviewUrlResponse) -> PreviewUrl:
+    return PreviewUrl(url=r.url, token=r.token, path=r.path, expires_at=_time(r.expire_time))
+
+
+def _revoke_request(sandbox_id: str, port: Any) -> sandbox_pb2.RevokePreviewUrlsRequest:
+    return sandbox_pb2.RevokePreviewUrlsRequest(sandbox_id=sandbox_id, port=_preview_port(port, every=True))
 
 
 def _enum_name(enum, value: int, prefix: str) -> str:
@@ -318,6 +370,19 @@ class Sandbox:
         runtime's store; `Sandbox.create(snapshot_id=...)` brings it back in a new sandbox, even after this
         one is deleted. `labels` are for finding it again (`Snapshots.list(labels=...)`)."""
         return Snapshots._over(self._conn).create(self.id, labels=labels)
+
+    def preview_url(self, port: int, ttl: float | None = None) -> PreviewUrl:
+        """A URL that opens `port` of this sandbox from outside, through the runtime's HTTP listener, for
+        `ttl` seconds (None: an hour; at most 7 days). The app must listen on 0.0.0.0, not only 127.0.0.1.
+        InvalidArgument (field `port`) for a port outside 1-65535 or the executor's own; FailedPrecondition
+        when the runtime serves no HTTP listener (MENTIS_HTTP_LISTEN unset; embedded mode always has one)."""
+        r = _call(self._conn.sandboxes.GetPreviewUrl, _preview_request(self.id, port, ttl))
+        return _preview_url(r)
+
+    def revoke_preview_urls(self, port: int | None = None) -> None:
+        """Every preview URL of `port` (None: of every port) handed out so far stops opening; URLs asked
+        for later work."""
+        _call(self._conn.sandboxes.RevokePreviewUrls, _revoke_request(self.id, port))
 
     def delete(self) -> None:
         """Deletes the sandbox and everything in it (a sandbox already gone is no error)."""
