@@ -20,7 +20,8 @@ use hyper_util::rt::TokioIo;
 use mentis_core::SandboxId;
 use mentis_core::error::Code;
 
-use super::{Previews, Refusal, TOKEN_HEADER, TOKEN_PARAM};
+use super::previews::{Previews, Refusal, TOKEN_HEADER, TOKEN_PARAM};
+use super::token::TicketError;
 use crate::sandboxes::Manager;
 
 /// How long connecting to the sandbox's port may take.
@@ -239,10 +240,10 @@ fn plain(status: StatusCode, text: &str) -> Response {
 
 fn refusal_status(r: Refusal) -> StatusCode {
     match r {
-        Refusal::Missing | Refusal::Revoked | Refusal::Ticket(super::TicketError::Expired) => {
+        Refusal::Missing | Refusal::Revoked | Refusal::Ticket(TicketError::Expired) => {
             StatusCode::UNAUTHORIZED
         }
-        Refusal::Ticket(super::TicketError::Forged) | Refusal::Elsewhere => StatusCode::FORBIDDEN,
+        Refusal::Ticket(TicketError::Forged) | Refusal::Elsewhere => StatusCode::FORBIDDEN,
     }
 }
 
