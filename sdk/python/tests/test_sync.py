@@ -246,3 +246,17 @@ def test_the_guides_embedded_example_runs_as_written(runtime, tmp_path):
         timeout=300,
     )
     assert (out.returncode, out.stdout) == (0, "embedded\n\n"), out.stderr
+
+
+def test_a_refused_create_connect_or_get_or_create_closes_its_channel(runtime, monkeypatch):
+    closed = []
+    connection = mentis._client.Connection
+    original = connection.close
+    monkeypatch.setattr(connection, "close", lambda self: closed.append(self) or original(self))
+    with pytest.raises(mentis.InvalidArgument):
+        Sandbox.create(image="../../etc", addr=runtime.addr, api_key=runtime.key)
+    with pytest.raises(mentis.NotFound):
+        Sandbox.connect(str(uuid.uuid4()), addr=runtime.addr, api_key=runtime.key)
+    with pytest.raises(mentis.InvalidArgument):
+        Sandbox.get_or_create(key="k", space="Not A Space", addr=runtime.addr, api_key=runtime.key)
+    assert len(closed) == 3, closed

@@ -271,7 +271,6 @@ class Sandbox:
         key (`get_or_create` finds the sandbox by it). `snapshot_id`: the workspace is restored from that
         snapshot (of the same space) before this returns; NotFound when there is none, FailedPrecondition
         (reason `SNAPSHOT_CORRUPT`) when its archive is damaged, and then no sandbox is left."""
-        conn = Connection(Settings.resolve(addr, api_key, tls=tls))
         spec = _spec(
             space,
             key,
@@ -283,7 +282,9 @@ class Sandbox:
             idle_timeout=idle_timeout,
             snapshot_id=snapshot_id,
         )
-        info = _call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec)).sandbox
+        conn = Connection(Settings.resolve(addr, api_key, tls=tls))
+        with _closed_on_error(conn):
+            info = _call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec)).sandbox
         return cls(conn, info, owned=True, keep=keep)
 
     @classmethod
@@ -297,7 +298,9 @@ class Sandbox:
     ) -> Sandbox:
         """An existing sandbox, by id (NotFound when there is none). Not deleted at the end of a block."""
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
-        info = _call(conn.sandboxes.GetSandbox, sandbox_pb2.GetSandboxRequest(sandbox_id=sandbox_id)).sandbox
+        with _closed_on_error(conn):
+            request = sandbox_pb2.GetSandboxRequest(sandbox_id=sandbox_id)
+            info = _call(conn.sandboxes.GetSandbox, request).sandbox
         return cls(conn, info, owned=False)
 
     @classmethod
@@ -314,6 +317,11 @@ class Sandbox:
         """The sandbox with external key `key` in `space`, created (with `create_args`) when there is none.
         Never deleted at the end of a block: it is meant to be found again."""
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
+        with _closed_on_error(conn):
+            return cls._get_or_create(conn, key, space, create_args)
+
+    @classmethod
+    def _get_or_create(cls, conn: Connection, key: str, space: str, create_args: dict[str, Any]) -> Sandbox:
         request = sandbox_pb2.GetSandboxByKeyRequest(space_id=space, external_key=key)
         for _ in range(3):
             try:
@@ -763,6 +771,16 @@ def _call(method, request):
         return method(request)
     except grpc.RpcError as e:
         raise from_rpc_error(e) from None
+
+
+@contextlib.contextmanager
+def _closed_on_error(conn: Connection) -> Iterator[None]:
+    """Closes `conn` when the block raises: a call that made no Sandbox leaves no channel open."""
+    try:
+        yield
+    except BaseException:
+        conn.close()
+        raise
 
 
 def _bundle(data) -> dict[str, Any]:
