@@ -164,8 +164,13 @@ def test_embedded_mode_serves_previews_out_of_the_box(runtime, tmp_path):
     env = {
         k: v for k, v in os.environ.items() if k not in ("MENTIS_ADDR", "MENTIS_API_KEY", "MENTIS_DATA_DIR")
     }
-    # Another runtime's listener in the environment is not taken over (it would not be free).
+    # Another runtime's listeners and preview settings in the environment are not taken over (its ports
+    # would not be free, its URLs would lead elsewhere).
     env["MENTIS_HTTP_LISTEN"] = runtime.http_addr
+    env["MENTIS_HEALTH_LISTEN"] = runtime.http_addr
+    env["MENTIS_METRICS_LISTEN"] = runtime.http_addr
+    env["MENTIS_PREVIEW_BASE_URL"] = "https://elsewhere.example"
+    env["MENTIS_PREVIEW_DOMAIN"] = "elsewhere.example"
     script = (
         "import urllib.request\n"
         "import mentis._embedded as e\n"

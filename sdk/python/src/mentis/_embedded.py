@@ -68,7 +68,9 @@ class _Embedded:
         self.addr = f"127.0.0.1:{port}"
         # Preview URLs and the web terminal: the runtime's own listener, never one another runtime uses.
         self.http_addr = f"127.0.0.1:{http_port}"
-        env = dict(os.environ)
+        # Settings meant for another runtime are not taken over: its side listeners (their ports would not be
+        # free) and how its preview URLs are written (they would lead to that runtime's listener).
+        env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
         env.update(
             MENTIS_LISTEN=self.addr,
             MENTIS_HTTP_LISTEN=self.http_addr,
@@ -115,6 +117,11 @@ class _Embedded:
                 self.proc.wait()
         self._log.close()
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+_NOT_INHERITED = frozenset(
+    {"MENTIS_HEALTH_LISTEN", "MENTIS_METRICS_LISTEN", "MENTIS_PREVIEW_BASE_URL", "MENTIS_PREVIEW_DOMAIN"}
+)
 
 
 def _free_ports(n: int) -> list[int]:
