@@ -622,6 +622,30 @@ pub fn cell_value(obs: &[api::Observation]) -> Option<String> {
 }
 
 /// A port on 127.0.0.1 nothing listens on now.
+/// Runs a browser script of `web/` (`node web/SCRIPT ARGS...`, Debian's chromium driven headless by
+/// playwright-core) for at most 3 minutes and returns the one JSON line it prints; fails with its output
+/// when it fails.
+pub async fn drive_browser(script: &str, args: &[String]) -> Result<serde_json::Value> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = tokio::process::Command::new("node")
+        .arg(root.join("web").join(script))
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), out)
+        .await
+        .context("the browser test took over 3 minutes")?
+        .context("node (run deploy/ensure-tools.sh: it installs chromium and web/node_modules)")?;
+    let printed = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "the browser test failed: {printed}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_str(printed.trim()).with_context(|| format!("not one JSON line: {printed}"))
+}
+
 pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

@@ -6,26 +6,14 @@
 //
 // Usage: node web/drive-preview.mjs URL...     (CHROMIUM overrides /usr/bin/chromium)
 // Prints one JSON line: for each URL what the page showed ({script, echo}) and the requests that failed.
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { chromium } from 'playwright-core';
+import { launch } from './chromium.mjs';
 
 const urls = process.argv.slice(2);
 if (urls.length === 0) {
   console.error('usage: node web/drive-preview.mjs URL...');
   process.exit(2);
 }
-const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'mentis-chromium-'));
-const args = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  '--disable-default-apps', '--disable-extensions'];
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  args,
-  timeout: 60000,
-});
+const { context, close } = await launch();
 const seen = [];
 try {
   for (const url of urls) {
@@ -50,7 +38,6 @@ try {
     await page.close();
   }
 } finally {
-  await context.close();
-  fs.rmSync(profile, { recursive: true, force: true });
+  await close();
 }
 console.log(JSON.stringify(seen));

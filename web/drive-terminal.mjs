@@ -5,28 +5,14 @@
 //
 // Usage: node web/drive-terminal.mjs URL SCREENSHOT.png     (CHROMIUM overrides /usr/bin/chromium)
 // Prints one JSON line with what it saw; exits 1 (with the terminal's text) when something is not as expected.
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { chromium } from 'playwright-core';
+import { launch } from './chromium.mjs';
 
 const [url, screenshot] = process.argv.slice(2);
 if (!url || !screenshot) {
   console.error('usage: node web/drive-terminal.mjs URL SCREENSHOT.png');
   process.exit(2);
 }
-const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'mentis-chromium-'));
-// Without the background-networking flags chromium reaches out to Google's services on start.
-const args = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  '--disable-default-apps', '--disable-extensions'];
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  args,
-  viewport: { width: 800, height: 420 },
-  timeout: 60000,
-});
+const { context, close } = await launch({ viewport: { width: 800, height: 420 } });
 const page = context.pages()[0] || (await context.newPage());
 const logs = [];
 page.on('console', (m) => logs.push(`console.${m.type()}: ${m.text()}`));
@@ -97,7 +83,6 @@ try {
   try { lines = await screen(); } catch { /* the page is gone */ }
   result = { ok: false, error: String(e), screen: lines.filter((l) => l.trim()), logs };
 }
-await context.close();
-fs.rmSync(profile, { recursive: true, force: true });
+await close();
 console.log(JSON.stringify(result));
 process.exit(result.ok ? 0 : 1);

@@ -6,7 +6,6 @@
 //! expired and revoked ones are refused; a visit wakes a PAUSED sandbox with auto_resume; traffic counts as
 //! activity; the token never reaches the app.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -231,23 +230,7 @@ async fn an_app_and_its_websocket_are_reached_with_curl_and_in_chromium() -> Res
         format!("{}&ws={}", at(port, &page.path), encode(&ws_path)),
         format!("{}&ws={}", page.url, encode(&ws_host)),
     ];
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = tokio::process::Command::new("node")
-        .arg(root.join("web/drive-preview.mjs"))
-        .args(&urls)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), out)
-        .await
-        .context("the browser test took over 3 minutes")?
-        .context("node (run deploy/ensure-tools.sh: it installs chromium and web/node_modules)")?;
-    let printed = String::from_utf8_lossy(&out.stdout);
-    ensure!(
-        out.status.success(),
-        "the browser test failed: {printed}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: serde_json::Value = serde_json::from_str(printed.trim())?;
+    let seen = drive_browser("drive-preview.mjs", &urls).await?;
     for page in seen.as_array().context("not a list")? {
         ensure!(page["script"] == "script loaded", "{page}");
         ensure!(page["echo"] == "echo: hello from the page", "{page}");

@@ -92,23 +92,11 @@ async fn the_page_runs_a_terminal_in_chromium_and_follows_the_window() -> Result
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let screenshot = root.join("target/web-terminal.png");
     let url = format!("http://127.0.0.1:{port}{}", l.path);
-    let out = tokio::process::Command::new("node")
-        .arg(root.join("web/drive-terminal.mjs"))
-        .arg(&url)
-        .arg(&screenshot)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), out)
-        .await
-        .context("the browser test took over 3 minutes")?
-        .context("node (run deploy/ensure-tools.sh: it installs chromium and web/node_modules)")?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    ensure!(
-        out.status.success(),
-        "the browser test failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: serde_json::Value = serde_json::from_str(stdout.trim())?;
+    let seen = drive_browser(
+        "drive-terminal.mjs",
+        &[url, screenshot.display().to_string()],
+    )
+    .await?;
     ensure!(seen["answer"] == "42", "{seen}");
     ensure!(
         seen["after"]["cols"].as_u64() > seen["before"]["cols"].as_u64()

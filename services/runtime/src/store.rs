@@ -30,7 +30,7 @@ pub mod previews;
 pub mod seal;
 pub mod snapshots;
 
-pub use seal::{KEY_FILE, Sealer};
+pub use seal::{KEY_FILE, MAX_SIGNED_LEN, Sealer, Signed};
 
 /// Schema version in `PRAGMA user_version`.
 const SCHEMA_VERSION: i64 = 6;

@@ -14,7 +14,7 @@ use super::snapshot_service;
 use super::status::to_status;
 use crate::convert::{request_from_proto, sandbox_to_proto, state_from_proto};
 use crate::preview::{self, Previews};
-use crate::sandboxes::{ListQuery, Manager};
+use crate::sandboxes::{ListQuery, Manager, SandboxHandle};
 use crate::store::snapshots::SnapshotRecord;
 
 /// Implementation of `mentis.v1.SandboxService`.
@@ -29,15 +29,15 @@ impl SandboxApi {
         Self { manager, previews }
     }
 
-    /// The sandbox and port a preview call names, checked: the caller may use the sandbox, it has not
-    /// ended, the port is one (`allow_zero`: 0 stands for every port) and not the executor's.
+    /// The sandbox and port a preview call names, checked: the caller may use the sandbox, the port is
+    /// one (`allow_zero`: 0 stands for every port) and not the executor's.
     fn preview_target(
         &self,
         req: &Request<impl Sized>,
         sandbox_id: &str,
         port: u32,
         allow_zero: bool,
-    ) -> Result<(SandboxId, u16), Status> {
+    ) -> Result<(Arc<SandboxHandle>, u16), Status> {
         let caller = caller(req)?;
         let id = access::sandbox(&caller, &self.manager, sandbox_id)?;
         let h = self.manager.handle(id).map_err(to_status)?;
@@ -58,7 +58,7 @@ impl SandboxApi {
                 .at("port"),
             ));
         }
-        Ok((id, port))
+        Ok((h, port))
     }
 
     /// Restores snapshot `record` into the new sandbox `id`; a sandbox that cannot get it is deleted.
@@ -217,7 +217,8 @@ impl SandboxService for SandboxApi {
         req: Request<api::GetPreviewUrlRequest>,
     ) -> Result<Response<api::GetPreviewUrlResponse>, Status> {
         let r = req.get_ref();
-        let (id, port) = self.preview_target(&req, &r.sandbox_id, r.port, false)?;
+        let (h, port) = self.preview_target(&req, &r.sandbox_id, r.port, false)?;
+        let id = h.id;
         let ttl = Duration::from_secs(r.ttl_seconds.into());
         if ttl > preview::MAX_TTL {
             return Err(to_status(
@@ -229,13 +230,7 @@ impl SandboxService for SandboxApi {
                 .at("ttl_seconds"),
             ));
         }
-        if self
-            .manager
-            .handle(id)
-            .map_err(to_status)?
-            .state()
-            .is_final()
-        {
+        if h.state().is_final() {
             return Err(to_status(Error::new(
                 Reason::SandboxEnded,
                 format!("sandbox {id} has ended; its ports are gone"),
@@ -255,7 +250,8 @@ impl SandboxService for SandboxApi {
         req: Request<api::RevokePreviewUrlsRequest>,
     ) -> Result<Response<api::RevokePreviewUrlsResponse>, Status> {
         let r = req.get_ref();
-        let (id, port) = self.preview_target(&req, &r.sandbox_id, r.port, true)?;
+        let (h, port) = self.preview_target(&req, &r.sandbox_id, r.port, true)?;
+        let id = h.id;
         self.previews.revoke(id, port).map_err(to_status)?;
         tracing::info!(sandbox_id = %id, port, "preview URLs revoked");
         Ok(Response::new(api::RevokePreviewUrlsResponse {}))

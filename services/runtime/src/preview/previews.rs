@@ -38,6 +38,9 @@ pub struct Previews {
     store: Arc<Store>,
     /// `scheme://host[:port]` of the HTTP listener as clients reach it; None: no listener, no previews.
     base: Option<String>,
+    /// The base's scheme and `:port` (empty for none), around an app's own host in host-based URLs.
+    scheme: String,
+    port_part: String,
     /// Host-based URLs under this domain; path-based when None.
     domain: Option<String>,
     /// Revocation generations read so far (this runtime is their only writer).
@@ -74,9 +77,22 @@ impl Previews {
                 format!("http://{addr}")
             })
         });
+        // A base is either checked by the config (`config::preview::base_url`) or made just above.
+        let uri = base.as_deref().and_then(|b| b.parse::<http::Uri>().ok());
+        let scheme = uri
+            .as_ref()
+            .and_then(|u| u.scheme_str())
+            .unwrap_or("http")
+            .to_owned();
+        let port_part = uri
+            .and_then(|u| u.port_u16())
+            .map(|p| format!(":{p}"))
+            .unwrap_or_default();
         Self {
             store,
             base,
+            scheme,
+            port_part,
             domain: config.preview_domain.clone(),
             generations: Mutex::new(HashMap::new()),
         }
@@ -89,9 +105,7 @@ impl Previews {
 
     /// Whether the listener is reached over HTTPS (the cookie is then `Secure`).
     pub(super) fn secure(&self) -> bool {
-        self.base
-            .as_deref()
-            .is_some_and(|b| b.starts_with("https:"))
+        self.scheme == "https"
     }
 
     fn generation(&self, sandbox: SandboxId, port: u16) -> Result<u64> {
@@ -125,16 +139,11 @@ impl Previews {
         let token = ticket.token(self.store.sealer());
         let path = format!("/preview/{sandbox}/{port}/?{TOKEN_PARAM}={token}");
         let url = match &self.domain {
-            Some(domain) => {
-                // The base's scheme and port, on the app's own host.
-                let (scheme, rest) = base.split_once("://").unwrap_or(("http", base));
-                let port_part = rest
-                    .rsplit_once(':')
-                    .map(|(_, p)| p)
-                    .filter(|p| p.bytes().all(|b| b.is_ascii_digit()) && !rest.ends_with(']'));
-                let port_part = port_part.map(|p| format!(":{p}")).unwrap_or_default();
-                format!("{scheme}://{port}-{sandbox}.{domain}{port_part}/?{TOKEN_PARAM}={token}")
-            }
+            // The base's scheme and port, on the app's own host.
+            Some(domain) => format!(
+                "{}://{port}-{sandbox}.{domain}{}/?{TOKEN_PARAM}={token}",
+                self.scheme, self.port_part
+            ),
             None => format!("{base}{path}"),
         };
         Ok(Issued {

@@ -126,20 +126,15 @@ fn route(domain: Option<&str>, req: &Request) -> Route {
 
 /// The host the request names, lowercase, without its port.
 fn request_host(req: &Request) -> Option<String> {
-    let raw = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().host())?;
-    let host = match raw.rsplit_once(':') {
-        Some((h, port)) if !h.ends_with(']') || raw.starts_with('[') => {
-            if port.bytes().all(|b| b.is_ascii_digit()) {
-                h
-            } else {
-                raw
-            }
-        }
-        _ => raw,
+    let host = match req.headers().get(header::HOST) {
+        Some(h) => h
+            .to_str()
+            .ok()?
+            .parse::<http::uri::Authority>()
+            .ok()?
+            .host()
+            .to_owned(),
+        None => req.uri().host()?.to_owned(),
     };
     Some(host.trim_end_matches('.').to_ascii_lowercase())
 }

@@ -4,14 +4,9 @@
 //! for previews alone (`store::seal`), so a terminal link never passes for a preview token nor the other
 //! way round, and tokens outlive a restart of the runtime but not its data folder.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use mentis_core::SandboxId;
 
-use crate::store::Sealer;
-
-/// A token longer than this is refused unread.
-pub const MAX_TOKEN_LEN: usize = 512;
+use crate::store::{Sealer, Signed};
 
 /// What a token opens, and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,30 +44,15 @@ impl Ticket {
 
     /// The signed token of this ticket.
     pub fn token(&self, sealer: &Sealer) -> String {
-        let payload = self.payload();
-        format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(payload.as_bytes()),
-            URL_SAFE_NO_PAD.encode(sealer.preview_mac(payload.as_bytes()))
-        )
+        sealer.sign(Signed::PreviewUrl, self.payload().as_bytes())
     }
 
     /// The ticket `token` stands for, if its signature holds and it has not expired at `now` (Unix
     /// seconds).
     pub fn verify(sealer: &Sealer, token: &str, now: u64) -> Result<Self, TicketError> {
-        if token.len() > MAX_TOKEN_LEN {
-            return Err(TicketError::Forged);
-        }
-        let (payload, mac) = token.split_once('.').ok_or(TicketError::Forged)?;
-        let payload = URL_SAFE_NO_PAD
-            .decode(payload)
-            .map_err(|_| TicketError::Forged)?;
-        let mac = URL_SAFE_NO_PAD
-            .decode(mac)
-            .map_err(|_| TicketError::Forged)?;
-        if !sealer.preview_mac_ok(&payload, &mac) {
-            return Err(TicketError::Forged);
-        }
+        let payload = sealer
+            .open(Signed::PreviewUrl, token)
+            .ok_or(TicketError::Forged)?;
         let text = String::from_utf8(payload).map_err(|_| TicketError::Forged)?;
         let fields: Vec<&str> = text.split('\n').collect();
         let ["preview1", sandbox, port, expires, gen_sandbox, gen_port] = fields[..] else {
@@ -95,6 +75,9 @@ impl Ticket {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
     use super::*;
 
     fn ticket() -> Ticket {

@@ -9,6 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Nonce};
 use hmac::{Hmac, Mac};
@@ -21,6 +23,19 @@ pub const KEY_FILE: &str = "mentis.key";
 /// What a sealed env starts with; anything else is the plain JSON of schemas before 6.
 const SEALED: &str = "sealed1:";
 const NONCE_LEN: usize = 12;
+
+/// A signed token longer than this is refused unread.
+pub const MAX_SIGNED_LEN: usize = 512;
+
+/// What a signed token is for: each purpose has a key of its own, so a token made for one never passes
+/// for another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signed {
+    /// A web terminal link (`auth::link`).
+    TerminalLink,
+    /// A preview URL (`preview::token`).
+    PreviewUrl,
+}
 
 /// The key and what is derived from it. Never logged.
 pub struct Sealer {
@@ -129,34 +144,38 @@ impl Sealer {
         ))
     }
 
-    /// The MAC of a web terminal link's payload (`web::link`), with a key of its own.
-    pub fn link_mac(&self, payload: &[u8]) -> [u8; 32] {
-        hmac(&self.links, &[b"link:", payload])
+    fn signing_key(&self, purpose: Signed) -> (&[u8; 32], &'static [u8]) {
+        match purpose {
+            Signed::TerminalLink => (&self.links, b"link:"),
+            Signed::PreviewUrl => (&self.previews, b"preview:"),
+        }
     }
 
-    /// Whether `mac` is the MAC of `payload` (compared in constant time).
-    pub fn link_mac_ok(&self, payload: &[u8], mac: &[u8]) -> bool {
-        let Ok(mut m) = <Hmac<Sha256> as Mac>::new_from_slice(&self.links) else {
-            return false;
-        };
-        m.update(b"link:");
-        m.update(payload);
-        m.verify_slice(mac).is_ok()
+    /// `payload` signed for `purpose`: `base64url(payload).base64url(mac)`, the MAC an HMAC-SHA256 with
+    /// that purpose's key.
+    pub fn sign(&self, purpose: Signed, payload: &[u8]) -> String {
+        let (key, label) = self.signing_key(purpose);
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(payload),
+            URL_SAFE_NO_PAD.encode(hmac(key, &[label, payload]))
+        )
     }
 
-    /// The MAC of a preview URL's token payload (`preview::token`), with a key of its own.
-    pub fn preview_mac(&self, payload: &[u8]) -> [u8; 32] {
-        hmac(&self.previews, &[b"preview:", payload])
-    }
-
-    /// Whether `mac` is the MAC of a preview token's `payload` (compared in constant time).
-    pub fn preview_mac_ok(&self, payload: &[u8], mac: &[u8]) -> bool {
-        let Ok(mut m) = <Hmac<Sha256> as Mac>::new_from_slice(&self.previews) else {
-            return false;
-        };
-        m.update(b"preview:");
-        m.update(payload);
-        m.verify_slice(mac).is_ok()
+    /// The payload of a token [`Self::sign`] made for `purpose`, when its MAC holds (compared in constant
+    /// time); None for anything else, a token of another purpose or one over [`MAX_SIGNED_LEN`] included.
+    pub fn open(&self, purpose: Signed, token: &str) -> Option<Vec<u8>> {
+        if token.len() > MAX_SIGNED_LEN {
+            return None;
+        }
+        let (payload, mac) = token.split_once('.')?;
+        let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
+        let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
+        let (key, label) = self.signing_key(purpose);
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).ok()?;
+        m.update(label);
+        m.update(&payload);
+        m.verify_slice(&mac).is_ok().then_some(payload)
     }
 
     /// `env` of sandbox `id`, sealed: `sealed1:` and the hex of nonce and ciphertext.
