@@ -36,12 +36,16 @@ tools:
 web:
 	@deploy/ensure-web.sh
 
-# The executor runs inside the containers: a release build keeps it small and quick to start.
+# The executor runs inside the containers: a release build keeps it small and quick to start, and it is
+# linked statically (glibc's crt-static), because it runs in images we did not build (docs/ARCHITECTURE.md,
+# "Any image"). --target keeps the flag off build scripts and proc macros.
+HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+EXECUTOR_BIN := target/$(HOST_TRIPLE)/release/mentis-executor
 executor:
-	$(CARGO) build --release -p mentis-executor
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p mentis-executor --target $(HOST_TRIPLE)
 
 image: setup executor
-	@deploy/build-executor-image.sh target/release/mentis-executor
+	@deploy/build-executor-image.sh $(EXECUTOR_BIN)
 
 # The runtime as a container (deploy/compose.yaml, the Helm chart): the runtime image carries the executor image.
 service-images: image web

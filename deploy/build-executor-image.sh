@@ -13,8 +13,9 @@
 # script and the base image id); when the tagged image already has that hash, nothing is rebuilt.
 #
 # Usage: deploy/build-executor-image.sh [BINARY]     (prints the image tag on stdout, progress on stderr)
-#   BINARY                default target/release/mentis-executor in the repo root; a relative path given as an
-#                         argument is taken from the current directory
+#   BINARY                default target/<host triple>/release/mentis-executor in the repo root (the static build
+#                         `make executor` makes); a relative path given as an argument is taken from the
+#                         current directory
 #   MENTIS_EXECUTOR_IMAGE tag to build (default mentis/executor:latest)
 set -euo pipefail
 
@@ -29,12 +30,16 @@ if [ $# -gt 1 ]; then die "usage: $0 [BINARY]"; fi
 if [ $# -eq 1 ]; then
   binary=$(realpath -m -- "$1")
 else
-  binary="$repo_root/target/release/mentis-executor"
+  binary="$repo_root/target/$(rustc -vV | sed -n 's/^host: //p')/release/mentis-executor"
 fi
 cd "$repo_root"
 
 [ -f "$binary" ] || die "executor binary $binary is missing (build it first: cargo build --release -p mentis-executor)"
 [ -x "$binary" ] || die "executor binary $binary is not executable"
+# It runs in images we did not build (any libc, or none): it must need no shared library.
+if ldd "$binary" 2>&1 | grep -q '=>'; then
+  die "executor binary $binary is linked dynamically; build it statically (make executor)"
+fi
 
 tag=${MENTIS_EXECUTOR_IMAGE:-mentis/executor:latest}
 dockerfile=deploy/executor.Dockerfile

@@ -29,15 +29,15 @@ images=("${MENTIS_RUNTIME_IMAGE:-mentis/runtime:latest}" "${MENTIS_DIND_IMAGE:-m
 for image in "${images[@]}"; do
   docker image inspect "$image" >/dev/null 2>&1 || die "$image is missing (make service-images)"
 done
-for bin in mentis-runtime mentis-executor; do
-  [ -x "target/release/$bin" ] || die "target/release/$bin is missing (cargo build --release)"
-done
+executor="target/$(rustc -vV | sed -n 's/^host: //p')/release/mentis-executor"
+[ -x target/release/mentis-runtime ] || die "target/release/mentis-runtime is missing (cargo build --release)"
+[ -x "$executor" ] || die "$executor is missing (make executor)"
 
 stage=$(mktemp -d /var/tmp/mentis-bundle.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 dir="$stage/$name"
 mkdir -p "$dir/bin" "$dir/helm"
-install -m 0755 target/release/mentis-runtime target/release/mentis-executor "$dir/bin/"
+install -m 0755 target/release/mentis-runtime "$executor" "$dir/bin/"
 install -m 0644 deploy/compose.yaml "$dir/compose.yaml"
 install -m 0755 deploy/install.sh "$dir/install.sh"
 install -m 0644 docs/DEPLOY.md README.md "$dir/"

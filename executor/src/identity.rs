@@ -27,7 +27,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use nix::unistd::{Gid, Uid, User};
+use nix::unistd::{Gid, Uid};
 
 /// `UID:GID` of the sandbox user (numeric): set, the executor supervises user code running as it.
 pub const SANDBOX_USER_ENV: &str = "MENTIS_SANDBOX_USER";
@@ -104,10 +104,26 @@ fn home_of(uid: Uid, env_home: Option<String>, workspace: &std::path::Path) -> P
     if let Some(home) = env_home.filter(|h| !h.is_empty() && h != "/root") {
         return PathBuf::from(home);
     }
-    match User::from_uid(uid) {
-        Ok(Some(user)) if !user.dir.as_os_str().is_empty() => user.dir,
-        _ => workspace.to_path_buf(),
-    }
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|passwd| home_in(&passwd, uid))
+        .unwrap_or_else(|| workspace.to_path_buf())
+}
+
+/// The home folder of `uid` in a passwd file (`name:x:uid:gid:gecos:home:shell`), when it names one.
+///
+/// Read from /etc/passwd itself, not through glibc's name service: the executor is linked statically (it
+/// runs in images we did not build), and a static glibc cannot load the image's NSS modules.
+fn home_in(passwd: &str, uid: Uid) -> Option<PathBuf> {
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        match fields.as_slice() {
+            [_, _, id, _, _, home, ..] if id.parse() == Ok(uid.as_raw()) && !home.is_empty() => {
+                Some(PathBuf::from(home))
+            }
+            _ => None,
+        }
+    })
 }
 
 /// The sandbox user that user processes run as, when the executor supervises (`crate::enter` starts them
@@ -150,5 +166,21 @@ mod tests {
         // root's own HOME is not user code's: the passwd entry (root's, here) or the workspace.
         let home = home_of(Uid::from_raw(4_000_000), Some("/root".into()), ws);
         assert_eq!(home, PathBuf::from("/workspace"));
+    }
+
+    #[test]
+    fn a_home_is_read_from_a_passwd_file() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nbroken line\n\
+                      nohome:x:1001:1001:::/bin/sh\nsandbox:x:1000:1000::/home/sandbox:/bin/bash\n";
+        assert_eq!(
+            home_in(passwd, Uid::from_raw(1000)),
+            Some(PathBuf::from("/home/sandbox"))
+        );
+        assert_eq!(
+            home_in(passwd, Uid::from_raw(0)),
+            Some(PathBuf::from("/root"))
+        );
+        assert_eq!(home_in(passwd, Uid::from_raw(1001)), None);
+        assert_eq!(home_in(passwd, Uid::from_raw(42)), None);
     }
 }

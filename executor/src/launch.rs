@@ -8,6 +8,13 @@
 //! token waits in a pipe whose descriptor PROGRAM passes down, and the executor drains and closes it at start
 //! (`MENTIS_EXECUTOR_TOKEN_FD`). Nothing can read it again: the write end was closed before the exec, so
 //! once drained the pipe only gives end-of-file.
+//!
+//! Before that, as root and before anything else runs, `launch` readies a container of any image
+//! ([`prepare`]): the image must have a `/bin/sh`, and a fresh workspace volume of an image that has no
+//! `/workspace` of its own belongs to root, so it is given to the sandbox user (the one use of CAP_CHOWN,
+//! which is then dropped for good). `mentis-executor install DIR` ([`install`]) copies the executor and tini
+//! into the volume the runtime mounts read-only at `/.mentis` of every sandbox (docs/ARCHITECTURE.md, "Any
+//! image").
 
 use std::io::{Read as _, Write as _};
 use std::os::fd::{FromRawFd as _, IntoRawFd as _, OwnedFd};
@@ -16,38 +23,44 @@ use std::process::Command;
 
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 
-use crate::config::TOKEN_ENV;
+use crate::config::{DEFAULT_WORKSPACE, TOKEN_ENV, WORKSPACE_ENV};
+use crate::identity::{SANDBOX_USER_ENV, parse_user};
 
 /// The descriptor number holding the token, set by `launch` for the executor.
 pub const TOKEN_FD_ENV: &str = "MENTIS_EXECUTOR_TOKEN_FD";
 
-/// Execs `program` with `args`, the token moved from the environment into an inherited pipe. Returns only
-/// on failure.
-pub fn launch(program: &str, args: &[String]) -> std::io::Error {
-    let Ok(token) = std::env::var(TOKEN_ENV) else {
-        return std::io::Error::other(format!("{TOKEN_ENV} is required"));
-    };
-    let (reader, mut writer) = match std::io::pipe() {
-        Ok(pipe) => pipe,
-        Err(e) => return e,
-    };
-    // A token is far smaller than a pipe's buffer, so this does not block without a reader.
-    if let Err(e) = writer.write_all(token.as_bytes()) {
+/// The shell every image must have: commands run in `/bin/bash` when there is one, else in `/bin/sh`.
+pub const SH: &str = "/bin/sh";
+
+/// Execs `program` with `args`, the token moved from the environment into an inherited pipe, once the
+/// container is ready ([`prepare`]). Returns only on failure, with what went wrong.
+pub fn launch(program: &str, args: &[String]) -> String {
+    if let Err(e) = prepare(|name| std::env::var(name).ok()) {
         return e;
     }
+    match hand_over(program, args) {
+        Ok(never) => match never {},
+        Err(e) => format!("cannot start {program}: {e}"),
+    }
+}
+
+fn hand_over(program: &str, args: &[String]) -> std::io::Result<std::convert::Infallible> {
+    let token = std::env::var(TOKEN_ENV)
+        .map_err(|_| std::io::Error::other(format!("{TOKEN_ENV} is required")))?;
+    let (reader, mut writer) = std::io::pipe()?;
+    // A token is far smaller than a pipe's buffer, so this does not block without a reader.
+    writer.write_all(token.as_bytes())?;
     drop(writer);
     let reader = OwnedFd::from(reader);
     // std makes descriptors close-on-exec; this one must survive the exec (and tini's into the executor).
-    if let Err(e) = fcntl(&reader, FcntlArg::F_SETFD(FdFlag::empty())) {
-        return e.into();
-    }
+    fcntl(&reader, FcntlArg::F_SETFD(FdFlag::empty()))?;
     // Kept open past this function: it is the exec'd program's now.
     let fd = reader.into_raw_fd();
-    Command::new(program)
+    Err(Command::new(program)
         .args(args)
         .env_remove(TOKEN_ENV)
         .env(TOKEN_FD_ENV, fd.to_string())
-        .exec()
+        .exec())
 }
 
 /// When `launch` started us: reads the token from the descriptor in [`TOKEN_FD_ENV`] and closes it.
@@ -74,4 +87,103 @@ pub fn take_token_from_fd() -> Result<Option<String>, String> {
     pipe.read_to_string(&mut token)
         .map_err(|e| format!("reading the token from descriptor {fd}: {e}"))?;
     Ok(Some(token))
+}
+
+/// Readies the container before the executor starts (see the module's doc): checks the image's shell, gives
+/// a root-owned workspace to the sandbox user, and drops CAP_CHOWN from every capability set this process
+/// has, so nothing started from here on (tini, the executor, user code) can have it again: under
+/// no-new-privileges an exec never gains a capability its caller had lost.
+fn prepare(lookup: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    match std::fs::metadata(SH) {
+        Ok(meta) if meta.is_file() => {}
+        _ => {
+            return Err(format!(
+                "this image has no {SH}: sandboxes run shell commands with /bin/bash or {SH}, so the image \
+                 needs one of them (dash, bash or busybox will do)"
+            ));
+        }
+    }
+    let Some(user) = lookup(SANDBOX_USER_ENV) else {
+        return Ok(());
+    };
+    let (uid, gid) = parse_user(&user)?;
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let workspace = lookup(WORKSPACE_ENV).unwrap_or_else(|| DEFAULT_WORKSPACE.to_owned());
+    match std::fs::metadata(&workspace) {
+        Ok(meta) if std::os::unix::fs::MetadataExt::uid(&meta) == 0 => {
+            // A new volume on a folder the image does not have: the engine made it root's.
+            match nix::unistd::chown(workspace.as_str(), Some(uid), Some(gid)) {
+                Ok(()) => {}
+                // A container made without CAP_CHOWN (by hand): the workspace stays as it is.
+                Err(nix::errno::Errno::EPERM) => eprintln!(
+                    "mentis-executor launch: warning: the workspace {workspace} belongs to root and cannot be \
+                     given to the sandbox user (no CAP_CHOWN): user code may not write there"
+                ),
+                Err(e) => {
+                    return Err(format!(
+                        "cannot give the workspace {workspace} to {uid}:{gid}: {e}"
+                    ));
+                }
+            }
+        }
+        Ok(_) => {}
+        Err(e) => return Err(format!("the workspace {workspace} is not there: {e}")),
+    }
+    drop_chown()
+}
+
+/// Removes CAP_CHOWN from the effective, permitted and inheritable sets (lowering needs no privilege).
+fn drop_chown() -> Result<(), String> {
+    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+    let mut sets =
+        capabilities(None).map_err(|e| format!("cannot read this process's capabilities: {e}"))?;
+    sets.effective.remove(CapabilitySet::CHOWN);
+    sets.permitted.remove(CapabilitySet::CHOWN);
+    sets.inheritable.remove(CapabilitySet::CHOWN);
+    set_capabilities(None, sets).map_err(|e| format!("cannot drop CAP_CHOWN: {e}"))
+}
+
+/// The programs `install` copies from its own folder: the executor and tini (a static build of each).
+pub const INSTALLED: [&str; 2] = ["mentis-executor", "tini"];
+
+/// `mentis-executor install DIR`: copies [`INSTALLED`] from this executable's folder into `DIR/bin`, each
+/// through a temporary file renamed into place, so a sandbox starting meanwhile runs the old or the new
+/// file and never half of one, and installers running at once (two runtimes starting) do not clash. A file
+/// already the same is left alone.
+pub fn install(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let from = exe
+        .parent()
+        .ok_or_else(|| format!("{} has no folder", exe.display()))?;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| format!("cannot create {}: {e}", bin.display()))?;
+    for folder in [dir, bin.as_path()] {
+        std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("cannot set the mode of {}: {e}", folder.display()))?;
+    }
+    for name in INSTALLED {
+        let source = from.join(name);
+        let bytes =
+            std::fs::read(&source).map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+        let target = bin.join(name);
+        if std::fs::read(&target).is_ok_and(|old| old == bytes) {
+            continue;
+        }
+        let temp = bin.join(format!(".{name}.{}", std::process::id()));
+        let written = (|| {
+            let mut file = std::fs::File::create(&temp)?;
+            file.write_all(&bytes)?;
+            file.set_permissions(std::fs::Permissions::from_mode(0o755))?;
+            file.sync_all()?;
+            std::fs::rename(&temp, &target)
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&temp);
+            return Err(format!("cannot install {}: {e}", target.display()));
+        }
+    }
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! The mentis-executor binary: reads its config, hides its token, serves until SIGTERM / SIGINT.
-//! `mentis-executor launch -- PROGRAM ARGS...` is the container's entrypoint (see `launch`).
+//! `mentis-executor launch -- PROGRAM ARGS...` is the container's entrypoint (see `launch`);
+//! `mentis-executor install DIR` puts the executor and tini into DIR/bin (the volume of `/.mentis`).
 
 use anyhow::Context as _;
 use mentis_executor::{Config, TOKEN_ENV, identity, launch, threads};
@@ -11,11 +12,22 @@ fn main() -> anyhow::Result<()> {
     match args.as_slice() {
         [launch, dashes, program, rest @ ..] if launch == "launch" && dashes == "--" => {
             let e = launch::launch(program, rest);
-            eprintln!("mentis-executor launch: cannot start {program}: {e}");
+            eprintln!("mentis-executor launch: {e}");
             std::process::exit(2);
         }
         [launch, ..] if launch == "launch" => {
             eprintln!("usage: mentis-executor launch -- PROGRAM [ARGS...]");
+            std::process::exit(2);
+        }
+        [install, dir] if install == "install" => match launch::install(dir.as_ref()) {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("mentis-executor install: {e}");
+                std::process::exit(1);
+            }
+        },
+        [install, ..] if install == "install" => {
+            eprintln!("usage: mentis-executor install DIR");
             std::process::exit(2);
         }
         _ => {}

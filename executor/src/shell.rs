@@ -25,7 +25,7 @@ use crate::enter::{self, Priority};
 use crate::events::EventSink;
 use crate::reclaim::{Processes, Role};
 use crate::registry::Registration;
-use process::{BASH, ProcessGroup};
+use process::{ProcessGroup, Shell};
 use stdin::StdinWrite;
 
 /// A validated shell action, and the sandbox env it runs under.
@@ -86,7 +86,9 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
     };
     let mut command = match command(&spec, &dir) {
         Ok(command) => command,
-        Err(e) => return CmdEnd::failed_to_start(format!("cannot start {BASH}: {e}")),
+        Err(e) => {
+            return CmdEnd::failed_to_start(format!("cannot start {}: {e}", Shell::get().path()));
+        }
     };
     let cgroup = Cgroup::get();
     let counters = cgroup.counters().await;
@@ -100,7 +102,7 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
     let (mut child, _tracked) = match spawned.result {
         Ok(spawned) => spawned,
         Err(e) => {
-            let mut message = format!("cannot start /bin/bash: {e}");
+            let mut message = format!("cannot start {}: {e}", Shell::get().path());
             if let Some(reclaimed) = &spawned.reclaimed {
                 message = format!("{message}; {} and tried again", reclaimed.summary());
             }
@@ -174,12 +176,12 @@ pub(crate) fn work_dir(workspace: &Path, work_dir: &str) -> Result<PathBuf, Stri
     }
 }
 
-/// `bash -c COMMAND` as user code (see `enter`): the OOM killer's first choice from its start, at a lower
+/// `bash -c COMMAND` (`sh -c` in an image without bash) as user code (see `enter`): the OOM killer's first choice from its start, at a lower
 /// CPU priority, as the sandbox user.
 fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<Command> {
     let path = enter::path_of([spec.action.env.get("PATH"), spec.sandbox_env.get("PATH")]);
     let mut command = enter::command(
-        std::ffi::OsStr::new(BASH),
+        std::ffi::OsStr::new(Shell::get().path()),
         dir,
         path.as_deref(),
         Priority::Lowered,

@@ -64,8 +64,9 @@ async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it()
     ])?;
     assert_eq!(net_internal.trim(), "true false");
 
-    // User code is not root, and the workspace is its own. The container starts as root with two
-    // capabilities, which the executor uses once to become the supervisor (see isolation.rs).
+    // User code is not root, and the workspace is its own. The container starts as root with three
+    // capabilities: the launcher uses CHOWN (for images without a /workspace) and drops it, the executor
+    // uses the other two once to become the supervisor (see isolation.rs).
     let obs = h
         .sh(&sb.sandbox_id, "id -u; stat -c %u /workspace; pwd")
         .await?;
@@ -73,7 +74,32 @@ async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it()
     assert_eq!(inspect(&c, "{{.Config.User}}")?, "0:0");
     assert_eq!(
         inspect(&c, "{{.HostConfig.CapDrop}} {{.HostConfig.CapAdd}}")?,
-        "[ALL] [SETUID SETGID]"
+        "[ALL] [SETUID SETGID CHOWN]"
+    );
+    // Neither tini nor the executor may use CHOWN (bit 0) any more: SETGID and SETUID (bits 6, 7) only.
+    let held = docker(&[
+        "exec",
+        &c,
+        "sh",
+        "-c",
+        "grep CapPrm /proc/1/status; grep CapPrm /proc/$(pgrep -x mentis-executor)/status",
+    ])?;
+    assert_eq!(
+        held,
+        "CapPrm:\t00000000000000c0\nCapPrm:\t00000000000000c0\n"
+    );
+    // The executor and tini come from the executor volume, read-only, whatever the image.
+    assert_eq!(
+        inspect(&c, "{{json .Config.Entrypoint}}")?,
+        r#"["/.mentis/bin/mentis-executor","launch","--","/.mentis/bin/tini","--","/.mentis/bin/mentis-executor"]"#
+    );
+    let mount = inspect(
+        &c,
+        "{{range .Mounts}}{{if eq .Destination \"/.mentis\"}}{{.Name}} {{.RW}}{{end}}{{end}}",
+    )?;
+    assert!(
+        mount.starts_with("mentis-executor-") && mount.ends_with(" false"),
+        "/.mentis: {mount:?}"
     );
 
     // The executor answers health to anyone on its network, but runs nothing without the sandbox's token.

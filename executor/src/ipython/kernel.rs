@@ -89,6 +89,9 @@ impl Kernel {
                 let exit = process.kill().await;
                 let tail = process.stderr_tail();
                 tracing::warn!(pid, error = %e, %exit, stderr = %tail, "the kernel did not start");
+                if let Some(why) = super::process::explain_start_failure(setup.python, &tail) {
+                    return Err(why);
+                }
                 return Err(if tail.is_empty() {
                     e
                 } else {

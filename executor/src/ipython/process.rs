@@ -101,6 +101,8 @@ pub(crate) struct KernelProcess {
     /// Tells the watcher to SIGKILL the group (also on drop).
     kill: CancellationToken,
     stderr_tail: Arc<Mutex<String>>,
+    /// Cancelled when the kernel's stderr reached its end (or will never be read again).
+    stderr_done: CancellationToken,
     /// The private directory of the connection file; removed on drop.
     dir: TempDir,
     /// Spared by reclaims while this lives.
@@ -119,8 +121,13 @@ impl KernelProcess {
             .map_err(|e| format!("cannot create the kernel's private directory: {e}"))?;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
             .map_err(|e| format!("cannot restrict the kernel's private directory: {e}"))?;
-        let mut command = command(launch, &dir.path().join("kernel.json"))
-            .map_err(|e| format!("cannot run {}: {e}", launch.python.display()))?;
+        let mut command = command(launch, &dir.path().join("kernel.json")).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                no_python(launch.python)
+            } else {
+                format!("cannot run {}: {e}", launch.python.display())
+            }
+        })?;
         let spawned = launch.processes.spawn(Role::Kernel, &mut command).await;
         let (mut child, tracked) = spawned.result.map_err(|e| {
             let mut message = format!("cannot run {}: {e}", launch.python.display());
@@ -133,11 +140,19 @@ impl KernelProcess {
             return Err("the started kernel has no pid".to_owned());
         };
         let stderr_tail = Arc::new(Mutex::new(String::new()));
+        let stderr_done = CancellationToken::new();
         if let Some(stderr) = child.stderr.take() {
+            let done = stderr_done.clone().drop_guard();
+            let drain = drain_stderr(stderr, Arc::clone(&stderr_tail), launch.shutdown.clone());
             launch.tracker.spawn(
-                drain_stderr(stderr, Arc::clone(&stderr_tail), launch.shutdown.clone())
-                    .instrument(tracing::debug_span!(parent: None, "kernel_stderr", pid)),
+                async move {
+                    drain.await;
+                    drop(done);
+                }
+                .instrument(tracing::debug_span!(parent: None, "kernel_stderr", pid)),
             );
+        } else {
+            stderr_done.cancel();
         }
         let (exit_tx, exit) = watch::channel(None);
         let kill = CancellationToken::new();
@@ -150,6 +165,7 @@ impl KernelProcess {
             exit,
             kill,
             stderr_tail,
+            stderr_done,
             dir,
             _tracked: tracked,
             reclaimed: spawned.reclaimed,
@@ -212,15 +228,19 @@ impl KernelProcess {
     }
 
     /// Kills the whole group and waits (bounded) until the kernel is reaped.
+    /// Kills the kernel's group and reaps it; by then what it wrote to stderr has been read (or a moment
+    /// was given for it), so [`Self::stderr_tail`] tells why a kernel that died at start did.
     pub(crate) async fn kill(&mut self) -> Exit {
         self.kill.cancel();
-        match tokio::time::timeout(REAP_TIMEOUT, self.wait_exit()).await {
+        let exit = match tokio::time::timeout(REAP_TIMEOUT, self.wait_exit()).await {
             Ok(exit) => exit,
             Err(_) => {
                 tracing::warn!(pid = self.pid, "the killed kernel was not reaped in time");
                 Exit::Unknown
             }
-        }
+        };
+        let _ = tokio::time::timeout(STDERR_SETTLE, self.stderr_done.cancelled()).await;
+        exit
     }
 
     /// The last lines the kernel wrote to its own stderr (startup errors land there).
@@ -238,6 +258,34 @@ impl Drop for KernelProcess {
         // Replaced or dropped at shutdown: nothing of this kernel may outlive its handle.
         self.kill.cancel();
     }
+}
+
+/// After the kernel is reaped, how long its stderr may take to be read to its end (a process it started
+/// may still hold the pipe open).
+const STDERR_SETTLE: Duration = Duration::from_millis(500);
+
+/// How to add what IPython needs to an image (the end of both errors below).
+const HOW_TO_ADD: &str = "add it to the image (Debian, Ubuntu: apt-get install python3-ipykernel; \
+    elsewhere: pip install ipykernel), or point MENTIS_KERNEL_PYTHON at a python that has it";
+
+/// The error of an image with no python to run the kernel.
+pub(crate) fn no_python(python: &Path) -> String {
+    format!(
+        "IPython cells need python3 with the ipykernel module, and this image has no {} on its PATH: \
+         {HOW_TO_ADD}",
+        python.display()
+    )
+}
+
+/// The error of a kernel that could not start, when its stderr says why in a way we can explain: a python
+/// without ipykernel.
+pub(crate) fn explain_start_failure(python: &Path, stderr: &str) -> Option<String> {
+    stderr.contains("No module named ipykernel").then(|| {
+        format!(
+            "IPython cells need python3 with the ipykernel module, and {} has no ipykernel: {HOW_TO_ADD}",
+            python.display()
+        )
+    })
 }
 
 /// The kernel as user code (see `enter`): the OOM killer's first choice, as the sandbox user, at the

@@ -16,8 +16,41 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cgroup::LimitHits;
 
-/// The shell that runs commands.
-pub(crate) const BASH: &str = "/bin/bash";
+/// The shell that runs commands: bash when the image has it, else its `/bin/sh` (dash, busybox ash...),
+/// which `launch` checked every sandbox image has. Decided once, at the first command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shell {
+    Bash,
+    Sh,
+}
+
+impl Shell {
+    pub(crate) const BASH: &str = "/bin/bash";
+
+    /// The shell of this machine (see the type's doc).
+    pub(crate) fn get() -> Self {
+        static SHELL: std::sync::OnceLock<Shell> = std::sync::OnceLock::new();
+        *SHELL.get_or_init(|| {
+            if std::path::Path::new(Self::BASH).is_file() {
+                Self::Bash
+            } else {
+                tracing::info!(
+                    "this image has no {}: commands run in {}",
+                    Self::BASH,
+                    crate::launch::SH
+                );
+                Self::Sh
+            }
+        })
+    }
+
+    pub(crate) fn path(self) -> &'static str {
+        match self {
+            Self::Bash => Self::BASH,
+            Self::Sh => crate::launch::SH,
+        }
+    }
+}
 
 /// Why the executor stopped a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,6 +13,9 @@
 //!
 //! As the command runs inside a function, `declare` and `typeset` without `-g` make function-local
 //! variables (gone after the command), as in any bash function; plain assignments and `export` stay.
+//!
+//! In an image without bash the session runs in `/bin/sh` ([`SH_LOOP`]), which cannot read up to a NUL:
+//! there a command comes as its number of lines, then those lines.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -30,13 +33,32 @@ use tokio_util::sync::CancellationToken;
 
 use super::framer::{Framer, Piece};
 use super::output::{COALESCE, MAX_CHUNK};
-use super::process::{BASH, ProcessGroup, blame_limits_of};
+use super::process::{self, ProcessGroup, blame_limits_of};
 use crate::cgroup::Cgroup;
 use crate::config::TOKEN_ENV;
 use crate::enter::{self, Priority};
 use crate::error::Error;
 use crate::events::EventSink;
 use crate::reclaim::{Processes, Role, Tracked};
+
+/// The loop of a session in `/bin/sh` (no `read -d`): a line with the command's number of lines, then the
+/// lines; otherwise as [`LOOP`].
+const SH_LOOP: &str = r#"__mentis_t=$1
+__mentis_run() { eval "$1"; }
+trap 'return 130 2>/dev/null' INT
+while IFS= read -r __mentis_n; do
+  __mentis_c=
+  while [ "$__mentis_n" -gt 0 ] && IFS= read -r __mentis_l; do
+    __mentis_c="$__mentis_c$__mentis_l
+"
+    __mentis_n=$((__mentis_n - 1))
+  done
+  __mentis_run "$__mentis_c" </dev/null
+  __mentis_s=$?
+  printf '\036%s:%d\n' "$__mentis_t" "$__mentis_s"
+  printf '\036%s\n' "$__mentis_t" >&2
+done
+"#;
 
 /// Sessions a sandbox may hold at once.
 pub(crate) const MAX_SESSIONS: usize = 32;
@@ -160,16 +182,20 @@ pub(crate) async fn run(session: &Session, ctx: &Context<'_>, sink: &mut EventSi
 async fn start(ctx: &Context<'_>) -> Result<(Shell, Option<ObservationKind>), String> {
     let token = uuid::Uuid::new_v4().simple().to_string();
     let path = enter::path_of([ctx.sandbox_env.get("PATH")]);
+    let program = process::Shell::get();
     let mut command = enter::command(
-        std::ffi::OsStr::new(BASH),
+        std::ffi::OsStr::new(program.path()),
         ctx.workspace,
         path.as_deref(),
         Priority::Lowered,
     )
-    .map_err(|e| format!("cannot start the session's {BASH}: {e}"))?;
+    .map_err(|e| format!("cannot start the session's {}: {e}", program.path()))?;
     command
         .arg("-c")
-        .arg(LOOP)
+        .arg(match program {
+            process::Shell::Bash => LOOP,
+            process::Shell::Sh => SH_LOOP,
+        })
         .arg("mentis-session")
         .arg(&token)
         .env_remove(TOKEN_ENV)
@@ -183,7 +209,7 @@ async fn start(ctx: &Context<'_>) -> Result<(Shell, Option<ObservationKind>), St
     let reclaimed = spawned.reclaimed.as_ref().map(|r| r.observation());
     let (mut child, tracked) = spawned
         .result
-        .map_err(|e| format!("cannot start the session's /bin/bash: {e}"))?;
+        .map_err(|e| format!("cannot start the session's {}: {e}", program.path()))?;
     let pid = child
         .id()
         .and_then(|pid| i32::try_from(pid).ok())
@@ -211,7 +237,7 @@ async fn start(ctx: &Context<'_>) -> Result<(Shell, Option<ObservationKind>), St
 
 /// The command's text as the session runs it: the action's work_dir and env first (they stay, as if
 /// typed), then the command.
-fn script(action: &ShellAction) -> Vec<u8> {
+fn script(action: &ShellAction, shell: process::Shell) -> Vec<u8> {
     let mut s = String::new();
     if !action.work_dir.is_empty() {
         s.push_str(&format!("cd -- {} || return\n", quote(&action.work_dir)));
@@ -220,9 +246,18 @@ fn script(action: &ShellAction) -> Vec<u8> {
         s.push_str(&format!("export {}={}\n", k, quote(v)));
     }
     s.push_str(&action.command);
-    let mut bytes = s.into_bytes();
-    bytes.push(0);
-    bytes
+    match shell {
+        process::Shell::Bash => {
+            let mut bytes = s.into_bytes();
+            bytes.push(0);
+            bytes
+        }
+        process::Shell::Sh => {
+            // Read line by line: each gets its newline back, the last one too.
+            let lines = s.split('\n').count();
+            format!("{lines}\n{s}\n").into_bytes()
+        }
+    }
 }
 
 /// `s` in single quotes, for bash.
@@ -277,7 +312,11 @@ async fn drive(
     started: Instant,
 ) -> (CmdEnd, bool) {
     let timeout = ctx.action.timeout;
-    if let Err(e) = shell.control.write_all(&script(ctx.action)).await {
+    if let Err(e) = shell
+        .control
+        .write_all(&script(ctx.action, process::Shell::get()))
+        .await
+    {
         return (
             CmdEnd::failed_to_start(format!("the session's shell is gone: {e}")),
             false,
@@ -462,5 +501,83 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Runs `commands` one after another in one session loop of `program`, as the session does; returns
+    /// what each wrote to stdout and its exit status.
+    async fn run_in(program: process::Shell, commands: &[&str]) -> Vec<(String, i32)> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = tokio::process::Command::new(program.path())
+            .arg("-c")
+            .arg(match program {
+                process::Shell::Bash => LOOP,
+                process::Shell::Sh => SH_LOOP,
+            })
+            .arg("mentis-session")
+            .arg("T")
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut out = Vec::new();
+        let mut seen = String::new();
+        for command in commands {
+            let action = ShellAction {
+                command: (*command).to_owned(),
+                work_dir: String::new(),
+                env: [("GREETING".to_owned(), "it's".to_owned())].into(),
+                timeout: Duration::from_secs(10),
+                stdin: Bytes::new(),
+                keep_stdin_open: false,
+                session: Some("s".to_owned()),
+            };
+            stdin.write_all(&script(&action, program)).await.unwrap();
+            let marker = "\u{1e}T:";
+            while !seen.contains(marker) || !seen[seen.find(marker).unwrap()..].contains('\n') {
+                let mut buf = [0u8; 1024];
+                let n = stdout.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the session's shell ended; output so far: {seen:?}");
+                seen.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+            }
+            let at = seen.find(marker).unwrap();
+            let end = at + seen[at..].find('\n').unwrap();
+            let status = seen[at + marker.len()..end].parse().unwrap();
+            out.push((seen[..at].to_owned(), status));
+            seen = seen[end + 1..].to_owned();
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_session_keeps_its_state_in_bash_and_in_sh() {
+        let commands = [
+            "mkdir sub && cd sub && x=5 && export Y=6",
+            "basename \"$PWD\"; echo \"$x $Y $GREETING\"",
+            "printf 'one\\n'\necho two\n\necho 'three\nfour'",
+            "false",
+            "exit_code_of() { return 3; }\nexit_code_of",
+        ];
+        let want = vec![
+            (String::new(), 0),
+            ("sub\n5 6 it's\n".to_owned(), 0),
+            ("one\ntwo\nthree\nfour\n".to_owned(), 0),
+            (String::new(), 1),
+            (String::new(), 3),
+        ];
+        for program in [process::Shell::Bash, process::Shell::Sh] {
+            assert_eq!(run_in(program, &commands).await, want, "{program:?}");
+        }
     }
 }

@@ -18,6 +18,9 @@ pub struct DockerConfig {
     /// The sandbox user (uid:gid, numeric) that user code runs as and the workspace belongs to. The
     /// container starts as root so the executor can supervise it (docs/ARCHITECTURE.md, Security model).
     pub user: String,
+    /// The image whose `/.mentis` (the static executor and tini) is brought into every sandbox, whatever
+    /// its image (the runtime's default sandbox image, `MENTIS_EXECUTOR_IMAGE`).
+    pub executor_image: String,
     /// Upper bound of any one Docker call.
     pub call_timeout: Duration,
     /// `NAME=VALUE` settings of the executor, given to every container (never secrets: they show in
@@ -40,6 +43,7 @@ impl Default for DockerConfig {
             network: "mentis-net".into(),
             egress_network: "mentis-egress".into(),
             user: "1000:1000".into(),
+            executor_image: "mentis/executor:latest".into(),
             call_timeout: Duration::from_secs(60),
             executor_env: Vec::new(),
             runtime: ContainerRuntime::Runc,

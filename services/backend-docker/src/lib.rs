@@ -4,6 +4,7 @@
 mod config;
 mod disk;
 mod error;
+mod inject;
 mod labels;
 mod network;
 mod runtime;
@@ -64,6 +65,10 @@ pub struct DockerBackend {
     runtime: runtime::Chosen,
     /// The workspaces' disk images (`config.disks_dir`).
     disks: Option<disk::Disks>,
+    /// The engine's architecture (`amd64`, ...), which a sandbox's image must have.
+    arch: String,
+    /// The volume of `/.mentis` (see `inject`), once filled at `prepare`.
+    executor_volume: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -95,6 +100,12 @@ impl DockerBackend {
                     .with_source(e)
             })?;
         let runtime = runtime::resolve(&docker, config.runtime, config.call_timeout).await?;
+        let arch = tokio::time::timeout(config.call_timeout, docker.version())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .and_then(|v| v.arch)
+            .unwrap_or_else(|| inject::docker_arch(std::env::consts::ARCH).to_owned());
         let disks = config
             .disks_dir
             .as_deref()
@@ -105,6 +116,8 @@ impl DockerBackend {
             config,
             runtime,
             disks,
+            arch,
+            executor_volume: std::sync::OnceLock::new(),
         })
     }
 
@@ -169,20 +182,45 @@ impl DockerBackend {
         }
     }
 
+    /// The executor volume, filled at `prepare` (again, when it was removed by hand since).
+    async fn executor_volume(&self) -> Result<String> {
+        if let Some(volume) = self.executor_volume.get() {
+            match self
+                .call("inspect volume", self.docker.inspect_volume(volume))
+                .await
+            {
+                Ok(_) => return Ok(volume.clone()),
+                Err(e) if is_not_found(&e) => {
+                    tracing::warn!(%volume, "the executor volume is gone: filling it again");
+                }
+                Err(e) => return Err(error::to_core("inspect the executor volume", e)),
+            }
+        }
+        let volume = self.ensure_executor_volume().await?;
+        let _ = self.executor_volume.set(volume.clone());
+        Ok(volume)
+    }
+
     async fn create_inner(&self, spec: &BackendSpec) -> Result<Endpoint> {
+        self.check_image(spec.id, &spec.image).await?;
+        let executor_volume = self.executor_volume().await?;
         let labels = labels::for_sandbox(&self.config.instance, spec.id, spec.space_id.as_ref());
         let volume = self.create_volume(spec, labels.clone()).await?;
 
         let (memory, nano_cpus) = docker_limits(spec.limits);
         let host_config = HostConfig {
             binds: Some(
-                std::iter::once(format!("{volume}:/workspace"))
-                    .chain(
-                        spec.data_mounts
-                            .iter()
-                            .map(|m| format!("{}:{}:ro", m.host.display(), m.target)),
-                    )
-                    .collect(),
+                [
+                    format!("{volume}:/workspace"),
+                    format!("{executor_volume}:{}:ro", inject::MOUNT),
+                ]
+                .into_iter()
+                .chain(
+                    spec.data_mounts
+                        .iter()
+                        .map(|m| format!("{}:{}:ro", m.host.display(), m.target)),
+                )
+                .collect(),
             ),
             network_mode: Some(self.config.network.clone()),
             memory: Some(memory),
@@ -190,11 +228,13 @@ impl DockerBackend {
             memory_swap: Some(memory),
             nano_cpus: Some(nano_cpus),
             pids_limit: Some(spec.limits.pids),
-            // The executor starts as root with these two only, to become the supervisor of user code
-            // (real uid root, effective uid the sandbox user) and start user processes as the sandbox
-            // user; user code ends up with none (see the executor's identity module).
+            // The executor starts as root with these three only: its launcher gives a root-owned workspace
+            // (an image without /workspace) to the sandbox user and drops CHOWN; the executor uses the
+            // other two to become the supervisor of user code (real uid root, effective uid the sandbox
+            // user) and start user processes as the sandbox user; user code ends up with none (see the
+            // executor's launch and identity modules).
             cap_drop: Some(vec!["ALL".into()]),
-            cap_add: Some(vec!["SETUID".into(), "SETGID".into()]),
+            cap_add: Some(vec!["SETUID".into(), "SETGID".into(), "CHOWN".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
             ulimits: Some(vec![ResourcesUlimits {
                 name: Some("nofile".into()),
@@ -221,6 +261,11 @@ impl DockerBackend {
         };
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
+            // Ours, from the executor volume, whatever the image's entrypoint and command (which are not
+            // kept: a command is only appended to the image's own entrypoint).
+            entrypoint: Some(inject::entrypoint()),
+            cmd: Some(Vec::new()),
+            working_dir: Some("/workspace".to_owned()),
             // Root, numeric so it holds for any image; the executor takes the sandbox user's identity at
             // once and runs user code as that user, never as root.
             user: Some("0:0".to_owned()),
@@ -262,19 +307,6 @@ impl DockerBackend {
                 Reason::ImageMissing,
                 format!(
                     "image {} is not available: {message}",
-                    mentis_core::quoted(&spec.image)
-                ),
-            )
-            .about(Resource::sandbox(spec.id)),
-            // The image names no command (no ENTRYPOINT or CMD): the client's image cannot run as a
-            // sandbox, which no retry changes.
-            bollard::errors::Error::DockerResponseServerError {
-                status_code: 400,
-                message,
-            } if message.to_ascii_lowercase().contains("no command specified") => Error::new(
-                Reason::FailedPrecondition,
-                format!(
-                    "image {} has no command (no ENTRYPOINT or CMD), so it cannot run a sandbox: {message}",
                     mentis_core::quoted(&spec.image)
                 ),
             )
@@ -335,6 +367,8 @@ impl DockerBackend {
 impl SandboxBackend for DockerBackend {
     async fn prepare(&self) -> Result<()> {
         network::ensure(&self.docker, &self.config).await?;
+        let volume = self.ensure_executor_volume().await?;
+        let _ = self.executor_volume.set(volume);
         self.reconcile_disks().await
     }
 
@@ -347,6 +381,10 @@ impl SandboxBackend for DockerBackend {
             }
         }
         result
+    }
+
+    async fn why_stopped(&self, id: SandboxId) -> Result<Option<Error>> {
+        DockerBackend::why_stopped(self, id).await
     }
 
     async fn delete(&self, id: SandboxId) -> Result<()> {

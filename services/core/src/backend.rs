@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::{SandboxId, SpaceId};
 use crate::sandbox::Limits;
 
@@ -84,6 +84,13 @@ pub trait SandboxBackend: Send + Sync + 'static {
 
     /// Creates and starts a sandbox and returns its executor's endpoint. On failure nothing is left behind.
     async fn create(&self, spec: &BackendSpec) -> Result<Endpoint>;
+
+    /// While the runtime waits for a new sandbox's executor: when its container stopped already (an image
+    /// that cannot run a sandbox: no shell, a program that exits), the error that says why, so the create
+    /// fails within seconds rather than at the ready timeout. None while it runs (or cannot tell).
+    async fn why_stopped(&self, _id: SandboxId) -> Result<Option<Error>> {
+        Ok(None)
+    }
 
     /// Removes the sandbox and its workspace. Idempotent: succeeds when it is already gone.
     async fn delete(&self, id: SandboxId) -> Result<()>;

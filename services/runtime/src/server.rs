@@ -94,6 +94,8 @@ impl Runtime {
     /// Connects the Docker backend, reconciles, binds `config.listen` and serves in the background.
     pub async fn start(config: RuntimeConfig) -> Result<Self, ServeError> {
         let mut docker = config.docker.clone();
+        // The default sandbox image also carries the executor every sandbox runs (whatever its image).
+        docker.executor_image.clone_from(&config.executor_image);
         // Images of bounded workspaces live beside the store; those made earlier are attached again even
         // with disk limits off.
         docker.disks_dir = Some(config.disks_dir());

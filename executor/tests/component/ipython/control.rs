@@ -339,8 +339,38 @@ async fn a_kernel_that_cannot_start_aborts_the_cell_with_the_reason() {
     assert_eq!(missing.status(), IpythonStatus::Aborted);
     let reason = missing.result().reason;
     assert!(
-        reason.starts_with("cannot start the kernel: cannot run /definitely/not/a/python"),
+        reason.starts_with(
+            "cannot start the kernel: IPython cells need python3 with the ipykernel module, and this \
+             image has no /definitely/not/a/python on its PATH: add it to the image (Debian, Ubuntu: \
+             apt-get install python3-ipykernel"
+        ),
         "{reason}"
+    );
+
+    // A real python without ipykernel (-S: no site-packages): the reason says what is missing, at once.
+    let dir = tempfile::tempdir().unwrap();
+    let bare = dir.path().join("bare-python");
+    std::fs::write(&bare, "#!/bin/sh\nexec python3 -S \"$@\"\n").unwrap();
+    std::fs::set_permissions(&bare, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let executor = TestExecutor::start_with(|config| config.kernel.python = bare.clone()).await;
+    let mut client = executor.client().await;
+    let started = std::time::Instant::now();
+    let bare_cell = run_cell(&mut client, "1").await;
+    assert_eq!(bare_cell.status(), IpythonStatus::Aborted);
+    let reason = bare_cell.result().reason;
+    assert_eq!(
+        reason,
+        format!(
+            "cannot start the kernel: IPython cells need python3 with the ipykernel module, and {} has \
+             no ipykernel: add it to the image (Debian, Ubuntu: apt-get install python3-ipykernel; \
+             elsewhere: pip install ipykernel), or point MENTIS_KERNEL_PYTHON at a python that has it",
+            bare.display()
+        )
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
     );
 
     let executor =

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::reach::{reach_executor, ready_executor};
+use super::reach::{reach_executor, ready_new_executor};
 use crate::config::{PoolConfig, RuntimeConfig};
 use crate::executor_client::ExecutorClient;
 use crate::store::{Store, StoredMember};
@@ -227,8 +227,10 @@ impl Pools {
         };
         let made = async {
             let endpoint = self.backend.create(&spec).await?;
-            ready_executor(
+            ready_new_executor(
+                self.backend.as_ref(),
                 &self.config,
+                stored.id,
                 &endpoint,
                 &stored.token,
                 self.config.ready_timeout,

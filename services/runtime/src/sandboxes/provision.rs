@@ -17,7 +17,7 @@ use super::health;
 use super::keep::Keeper;
 use super::lifecycle::Lifecycle;
 use super::pool::{Member, Pool, Pools};
-use super::reach::ready_executor;
+use super::reach::ready_new_executor;
 use super::registry::{Admission, Recording, Registry};
 use super::spaces::Spaces;
 use crate::config::RuntimeConfig;
@@ -267,8 +267,10 @@ impl Provisioner {
         let started = tokio::time::Instant::now();
         let result = async {
             let endpoint = self.backend.create(&spec).await?;
-            let ready = ready_executor(
+            let ready = ready_new_executor(
+                self.backend.as_ref(),
                 &self.config,
+                spec.id,
                 &endpoint,
                 &spec.token,
                 self.config.ready_timeout,

@@ -25,6 +25,35 @@ pub(super) async fn ready_executor(
     Ok(client)
 }
 
+/// A client of a new sandbox's executor, once it answers (within `within`); fails sooner when the
+/// sandbox's container stops meanwhile (an image that cannot run a sandbox), with the backend's reason.
+pub(super) async fn ready_new_executor(
+    backend: &dyn SandboxBackend,
+    config: &RuntimeConfig,
+    id: SandboxId,
+    endpoint: &Endpoint,
+    token: &str,
+    within: Duration,
+) -> Result<ExecutorClient> {
+    let stopped = async {
+        loop {
+            tokio::time::sleep(STOPPED_POLL).await;
+            match backend.why_stopped(id).await {
+                Ok(Some(e)) => return e,
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, "cannot tell whether the new container runs"),
+            }
+        }
+    };
+    tokio::select! {
+        ready = ready_executor(config, endpoint, token, within) => ready,
+        e = stopped => Err(e),
+    }
+}
+
+/// How often a new sandbox's container is looked at while its executor is waited for.
+const STOPPED_POLL: Duration = Duration::from_millis(500);
+
 /// The executor of an existing sandbox (its container started again when it stopped), once it answers.
 pub(super) async fn reach_executor(
     backend: &dyn SandboxBackend,
