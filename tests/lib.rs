@@ -820,3 +820,26 @@ impl Drop for RuntimeProcess {
         self.kill();
     }
 }
+
+/// The images of the "any image" tests (tests/images/build.sh): built once per test process, cached
+/// across runs. Fails (never skips) when they cannot be built.
+pub fn test_images() -> Result<()> {
+    static BUILT: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/images/build.sh");
+            let out = Command::new(script)
+                .output()
+                .map_err(|e| format!("cannot run {script}: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{script} failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}

@@ -11,6 +11,7 @@ mod files;
 mod gvisor;
 mod hardening;
 mod health;
+mod images;
 mod ipython;
 mod isolation;
 mod lifecycle;

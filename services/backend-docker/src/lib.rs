@@ -333,7 +333,14 @@ impl DockerBackend {
             .await
             .docker_ctx("start the container")?;
 
-        self.endpoint_of(&name).await
+        match self.endpoint_of(&name).await {
+            Ok(endpoint) => Ok(endpoint),
+            // Stopped already (it has no address then): why, rather than the missing address.
+            Err(e) => match self.why_stopped(spec.id).await {
+                Ok(Some(stopped)) => Err(stopped),
+                _ => Err(e),
+            },
+        }
     }
 
     /// The executor endpoint of a running container.
