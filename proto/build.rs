@@ -13,6 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "mentis/v1/key.proto",
         "mentis/v1/terminal.proto",
         "mentis/v1/snapshot.proto",
+        "mentis/v1/template.proto",
         "mentis/executor/v1/executor.proto",
         "mentis/executor/v1/files.proto",
     ];

@@ -172,11 +172,18 @@ run_block terminals
 run_block snapshots
 run_block snapshot-policy
 run_block preview
+run_block own-image
 run_block files \
   'SANDBOX=$(grpcurl -plaintext -H "$AUTH" -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)' \
   'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d
 grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.SandboxService/DeleteSandbox'
 
+for want in 1000 'UNKNOWN:1000' mentis-executor tini \
+  'IPython cells need python3 with the ipykernel module, and this image has no python3 on its PATH' \
+  'Code: FailedPrecondition' 'Message: image "my/not-built:1" is not on this engine'; do
+  grep -qF -- "$want" "$work/own-image.out" ||
+    { echo "readme-walkthrough: own-image: output lacks $want" >&2; cat "$work/own-image.out" >&2; exit 1; }
+done
 keys_fail() { echo "readme-walkthrough: keys: $1" >&2; cat "$work/keys.out" >&2; exit 1; }
 grep -qE "team b's sandbox: [0-9a-z-]{8,}" "$work/keys.out" || keys_fail "no sandbox for team b"
 for want in 'Code: PermissionDenied' '"revokeTime"'; do

@@ -398,6 +398,11 @@ async fn after_its_loop_device_went_away_a_workspace_is_attached_again_with_its_
     } = h;
     let second = RuntimeProcess::start(bin, &instance, data_dir.path()).await?;
     let mut h = second.harness(data_dir, guard).await?;
+    // The runtime listens before it has reconciled (its health says NOT_SERVING meanwhile).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while loops_of(&image).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let now = loops_of(&image);
     assert_eq!(now.len(), 1, "{now:?}");
     if decoy_attached {

@@ -374,9 +374,11 @@ impl DockerBackend {
 impl SandboxBackend for DockerBackend {
     async fn prepare(&self) -> Result<()> {
         network::ensure(&self.docker, &self.config).await?;
+        // Workspaces first: existing sandboxes need them; only new ones need the executor volume.
+        self.reconcile_disks().await?;
         let volume = self.ensure_executor_volume().await?;
         let _ = self.executor_volume.set(volume);
-        self.reconcile_disks().await
+        Ok(())
     }
 
     async fn create(&self, spec: &BackendSpec) -> Result<Endpoint> {

@@ -78,6 +78,7 @@ pub enum ResourceKind {
     Action,
     ApiKey,
     ExternalKey,
+    Template,
 }
 
 impl ResourceKind {
@@ -89,6 +90,7 @@ impl ResourceKind {
             Self::Action => "action",
             Self::ApiKey => "api_key",
             Self::ExternalKey => "external_key",
+            Self::Template => "template",
         }
     }
 
@@ -100,6 +102,7 @@ impl ResourceKind {
             Self::Action => "action_id",
             Self::ApiKey => "key_id",
             Self::ExternalKey => "external_key",
+            Self::Template => "name",
         }
     }
 }
@@ -123,6 +126,11 @@ impl Resource {
 
     pub fn action(id: impl fmt::Display) -> Self {
         Self::new(ResourceKind::Action, id)
+    }
+
+    /// Template `name` of `space` (named `SPACE/NAME`).
+    pub fn template(space: impl fmt::Display, name: &str) -> Self {
+        Self::new(ResourceKind::Template, format!("{space}/{name}"))
     }
 }
 

@@ -15,6 +15,7 @@ pub mod limits;
 pub mod observation;
 pub mod sandbox;
 pub mod space;
+pub mod template;
 
 pub use mentis_model::action;
 pub use mentis_model::quote::{self, quoted};
@@ -34,3 +35,4 @@ pub use sandbox::{
     check_labels,
 };
 pub use space::{Cause, Ending, SnapshotPolicy, Space, SpaceLimits, SpaceUpdate};
+pub use template::{Template, TemplateUpdate};

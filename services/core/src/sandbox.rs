@@ -159,6 +159,8 @@ pub struct SandboxRequest {
     pub auto_resume: bool,
     /// `None` = the runtime's default.
     pub egress: Option<bool>,
+    /// The space's template this sandbox is made from (empty: none); see [`crate::Template::apply`].
+    pub template: String,
 }
 
 impl SandboxRequest {
@@ -299,6 +301,10 @@ pub struct Sandbox {
     pub egress: bool,
     /// Only /workspace and /tmp are writable.
     pub read_only_rootfs: bool,
+    /// The template it was made from (empty: none).
+    pub template: String,
+    /// Where shell actions that name no directory start (its template's); empty: the workspace.
+    pub work_dir: String,
 }
 
 #[cfg(test)]

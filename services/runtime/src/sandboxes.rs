@@ -17,6 +17,7 @@ mod reach;
 mod reaper;
 mod registry;
 mod restore;
+mod setup;
 mod spaces;
 
 use std::collections::BTreeSet;

@@ -29,6 +29,7 @@ mod keys;
 pub mod previews;
 pub mod seal;
 pub mod snapshots;
+pub mod templates;
 
 pub use seal::{KEY_FILE, MAX_SIGNED_LEN, Sealer, Signed};
 
@@ -83,7 +84,9 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     egress INTEGER NOT NULL DEFAULT 0,
     nofile INTEGER NOT NULL DEFAULT 0,
     read_only INTEGER NOT NULL DEFAULT 0,
-    disk_mb INTEGER NOT NULL DEFAULT 0
+    disk_mb INTEGER NOT NULL DEFAULT 0,
+    template TEXT NOT NULL DEFAULT '',
+    work_dir TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS sandboxes_by_space ON sandboxes(space_id);
 CREATE TABLE IF NOT EXISTS pool (
@@ -296,15 +299,20 @@ impl Store {
             .map_err(db_err("schema"))?;
         conn.execute_batch(previews::SCHEMA)
             .map_err(db_err("schema"))?;
+        conn.execute_batch(templates::SCHEMA)
+            .map_err(db_err("schema"))?;
         // CREATE TABLE IF NOT EXISTS leaves an older table as it was: add what later versions added
         // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys; 4 added
         // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit; 6: the spaces'
-        // snapshot policies, none for older spaces).
+        // snapshot policies, none for older spaces; the sandboxes' template and work_dir, none for older
+        // sandboxes).
         for (table, column, decl) in [
             ("sandboxes", "egress", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "nofile", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "read_only", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "disk_mb", "INTEGER NOT NULL DEFAULT 0"),
+            ("sandboxes", "template", "TEXT NOT NULL DEFAULT ''"),
+            ("sandboxes", "work_dir", "TEXT NOT NULL DEFAULT ''"),
             ("spaces", "sandbox_limits", "TEXT NOT NULL DEFAULT '{}'"),
             ("spaces", "snapshot_policy", "TEXT NOT NULL DEFAULT '{}'"),
         ] {
@@ -552,8 +560,8 @@ impl Store {
             .prepare(
                 "SELECT id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
                  external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-                 updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb FROM sandboxes
-                 ORDER BY created_ms, id",
+                 updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb, template, work_dir
+                 FROM sandboxes ORDER BY created_ms, id",
             )
             .map_err(db_err("read sandboxes"))?;
         let rows = stmt
@@ -596,6 +604,8 @@ impl Store {
                             last_activity: time(r.get(18)?),
                             egress: r.get(20)?,
                             read_only_rootfs: r.get(22)?,
+                            template: r.get(24)?,
+                            work_dir: r.get(25)?,
                         },
                         // Opened below, once the id is known.
                         env: BTreeMap::new(),
@@ -786,9 +796,9 @@ fn insert_sandbox(
         "INSERT OR REPLACE INTO sandboxes
          (id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
           external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-          updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb)
+          updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb, template, work_dir)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-          ?19, ?20, ?21, ?22, ?23, ?24)",
+          ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
         params![
             s.id.to_string(),
             s.space_id.as_str(),
@@ -814,6 +824,8 @@ fn insert_sandbox(
             s.limits.nofile,
             s.read_only_rootfs,
             s.limits.disk_mb,
+            s.template,
+            s.work_dir,
         ],
     )
     .map_err(db_err("write a sandbox"))?;
@@ -854,6 +866,8 @@ mod tests {
             last_activity: now,
             egress: true,
             read_only_rootfs: true,
+            template: String::new(),
+            work_dir: String::new(),
         }
     }
 

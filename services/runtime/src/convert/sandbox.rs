@@ -32,6 +32,7 @@ pub fn request_from_proto(spec: Option<api::SandboxSpec>) -> Result<SandboxReque
             Ok(api::Egress::Unspecified) => None,
             Err(_) => return Err(invalid(unknown_enum("egress", "Egress", s.egress))),
         },
+        template: s.template,
     })
 }
 
@@ -144,6 +145,8 @@ pub fn sandbox_to_proto(s: &Sandbox, last_seq: u64) -> api::Sandbox {
         } else {
             api::Egress::Deny
         } as i32,
+        template: s.template.clone(),
+        work_dir: s.work_dir.clone(),
     }
 }
 

@@ -582,6 +582,8 @@ mod tests {
             last_activity: now,
             egress: false,
             read_only_rootfs: true,
+            template: String::new(),
+            work_dir: String::new(),
         };
         let log = ObservationLog::new(record.id, LogLimits::default());
         SandboxHandle::new(record, BTreeMap::new(), log, "t".into(), Arc::clone(store))

@@ -2,11 +2,12 @@
 //! it) and taking it down. Each runs in a task owned by the runtime, so a client that hangs up half-way
 //! never leaves a half-made container, nor an action without its terminal observation.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use mentis_core::{
-    BackendSpec, Cause, Ending, Error, Reason, Result, Sandbox, SandboxBackend, SandboxId,
-    SandboxRequest, SandboxState,
+    BackendSpec, Cause, Ending, Error, Reason, Resource, Result, Sandbox, SandboxBackend,
+    SandboxId, SandboxRequest, SandboxState,
 };
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -21,6 +22,7 @@ use super::reach::ready_new_executor;
 use super::registry::{Admission, Recording, Registry};
 use super::spaces::Spaces;
 use crate::config::RuntimeConfig;
+use crate::executor_client::ExecutorClient;
 use crate::observations::ObservationLog;
 use crate::store::Store;
 
@@ -81,6 +83,29 @@ impl Provisioner {
                 "the runtime is shutting down",
             ));
         }
+        // A template fills what the request leaves unset.
+        let mut req = req;
+        let template = if req.template.is_empty() {
+            None
+        } else {
+            let space_id = req.space()?;
+            let t = self
+                .store
+                .template(&space_id, &req.template)?
+                .ok_or_else(|| {
+                    Error::new(
+                        Reason::NotFound,
+                        format!(
+                            "space {space_id} has no template {}",
+                            mentis_core::quoted(&req.template)
+                        ),
+                    )
+                    .about(Resource::template(&space_id, &req.template))
+                    .at("spec.template")
+                })?;
+            t.apply(&mut req);
+            Some(t)
+        };
         // The space narrows the runtime's limits and may set the root filesystem's default.
         let space = self.spaces.record(&req.space()?)?;
         let policy = self
@@ -138,7 +163,20 @@ impl Provisioner {
             last_activity: now,
             egress: spec.egress,
             read_only_rootfs: spec.read_only_rootfs,
+            template: template
+                .as_ref()
+                .map(|t| t.name.clone())
+                .unwrap_or_default(),
+            work_dir: template
+                .as_ref()
+                .map(|t| t.work_dir.clone())
+                .unwrap_or_default(),
         };
+        let setup = template.filter(|t| !t.setup.is_empty()).map(|t| Setup {
+            template: t.name,
+            commands: t.setup,
+            env: spec.env.clone(),
+        });
         let handle = Arc::new(SandboxHandle::new(
             record.clone(),
             spec.env.clone(),
@@ -181,7 +219,7 @@ impl Provisioner {
                     .spawn(
                         async move {
                             let _creating = creating;
-                            this.bind(handle, member, &pool).await
+                            this.bind(handle, member, &pool, setup).await
                         }
                         .instrument(span),
                     )
@@ -209,7 +247,7 @@ impl Provisioner {
                     .spawn(
                         async move {
                             let _creating = creating;
-                            this.bring_up(handle, backend_spec).await
+                            this.bring_up(handle, backend_spec, setup).await
                         }
                         .instrument(span),
                     )
@@ -232,12 +270,22 @@ impl Provisioner {
     }
 
     /// Makes a claimed pool member the sandbox of `h`: its limits are set, its executor is the sandbox's.
-    async fn bind(&self, h: Arc<SandboxHandle>, member: Member, pool: &Pool) -> Result<Sandbox> {
+    async fn bind(
+        &self,
+        h: Arc<SandboxHandle>,
+        member: Member,
+        pool: &Pool,
+        setup: Option<Setup>,
+    ) -> Result<Sandbox> {
         let record = h.snapshot();
         let bound = if record.limits == self.config.limits.default {
             Ok(())
         } else {
             self.backend.update_limits(h.id, record.limits).await
+        };
+        let bound = match (bound, &setup) {
+            (Ok(()), Some(setup)) => setup.run(&member.client).await,
+            (bound, _) => bound,
         };
         match bound {
             Ok(()) => {
@@ -263,7 +311,12 @@ impl Provisioner {
         Ok(())
     }
 
-    async fn bring_up(&self, h: Arc<SandboxHandle>, spec: BackendSpec) -> Result<Sandbox> {
+    async fn bring_up(
+        &self,
+        h: Arc<SandboxHandle>,
+        spec: BackendSpec,
+        setup: Option<Setup>,
+    ) -> Result<Sandbox> {
         let started = tokio::time::Instant::now();
         let result = async {
             let endpoint = self.backend.create(&spec).await?;
@@ -276,7 +329,14 @@ impl Provisioner {
                 self.config.ready_timeout,
             )
             .instrument(tracing::info_span!("executor_ready"));
-            match ready.await {
+            let ready = match ready.await {
+                Ok(client) => match &setup {
+                    Some(setup) => setup.run(&client).await.map(|()| client),
+                    None => Ok(client),
+                },
+                Err(e) => Err(e),
+            };
+            match ready {
                 Ok(client) => Ok(client),
                 Err(e) => {
                     let _ = self.backend.delete(spec.id).await;
@@ -391,5 +451,20 @@ fn record_create(path: &'static str, started: std::time::Instant, created: &Resu
         metrics()
             .create_duration
             .record(started.elapsed().as_secs_f64(), &[kv("path", path)]);
+    }
+}
+
+/// A template's start-up commands for a new sandbox (see `setup`).
+struct Setup {
+    template: String,
+    commands: Vec<String>,
+    env: BTreeMap<String, String>,
+}
+
+impl Setup {
+    async fn run(&self, client: &ExecutorClient) -> Result<()> {
+        super::setup::run(client, &self.template, &self.commands, &self.env)
+            .instrument(tracing::info_span!("template_setup", template = %self.template))
+            .await
     }
 }

@@ -180,6 +180,12 @@ impl Sealer {
 
     /// `env` of sandbox `id`, sealed: `sealed1:` and the hex of nonce and ciphertext.
     pub fn seal_env(&self, id: SandboxId, env: &BTreeMap<String, String>) -> String {
+        self.seal_env_of(&id.to_string(), env)
+    }
+
+    /// `env` of what `owner` names (a sandbox id, a template's `template:SPACE/NAME`), sealed: it opens
+    /// only for the same owner.
+    pub fn seal_env_of(&self, owner: &str, env: &BTreeMap<String, String>) -> String {
         let plain = serde_json::to_vec(env).unwrap_or_else(|_| b"{}".to_vec());
         let nonce: [u8; NONCE_LEN] = {
             use rand::RngCore;
@@ -187,12 +193,11 @@ impl Sealer {
             rand::rng().fill_bytes(&mut n);
             n
         };
-        let aad = id.to_string();
         let sealed = self.env.encrypt(
             Nonce::from_slice(&nonce),
             Payload {
                 msg: &plain,
-                aad: aad.as_bytes(),
+                aad: owner.as_bytes(),
             },
         );
         match sealed {
@@ -205,6 +210,11 @@ impl Sealer {
     /// The env of sandbox `id` from what [`Sealer::seal_env`] made, or from the plain JSON of older schemas.
     /// `None` when it does not open (damaged, or sealed for another sandbox or with another key).
     pub fn open_env(&self, id: SandboxId, text: &str) -> Option<BTreeMap<String, String>> {
+        self.open_env_of(&id.to_string(), text)
+    }
+
+    /// What [`Sealer::seal_env_of`] sealed for `owner`.
+    pub fn open_env_of(&self, owner: &str, text: &str) -> Option<BTreeMap<String, String>> {
         let Some(sealed) = text.strip_prefix(SEALED) else {
             return serde_json::from_str(text).ok();
         };
@@ -213,14 +223,13 @@ impl Sealer {
             return None;
         }
         let (nonce, ct) = bytes.split_at(NONCE_LEN);
-        let aad = id.to_string();
         let plain = self
             .env
             .decrypt(
                 Nonce::from_slice(nonce),
                 Payload {
                     msg: ct,
-                    aad: aad.as_bytes(),
+                    aad: owner.as_bytes(),
                 },
             )
             .ok()?;
