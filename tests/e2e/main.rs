@@ -30,6 +30,7 @@ mod shell;
 mod snapshots;
 mod spaces;
 mod streams;
+mod templates;
 mod terminal;
 mod tls;
 mod traces;

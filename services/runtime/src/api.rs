@@ -14,6 +14,7 @@ mod sandbox_service;
 pub mod snapshot_service;
 mod space_service;
 pub mod status;
+mod template_service;
 mod terminal_service;
 
 pub use action_service::ActionApi;
@@ -22,4 +23,5 @@ pub use key_service::KeyApi;
 pub use sandbox_service::SandboxApi;
 pub use snapshot_service::SnapshotApi;
 pub use space_service::SpaceApi;
+pub use template_service::TemplateApi;
 pub use terminal_service::TerminalApi;

@@ -6,6 +6,7 @@ mod kernel;
 mod observation;
 mod sandbox;
 mod space;
+mod template;
 
 pub use action::{action_from_proto, action_to_proto};
 pub use kernel::{summary_from_proto, summary_to_proto};
@@ -15,3 +16,4 @@ pub use observation::{
 };
 pub use sandbox::{request_from_proto, sandbox_to_proto, state_from_proto};
 pub use space::{space_from_proto, space_to_proto, update_from_proto};
+pub use template::{template_from_proto, template_to_proto, template_update_from_proto};

@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mentis_core::{
     Action, ActionId, Cause, Error, Reason, Resource, Result, Sandbox, SandboxBackend, SandboxId,
-    SandboxRequest, Space, SpaceId, SpaceUpdate,
+    SandboxRequest, Space, SpaceId, SpaceUpdate, Template, TemplateUpdate,
 };
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -407,6 +407,72 @@ impl Manager {
                 .delete(sandbox, "deleted with its space", Some(Cause::Request))
                 .await?;
         }
-        self.spaces.remove_if_empty(id)
+        self.spaces.remove_if_empty(id)?;
+        // Its templates go with it (a space made again later starts without them).
+        self.store.delete_templates_of(id)
     }
+
+    // Templates (docs/ARCHITECTURE.md, "Templates").
+
+    /// Adds a template to an existing space; ALREADY_EXISTS when the space has one of that name.
+    pub fn create_template(&self, template: &Template) -> Result<()> {
+        self.spaces.record(&template.space_id)?;
+        self.store.create_template(template)
+    }
+
+    /// NOT_FOUND when the space has no such template.
+    pub fn get_template(&self, space: &SpaceId, name: &str) -> Result<Template> {
+        self.store
+            .template(space, name)?
+            .ok_or_else(|| template_not_found(space, name))
+    }
+
+    /// A page of a space's templates after `after`, and whether more follow.
+    pub fn list_templates(
+        &self,
+        space: &SpaceId,
+        after: &str,
+        page_size: usize,
+    ) -> Result<(Vec<Template>, bool)> {
+        self.spaces.record(space)?;
+        let mut page = self.store.templates(space, after, page_size + 1)?;
+        let more = page.len() > page_size;
+        page.truncate(page_size);
+        Ok((page, more))
+    }
+
+    /// Sets the fields of `update`; the template checked again.
+    pub fn update_template(
+        &self,
+        space: &SpaceId,
+        name: &str,
+        update: TemplateUpdate,
+    ) -> Result<Template> {
+        let updated = self
+            .get_template(space, name)?
+            .updated(update, crate::clock::now());
+        updated.check("template")?;
+        self.store.put_template(&updated)?;
+        Ok(updated)
+    }
+
+    /// NOT_FOUND when there is no such template; its sandboxes keep running.
+    pub fn delete_template(&self, space: &SpaceId, name: &str) -> Result<()> {
+        if self.store.delete_template(space, name)? {
+            Ok(())
+        } else {
+            Err(template_not_found(space, name))
+        }
+    }
+}
+
+fn template_not_found(space: &SpaceId, name: &str) -> Error {
+    Error::new(
+        Reason::NotFound,
+        format!(
+            "space {space} has no template {}",
+            mentis_core::quoted(name)
+        ),
+    )
+    .about(Resource::template(space, name))
 }

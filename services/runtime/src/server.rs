@@ -16,6 +16,7 @@ use mentis_proto::api::key_service_server::KeyServiceServer;
 use mentis_proto::api::sandbox_service_server::SandboxServiceServer;
 use mentis_proto::api::snapshot_service_server::SnapshotServiceServer;
 use mentis_proto::api::space_service_server::SpaceServiceServer;
+use mentis_proto::api::template_service_server::TemplateServiceServer;
 use mentis_proto::api::terminal_service_server::TerminalServiceServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -25,7 +26,9 @@ use tonic::codec::CompressionEncoding;
 use tonic::server::NamedService;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use crate::api::{ActionApi, FileApi, KeyApi, SandboxApi, SnapshotApi, SpaceApi, TerminalApi};
+use crate::api::{
+    ActionApi, FileApi, KeyApi, SandboxApi, SnapshotApi, SpaceApi, TemplateApi, TerminalApi,
+};
 use crate::auth::layer::AuthLayer;
 use crate::auth::{self, Keyring};
 use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, SnapshotStoreConfig, TlsFiles};
@@ -325,6 +328,7 @@ async fn serve(
             KeyServiceServer::<KeyApi>::NAME,
             TerminalServiceServer::<TerminalApi>::NAME,
             SnapshotServiceServer::<SnapshotApi>::NAME,
+            TemplateServiceServer::<TemplateApi>::NAME,
         ],
     );
     health.serving(true).await;
@@ -446,6 +450,11 @@ async fn serve(
         )
         .add_service(
             SnapshotServiceServer::new(SnapshotApi::new(Arc::clone(&manager)))
+                .max_decoding_message_size(max)
+                .accept_compressed(gzip),
+        )
+        .add_service(
+            TemplateServiceServer::new(TemplateApi::new(Arc::clone(&manager)))
                 .max_decoding_message_size(max)
                 .accept_compressed(gzip),
         )

@@ -86,6 +86,15 @@ impl Actions {
             )));
         };
         h.touch();
+        // A sandbox made from a template with a work_dir starts its shell actions there, unless they name
+        // a directory or run in a session (which keeps its own).
+        let mut action = action;
+        if let Action::Shell(shell) = &mut action
+            && shell.work_dir.is_empty()
+            && shell.session.is_none()
+        {
+            shell.work_dir = h.work_dir();
+        }
         let (tx, rx) = oneshot::channel();
         let span = tracing::info_span!(
             "action",

@@ -311,6 +311,11 @@ impl SandboxHandle {
         lock(&self.inner).record.clone()
     }
 
+    /// Where shell actions that name no directory start (its template's); empty: the workspace.
+    pub fn work_dir(&self) -> String {
+        lock(&self.inner).record.work_dir.clone()
+    }
+
     /// The space the sandbox belongs to.
     pub fn space_id(&self) -> SpaceId {
         lock(&self.inner).record.space_id.clone()

@@ -1,0 +1,308 @@
+//! Templates (docs/ARCHITECTURE.md, "Templates"): a configuration named once in a space (an image of
+//! our own, limits, env, a working directory, start-up commands) that sandboxes are made from; CRUD and
+//! scoping as for everything else; a start-up command that fails fails the create and leaves nothing.
+
+use mentis_e2e::*;
+use mentis_proto::api::{
+    self, key_service_client::KeyServiceClient, template_service_client::TemplateServiceClient,
+};
+use tonic::Code;
+
+fn busybox_template(name: &str, setup: &[&str]) -> api::Template {
+    api::Template {
+        space_id: "tpl".to_owned(),
+        name: name.to_owned(),
+        description: "busybox with a prepared app folder".to_owned(),
+        image: "mentis-test/busybox:1".to_owned(),
+        limits: Some(api::SandboxLimits {
+            memory_mb: 160,
+            pids: 80,
+            ..Default::default()
+        }),
+        env: [
+            ("GREETING".to_owned(), "hello".to_owned()),
+            ("SHARED".to_owned(), "from the template".to_owned()),
+        ]
+        .into(),
+        work_dir: "app".to_owned(),
+        setup_commands: setup.iter().map(|s| (*s).to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_template_makes_sandboxes_of_its_image_limits_env_and_start_up_commands()
+-> anyhow::Result<()> {
+    test_images()?;
+    let mut h = Harness::start().await?;
+    let mut templates = TemplateServiceClient::new(h.channel.clone());
+    h.spaces
+        .create_space(api::CreateSpaceRequest {
+            space: Some(api::Space {
+                space_id: "tpl".to_owned(),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let made = templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(busybox_template(
+                "busy",
+                &[
+                    "mkdir -p app && echo ready > app/marker",
+                    "echo \"$GREETING\" > app/greeting",
+                ],
+            )),
+        })
+        .await?
+        .into_inner()
+        .template
+        .unwrap();
+    assert_eq!(made.space_id, "tpl");
+    assert!(made.create_time.is_some());
+
+    // A sandbox of the template: its image, limits and env (the spec's over the template's), its
+    // start-up commands done before CreateSandbox returned, its shell actions in its work_dir.
+    let sb = h
+        .create(api::SandboxSpec {
+            space_id: "tpl".to_owned(),
+            template: "busy".to_owned(),
+            env: [("SHARED".to_owned(), "from the spec".to_owned())].into(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(
+        (sb.image.as_str(), sb.memory_limit_mb, sb.pids_limit),
+        ("mentis-test/busybox:1", 160, 80)
+    );
+    assert_eq!(
+        (sb.template.as_str(), sb.work_dir.as_str()),
+        ("busy", "app")
+    );
+    let id = sb.sandbox_id;
+    let out = h
+        .sh(&id, "pwd; cat marker greeting; echo \"$SHARED\"")
+        .await?;
+    assert_eq!(
+        stdout(&out),
+        "/workspace/app\nready\nhello\nfrom the spec\n",
+        "{}",
+        stderr(&out)
+    );
+    // An action that names its directory, and a session, keep theirs.
+    let named = h
+        .exec(
+            &id,
+            api::ShellAction {
+                work_dir: "/tmp".to_owned(),
+                ..cmd("pwd")
+            },
+        )
+        .await?;
+    assert_eq!(stdout(&named), "/tmp\n");
+    let session = h
+        .exec(
+            &id,
+            api::ShellAction {
+                session: "s".to_owned(),
+                ..cmd("pwd")
+            },
+        )
+        .await?;
+    assert_eq!(stdout(&session), "/workspace\n");
+
+    // A spec's own limits win over the template's.
+    let own = h
+        .create(api::SandboxSpec {
+            space_id: "tpl".to_owned(),
+            template: "busy".to_owned(),
+            memory_limit_mb: 200,
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!((own.memory_limit_mb, own.pids_limit), (200, 80));
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: own.sandbox_id,
+        })
+        .await?;
+
+    // A start-up command that fails: the create fails with its exit and output, and leaves nothing.
+    templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(busybox_template(
+                "broken",
+                &["echo preparing; echo oops >&2; exit 3"],
+            )),
+        })
+        .await?;
+    let containers_before = h.guard.containers().len();
+    let failed = h
+        .sandboxes
+        .create_sandbox(api::CreateSandboxRequest {
+            spec: Some(api::SandboxSpec {
+                space_id: "tpl".to_owned(),
+                template: "broken".to_owned(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect_err("its start-up command fails");
+    assert_eq!(failed.code(), Code::FailedPrecondition, "{failed:?}");
+    assert_eq!(
+        failed.message(),
+        "start-up command 1 of template \"broken\" (\"echo preparing; echo oops >&2; exit 3\") exited \
+         with 3; its output ends with: preparing\noops"
+    );
+    assert_eq!(h.guard.containers().len(), containers_before);
+
+    // Names are checked, known ones found, unknown ones not.
+    let unknown = h
+        .sandboxes
+        .create_sandbox(api::CreateSandboxRequest {
+            spec: Some(api::SandboxSpec {
+                space_id: "tpl".to_owned(),
+                template: "nope".to_owned(),
+                ..Default::default()
+            }),
+        })
+        .await;
+    assert_eq!(code(unknown), Code::NotFound);
+    let again = templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(busybox_template("busy", &[])),
+        })
+        .await;
+    assert_eq!(code(again), Code::AlreadyExists);
+    let bad = templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(busybox_template("Not_A_Name", &[])),
+        })
+        .await;
+    assert_eq!(
+        refusal(bad),
+        (
+            Code::InvalidArgument,
+            "INVALID_ARGUMENT".to_owned(),
+            Some("template.name".to_owned())
+        )
+    );
+    let no_space = templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(api::Template {
+                space_id: "no-such-space".to_owned(),
+                ..busybox_template("x", &[])
+            }),
+        })
+        .await;
+    assert_eq!(code(no_space), Code::NotFound);
+
+    // List, update (the mask's fields only), get, delete.
+    let listed = templates
+        .list_templates(api::ListTemplatesRequest {
+            space_id: "tpl".to_owned(),
+            page_size: 1,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(listed.templates.len(), 1);
+    assert_eq!(listed.templates[0].name, "broken");
+    let rest = templates
+        .list_templates(api::ListTemplatesRequest {
+            space_id: "tpl".to_owned(),
+            page_size: 1,
+            page_token: listed.next_page_token,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        rest.templates
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["busy"]
+    );
+    let updated = templates
+        .update_template(api::UpdateTemplateRequest {
+            template: Some(api::Template {
+                space_id: "tpl".to_owned(),
+                name: "broken".to_owned(),
+                setup_commands: vec!["true".to_owned()],
+                image: "ignored:1".to_owned(),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["setup_commands".to_owned()],
+            }),
+        })
+        .await?
+        .into_inner()
+        .template
+        .unwrap();
+    assert_eq!(updated.setup_commands, ["true"]);
+    assert_eq!(updated.image, "mentis-test/busybox:1");
+    assert_eq!(
+        updated.env.get("GREETING").map(String::as_str),
+        Some("hello")
+    );
+    let fixed = h
+        .create(api::SandboxSpec {
+            space_id: "tpl".to_owned(),
+            template: "broken".to_owned(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(fixed.state, api::SandboxState::Running as i32);
+
+    // A key of another space sees none of them.
+    h.spaces
+        .create_space(api::CreateSpaceRequest {
+            space: Some(api::Space {
+                space_id: "elsewhere".to_owned(),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let secret = KeyServiceClient::new(h.channel.clone())
+        .create_api_key(api::CreateApiKeyRequest {
+            name: "elsewhere".to_owned(),
+            space_ids: vec!["elsewhere".to_owned()],
+        })
+        .await?
+        .into_inner()
+        .secret;
+    let mut theirs = TemplateServiceClient::new(h.with_key(Some(&secret)));
+    let denied = theirs
+        .get_template(api::GetTemplateRequest {
+            space_id: "tpl".to_owned(),
+            name: "busy".to_owned(),
+        })
+        .await;
+    assert_eq!(code(denied), Code::PermissionDenied);
+    let own_space = theirs
+        .list_templates(api::ListTemplatesRequest {
+            space_id: "elsewhere".to_owned(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert!(own_space.templates.is_empty());
+
+    templates
+        .delete_template(api::DeleteTemplateRequest {
+            space_id: "tpl".to_owned(),
+            name: "busy".to_owned(),
+        })
+        .await?;
+    let gone = templates
+        .get_template(api::GetTemplateRequest {
+            space_id: "tpl".to_owned(),
+            name: "busy".to_owned(),
+        })
+        .await;
+    assert_eq!(code(gone), Code::NotFound);
+    // Its sandbox keeps running.
+    assert_eq!(h.get(&id).await?.state, api::SandboxState::Running as i32);
+    h.stop().await
+}
