@@ -173,6 +173,7 @@ run_block snapshots
 run_block snapshot-policy
 run_block preview
 run_block own-image
+run_block templates
 run_block files \
   'SANDBOX=$(grpcurl -plaintext -H "$AUTH" -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)' \
   'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d
@@ -183,6 +184,10 @@ for want in 1000 'UNKNOWN:1000' mentis-executor tini \
   'Code: FailedPrecondition' 'Message: image "my/not-built:1" is not on this engine'; do
   grep -qF -- "$want" "$work/own-image.out" ||
     { echo "readme-walkthrough: own-image: output lacks $want" >&2; cat "$work/own-image.out" >&2; exit 1; }
+done
+for want in /workspace/project prepared Agg 'data 1024'; do
+  grep -qxF -- "$want" "$work/templates.out" ||
+    { echo "readme-walkthrough: templates: output lacks $want" >&2; cat "$work/templates.out" >&2; exit 1; }
 done
 keys_fail() { echo "readme-walkthrough: keys: $1" >&2; cat "$work/keys.out" >&2; exit 1; }
 grep -qE "team b's sandbox: [0-9a-z-]{8,}" "$work/keys.out" || keys_fail "no sandbox for team b"

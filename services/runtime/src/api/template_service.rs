@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use mentis_core::SpaceId;
+use mentis_core::template::check_name;
 use mentis_proto::api::{self, template_service_server::TemplateService};
 use tonic::{Request, Response, Status};
 
@@ -53,6 +54,7 @@ impl TemplateService for TemplateApi {
         let caller = caller(&req)?;
         let r = req.into_inner();
         let space = space_of(&r.space_id)?;
+        check_name(&r.name, "name").map_err(to_status)?;
         caller.require_space(&space).map_err(to_status)?;
         let template = self
             .manager
@@ -73,7 +75,7 @@ impl TemplateService for TemplateApi {
         caller.require_space(&space).map_err(to_status)?;
         let page_size = paging::page_size(r.page_size).map_err(to_status)?;
         let after = paging::page_token(&r.page_token, |t| {
-            mentis_core::template::check_name(t, "page_token").map(|()| t.to_owned())
+            check_name(t, "page_token").map(|()| t.to_owned())
         })
         .map_err(to_status)?
         .unwrap_or_default();
@@ -117,6 +119,7 @@ impl TemplateService for TemplateApi {
         let caller = caller(&req)?;
         let r = req.into_inner();
         let space = space_of(&r.space_id)?;
+        check_name(&r.name, "name").map_err(to_status)?;
         caller.require_space(&space).map_err(to_status)?;
         self.manager
             .delete_template(&space, &r.name)
