@@ -306,3 +306,80 @@ async fn a_template_makes_sandboxes_of_its_image_limits_env_and_start_up_command
     assert_eq!(h.get(&id).await?.state, api::SandboxState::Running as i32);
     h.stop().await
 }
+
+#[tokio::test]
+async fn a_template_with_a_pool_serves_its_sandboxes_warm() -> anyhow::Result<()> {
+    test_images()?;
+    let mut h = Harness::start().await?;
+    let mut templates = TemplateServiceClient::new(h.channel.clone());
+    templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(api::Template {
+                name: "pooled".to_owned(),
+                image: "mentis-test/busybox:1".to_owned(),
+                setup_commands: vec!["echo prepared ahead > marker".to_owned()],
+                pool_size: 1,
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let client = h.sandboxes.clone();
+    let pool = || {
+        let mut sandboxes = client.clone();
+        async move {
+            sandboxes
+                .list_pools(api::ListPoolsRequest {})
+                .await
+                .map(|r| {
+                    r.into_inner()
+                        .pools
+                        .into_iter()
+                        .find(|p| p.template == "pooled")
+                })
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pool().await?.is_none_or(|p| p.idle < 1) {
+        assert!(std::time::Instant::now() < deadline, "{:?}", pool().await?);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let member = h.guard.containers();
+    assert_eq!(member.len(), 1, "{member:?}");
+
+    // The sandbox is the container made ahead, its start-up command done.
+    let sb = h
+        .create(api::SandboxSpec {
+            template: "pooled".to_owned(),
+            ..Default::default()
+        })
+        .await?;
+    assert!(
+        inspect(&container_of(&sb.sandbox_id), "{{.Id}}")?.starts_with(&member[0]),
+        "not the member made ahead"
+    );
+    let p = pool().await?.unwrap();
+    assert_eq!(
+        (p.hits, p.misses, p.image.as_str()),
+        (1, 0, "mentis-test/busybox:1")
+    );
+    assert_eq!(
+        stdout(
+            &h.sh(&sb.sandbox_id, "cat marker; readlink /proc/$$/exe")
+                .await?
+        ),
+        "prepared ahead\n/bin/busybox\n"
+    );
+    // Deleting the template retires its pool; the sandbox stays.
+    templates
+        .delete_template(api::DeleteTemplateRequest {
+            space_id: String::new(),
+            name: "pooled".to_owned(),
+        })
+        .await?;
+    assert!(pool().await?.is_none());
+    assert_eq!(
+        h.get(&sb.sandbox_id).await?.state,
+        api::SandboxState::Running as i32
+    );
+    h.stop().await
+}

@@ -19,6 +19,8 @@ pub const MAX_SETUP_COMMANDS: usize = 32;
 pub const MAX_SETUP_COMMAND_LEN: usize = 16 * 1024;
 /// Longest description, in bytes.
 pub const MAX_DESCRIPTION_LEN: usize = 1024;
+/// Most warm members a template's pool may keep.
+pub const MAX_POOL_SIZE: u32 = 64;
 
 /// A template of a space.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +42,8 @@ pub struct Template {
     /// Shell commands run in order in each new sandbox before it is handed out; one that fails fails the
     /// create.
     pub setup: Vec<String>,
+    /// Sandboxes of it kept ready (made, started, start-up commands done) for CreateSandbox to take.
+    pub pool_size: u32,
     pub created_at: SystemTime,
     pub updated_at: SystemTime,
 }
@@ -53,6 +57,7 @@ pub struct TemplateUpdate {
     pub env: Option<BTreeMap<String, String>>,
     pub work_dir: Option<String>,
     pub setup: Option<Vec<String>>,
+    pub pool_size: Option<u32>,
 }
 
 /// Checks a template name; INVALID_ARGUMENT at `field` when malformed.
@@ -118,6 +123,12 @@ impl Template {
                     .at(format!("{field}.setup_commands")),
             );
         }
+        if self.pool_size > MAX_POOL_SIZE {
+            return Err(
+                Error::invalid(format!("pool_size is at most {MAX_POOL_SIZE}"))
+                    .at(format!("{field}.pool_size")),
+            );
+        }
         for (i, c) in self.setup.iter().enumerate() {
             if c.trim().is_empty() || c.len() > MAX_SETUP_COMMAND_LEN || c.contains('\0') {
                 return Err(Error::invalid(format!(
@@ -176,6 +187,9 @@ impl Template {
         if let Some(v) = update.setup {
             self.setup = v;
         }
+        if let Some(v) = update.pool_size {
+            self.pool_size = v;
+        }
         self.updated_at = now;
         self
     }
@@ -205,6 +219,7 @@ mod tests {
             .into(),
             work_dir: "app".to_owned(),
             setup: vec!["mkdir -p app".to_owned()],
+            pool_size: 0,
             created_at: SystemTime::UNIX_EPOCH,
             updated_at: SystemTime::UNIX_EPOCH,
         }

@@ -408,7 +408,8 @@ impl Manager {
                 .await?;
         }
         self.spaces.remove_if_empty(id)?;
-        // Its templates go with it (a space made again later starts without them).
+        // Its templates go with it (a space made again later starts without them), and their pools.
+        self.pools.retire_space(id);
         self.store.delete_templates_of(id)
     }
 
@@ -416,8 +417,16 @@ impl Manager {
 
     /// Adds a template to an existing space; ALREADY_EXISTS when the space has one of that name.
     pub fn create_template(&self, template: &Template) -> Result<()> {
-        self.spaces.record(&template.space_id)?;
-        self.store.create_template(template)
+        let pool = pool::template_pool(
+            &self.config,
+            &self.spaces.record(&template.space_id)?,
+            template,
+        )
+        .map_err(|e| e.within("template"))?;
+        self.store.create_template(template)?;
+        self.pools
+            .set_template(&template.space_id, &template.name, pool);
+        Ok(())
     }
 
     /// NOT_FOUND when the space has no such template.
@@ -452,13 +461,17 @@ impl Manager {
             .get_template(space, name)?
             .updated(update, crate::clock::now());
         updated.check("template")?;
+        let pool = pool::template_pool(&self.config, &self.spaces.record(space)?, &updated)
+            .map_err(|e| e.within("template"))?;
         self.store.put_template(&updated)?;
+        self.pools.set_template(space, name, pool);
         Ok(updated)
     }
 
     /// NOT_FOUND when there is no such template; its sandboxes keep running.
     pub fn delete_template(&self, space: &SpaceId, name: &str) -> Result<()> {
         if self.store.delete_template(space, name)? {
+            self.pools.set_template(space, name, None);
             Ok(())
         } else {
             Err(template_not_found(space, name))

@@ -93,7 +93,8 @@ CREATE TABLE IF NOT EXISTS pool (
     id TEXT PRIMARY KEY,
     image TEXT NOT NULL,
     token TEXT NOT NULL,
-    created_ms INTEGER NOT NULL
+    created_ms INTEGER NOT NULL,
+    template TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS api_keys (
     id TEXT PRIMARY KEY,
@@ -143,6 +144,8 @@ impl std::fmt::Debug for StoredSandbox {
 pub struct StoredMember {
     pub id: SandboxId,
     pub image: String,
+    /// The key of its template's pool (`SPACE/NAME@VERSION`); empty for an image's pool.
+    pub template: String,
     /// Never logged.
     pub token: String,
     /// Made by a runtime of schema 5 or older, with a random token its container alone knows now (the
@@ -305,7 +308,7 @@ impl Store {
         // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys; 4 added
         // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit; 6: the spaces'
         // snapshot policies, none for older spaces; the sandboxes' template and work_dir, none for older
-        // sandboxes).
+        // sandboxes; the pool members' template, none for older members).
         for (table, column, decl) in [
             ("sandboxes", "egress", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "nofile", "INTEGER NOT NULL DEFAULT 0"),
@@ -313,6 +316,7 @@ impl Store {
             ("sandboxes", "disk_mb", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "template", "TEXT NOT NULL DEFAULT ''"),
             ("sandboxes", "work_dir", "TEXT NOT NULL DEFAULT ''"),
+            ("pool", "template", "TEXT NOT NULL DEFAULT ''"),
             ("spaces", "sandbox_limits", "TEXT NOT NULL DEFAULT '{}'"),
             ("spaces", "snapshot_policy", "TEXT NOT NULL DEFAULT '{}'"),
         ] {
@@ -447,11 +451,13 @@ impl Store {
 
     /// Records a pool member before its container is made (a crash then leaves a row to clean up, never an
     /// unknown container taken for a sandbox).
-    pub fn put_member(&self, id: SandboxId, image: &str) -> Result<()> {
+    /// `template` is the key of a template's pool (`SPACE/NAME@VERSION`), empty for an image's pool.
+    pub fn put_member(&self, id: SandboxId, image: &str, template: &str) -> Result<()> {
         self.conn()
             .execute(
-                "INSERT OR REPLACE INTO pool (id, image, token, created_ms) VALUES (?1, ?2, '', ?3)",
-                params![id.to_string(), image, ms(SystemTime::now())],
+                "INSERT OR REPLACE INTO pool (id, image, token, created_ms, template)
+                 VALUES (?1, ?2, '', ?3, ?4)",
+                params![id.to_string(), image, ms(SystemTime::now()), template],
             )
             .map_err(db_err("write a pool member"))?;
         Ok(())
@@ -468,7 +474,7 @@ impl Store {
     pub fn members(&self) -> Result<Vec<StoredMember>> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare("SELECT id, image, token FROM pool ORDER BY created_ms")
+            .prepare("SELECT id, image, token, template FROM pool ORDER BY created_ms")
             .map_err(db_err("read the pool"))?;
         let rows = stmt
             .query_map([], |r| {
@@ -476,16 +482,18 @@ impl Store {
                     r.get::<_, String>(0)?,
                     r.get::<_, String>(1)?,
                     r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
                 ))
             })
             .map_err(db_err("read the pool"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, image, stored) = row.map_err(db_err("read a pool member"))?;
+            let (id, image, stored, template) = row.map_err(db_err("read a pool member"))?;
             match SandboxId::parse(&id) {
                 Ok(id) => out.push(StoredMember {
                     id,
                     image,
+                    template,
                     legacy: !stored.is_empty(),
                     token: self.executor_token(id),
                 }),
@@ -968,7 +976,7 @@ mod tests {
     fn a_claim_moves_a_member_to_the_sandboxes_once() {
         let store = Store::in_memory().unwrap();
         let s = sandbox();
-        store.put_member(s.id, "img:1").unwrap();
+        store.put_member(s.id, "img:1", "").unwrap();
         let members = store.members().unwrap();
         assert_eq!(members.len(), 1);
         assert_eq!(
@@ -1006,7 +1014,7 @@ mod tests {
         let env: BTreeMap<String, String> =
             [("API_KEY".to_owned(), "env-secret-4711".to_owned())].into();
         store.put_sandbox(&s, &env, 1).unwrap();
-        store.put_member(SandboxId::new(), "img:1").unwrap();
+        store.put_member(SandboxId::new(), "img:1", "").unwrap();
         let token = store.executor_token(s.id);
         let bytes = file_bytes(dir.path());
         assert!(!bytes.is_empty());

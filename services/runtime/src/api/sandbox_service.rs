@@ -259,16 +259,29 @@ impl SandboxService for SandboxApi {
 
     async fn list_pools(
         &self,
-        _req: Request<api::ListPoolsRequest>,
+        req: Request<api::ListPoolsRequest>,
     ) -> Result<Response<api::ListPoolsResponse>, Status> {
+        let caller = caller(&req)?;
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         Ok(Response::new(api::ListPoolsResponse {
             pools: self
                 .manager
                 .pool_stats()
                 .into_iter()
+                // A template's pool shows to those who may see its space.
+                .filter(|p| {
+                    p.template
+                        .as_ref()
+                        .is_none_or(|(space, _)| caller.require_space(space).is_ok())
+                })
                 .map(|p| api::Pool {
                     image: p.image,
+                    space_id: p
+                        .template
+                        .as_ref()
+                        .map(|(s, _)| s.to_string())
+                        .unwrap_or_default(),
+                    template: p.template.map(|(_, t)| t).unwrap_or_default(),
                     min_idle: count(p.min_idle),
                     max_total: count(p.max_total),
                     idle: count(p.idle),

@@ -31,6 +31,7 @@ pub fn template_from_proto(t: Option<api::Template>) -> Result<Template, Error> 
         env: t.env.into_iter().collect(),
         work_dir: t.work_dir,
         setup: t.setup_commands,
+        pool_size: t.pool_size,
         created_at: now,
         updated_at: now,
     };
@@ -44,13 +45,14 @@ pub fn template_update_from_proto(
     t: Option<api::Template>,
     mask: Option<prost_types::FieldMask>,
 ) -> Result<(SpaceId, String, TemplateUpdate), Error> {
-    const PATHS: [&str; 6] = [
+    const PATHS: [&str; 7] = [
         "description",
         "image",
         "limits",
         "env",
         "work_dir",
         "setup_commands",
+        "pool_size",
     ];
     let t = t.ok_or_else(|| Error::invalid("template is required").at("template"))?;
     let space = SpaceId::parse_or_default(&t.space_id).map_err(|e| e.within("template"))?;
@@ -75,6 +77,7 @@ pub fn template_update_from_proto(
             env: wants("env").then(|| t.env.into_iter().collect()),
             work_dir: wants("work_dir").then_some(t.work_dir),
             setup: wants("setup_commands").then_some(t.setup_commands),
+            pool_size: wants("pool_size").then_some(t.pool_size),
         },
     ))
 }
@@ -96,6 +99,7 @@ pub fn template_to_proto(t: &Template) -> api::Template {
         env: t.env.clone().into_iter().collect(),
         work_dir: t.work_dir.clone(),
         setup_commands: t.setup.clone(),
+        pool_size: t.pool_size,
         create_time: Some(timestamp(t.created_at)),
         update_time: Some(timestamp(t.updated_at)),
     }

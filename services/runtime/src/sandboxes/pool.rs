@@ -6,13 +6,20 @@
 //! Labels cannot change after creation, so a member's container is labelled as a pool member (empty space)
 //! and the store says what it is: a row in `pool` while idle, a sandbox record once claimed, moved in one
 //! transaction. Reconciliation after a restart reads the store, not the labels.
+//!
+//! Pools come from `MENTIS_POOL` (one per image, for the runtime's life) and from templates with a
+//! `pool_size` (one per template, made, replaced and retired as the template is created, changed and
+//! deleted): a template's members are made with its image, limits and the space's data mounts, and have
+//! run its start-up commands, so a claim only binds them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-use mentis_core::{BackendSpec, BackendState, Result, SandboxBackend, SandboxId};
+use mentis_core::{
+    BackendSpec, BackendState, Limits, Result, SandboxBackend, SandboxId, SpaceId, Template,
+};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -36,9 +43,48 @@ pub struct Member {
     pub(crate) client: ExecutorClient,
 }
 
+/// What the members of a template's pool are made as: the template as it was when the pool was made,
+/// resolved against its space (limits, root filesystem).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplatePool {
+    pub space_id: SpaceId,
+    pub name: String,
+    /// The template's update time (ms): members of another version are not taken over after a restart.
+    pub version: i64,
+    pub limits: Limits,
+    pub read_only_rootfs: bool,
+    /// The template's env (its start-up commands run with it).
+    pub env: BTreeMap<String, String>,
+    pub setup: Vec<String>,
+}
+
+impl TemplatePool {
+    /// The key its members are stored under (`SPACE/NAME@VERSION`).
+    fn key(&self) -> String {
+        format!("{}/{}@{}", self.space_id, self.name, self.version)
+    }
+
+    /// The pool of `t`, whose sandboxes get `limits` and `read_only_rootfs` (resolved by the caller).
+    pub fn of(t: &Template, limits: Limits, read_only_rootfs: bool) -> Self {
+        Self {
+            space_id: t.space_id.clone(),
+            name: t.name.clone(),
+            version: crate::store::ms(t.updated_at),
+            limits,
+            read_only_rootfs,
+            env: t.env.clone(),
+            setup: t.setup.clone(),
+        }
+    }
+}
+
 /// One pool.
 pub struct Pool {
     pub config: PoolConfig,
+    /// Set for a template's pool.
+    pub template: Option<TemplatePool>,
+    /// Cancelled when the pool is retired (its template changed or went) or the runtime shuts down.
+    stop: CancellationToken,
     idle: Mutex<VecDeque<Member>>,
     creating: AtomicUsize,
     hits: AtomicU64,
@@ -50,6 +96,8 @@ pub struct Pool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolStats {
     pub image: String,
+    /// A template's pool: its space and name.
+    pub template: Option<(SpaceId, String)>,
     pub min_idle: usize,
     pub max_total: usize,
     pub idle: usize,
@@ -59,9 +107,15 @@ pub struct PoolStats {
 }
 
 impl Pool {
-    fn new(config: PoolConfig) -> Arc<Self> {
+    fn new(
+        config: PoolConfig,
+        template: Option<TemplatePool>,
+        stop: CancellationToken,
+    ) -> Arc<Self> {
         Arc::new(Self {
             config,
+            template,
+            stop,
             idle: Mutex::new(VecDeque::new()),
             creating: AtomicUsize::new(0),
             hits: AtomicU64::new(0),
@@ -100,6 +154,10 @@ impl Pool {
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             image: self.config.image.clone(),
+            template: self
+                .template
+                .as_ref()
+                .map(|t| (t.space_id.clone(), t.name.clone())),
             min_idle: self.config.min_idle,
             max_total: self.config.max_total,
             idle: self.idle().len(),
@@ -112,7 +170,9 @@ impl Pool {
 
 /// Every pool of this runtime, and what keeps them filled.
 pub struct Pools {
-    pools: Vec<Arc<Pool>>,
+    pools: RwLock<Vec<Arc<Pool>>>,
+    /// Where the pools' tasks run, once [`Pools::spawn`] started them (pools added later start at once).
+    tasks: OnceLock<TaskTracker>,
     config: Arc<RuntimeConfig>,
     backend: Arc<dyn SandboxBackend>,
     store: Arc<Store>,
@@ -132,8 +192,15 @@ impl Pools {
         store: Arc<Store>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
+        let pools = config
+            .pools
+            .iter()
+            .cloned()
+            .map(|c| Pool::new(c, None, shutdown.child_token()))
+            .collect();
         Arc::new(Self {
-            pools: config.pools.iter().cloned().map(Pool::new).collect(),
+            pools: RwLock::new(pools),
+            tasks: OnceLock::new(),
             config,
             backend,
             store,
@@ -141,38 +208,125 @@ impl Pools {
         })
     }
 
-    /// The pool of `image`, when there is one.
+    fn all(&self) -> Vec<Arc<Pool>> {
+        self.pools.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The pool of `image` (`MENTIS_POOL`), when there is one.
     pub fn pool_for(&self, image: &str) -> Option<Arc<Pool>> {
-        self.pools.iter().find(|p| p.config.image == image).cloned()
+        self.all()
+            .into_iter()
+            .find(|p| p.template.is_none() && p.config.image == image)
+    }
+
+    /// The pool of template `name` of `space`, when it has one.
+    pub fn pool_for_template(&self, space: &SpaceId, name: &str) -> Option<Arc<Pool>> {
+        self.all().into_iter().find(|p| {
+            p.template
+                .as_ref()
+                .is_some_and(|t| &t.space_id == space && t.name == name)
+        })
     }
 
     /// Every pool's figures.
     pub fn stats(&self) -> Vec<PoolStats> {
-        self.pools.iter().map(|p| p.stats()).collect()
+        self.all().iter().map(|p| p.stats()).collect()
+    }
+
+    /// Makes `template` the pool of its template (retiring the one it had), or only retires that one when
+    /// `template` is None or asks for no member (`size` 0).
+    pub fn set_template(
+        self: &Arc<Self>,
+        space: &SpaceId,
+        name: &str,
+        template: Option<(TemplatePool, String, usize)>,
+    ) {
+        let old = {
+            let mut pools = self.pools.write().unwrap_or_else(|p| p.into_inner());
+            let old: Vec<Arc<Pool>> = pools
+                .iter()
+                .filter(|p| {
+                    p.template
+                        .as_ref()
+                        .is_some_and(|t| &t.space_id == space && t.name == name)
+                })
+                .cloned()
+                .collect();
+            pools.retain(|p| !old.iter().any(|o| Arc::ptr_eq(o, p)));
+            if let Some((t, image, size)) = template.filter(|(_, _, size)| *size > 0) {
+                let pool = Pool::new(
+                    PoolConfig {
+                        image,
+                        min_idle: size,
+                        max_total: size,
+                        kernel: false,
+                    },
+                    Some(t),
+                    self.shutdown.child_token(),
+                );
+                if let Some(tasks) = self.tasks.get() {
+                    self.spawn_pool(tasks, &pool);
+                }
+                pools.push(pool);
+            }
+            old
+        };
+        for pool in old {
+            // Its task drops what is idle, and whatever a make in flight still brings.
+            pool.stop.cancel();
+            pool.wake.notify_one();
+        }
+    }
+
+    /// Retires the pools of every template of `space` (the space is deleted).
+    pub fn retire_space(self: &Arc<Self>, space: &SpaceId) {
+        let names: Vec<String> = self
+            .all()
+            .iter()
+            .filter_map(|p| p.template.as_ref())
+            .filter(|t| &t.space_id == space)
+            .map(|t| t.name.clone())
+            .collect();
+        for name in names {
+            self.set_template(space, &name, None);
+        }
     }
 
     /// One task per pool, owned by `tasks`: keep `min_idle` members ready (within `max_total`), and
-    /// replace members whose executor stops answering.
+    /// replace members whose executor stops answering. Pools added later get theirs at once.
     pub fn spawn(self: &Arc<Self>, tasks: &TaskTracker) {
-        for pool in &self.pools {
-            let this = Arc::clone(self);
-            let pool = Arc::clone(pool);
-            tasks.spawn(async move {
-                loop {
-                    let made = this.fill(&pool).await;
-                    let pause = if made {
-                        this.config.health_interval
-                    } else {
-                        RETRY_PAUSE
-                    };
-                    tokio::select! {
-                        () = this.shutdown.cancelled() => return,
-                        () = pool.wake.notified() => {}
-                        () = tokio::time::sleep(pause) => this.check_members(&pool).await,
-                    }
-                }
-            });
+        let _ = self.tasks.set(tasks.clone());
+        for pool in self.all() {
+            self.spawn_pool(tasks, &pool);
         }
+    }
+
+    fn spawn_pool(self: &Arc<Self>, tasks: &TaskTracker, pool: &Arc<Pool>) {
+        let this = Arc::clone(self);
+        let pool = Arc::clone(pool);
+        tasks.spawn(async move {
+            loop {
+                let made = this.fill(&pool).await;
+                let pause = if made {
+                    this.config.health_interval
+                } else {
+                    RETRY_PAUSE
+                };
+                tokio::select! {
+                    () = pool.stop.cancelled() => break,
+                    () = pool.wake.notified() => {}
+                    () = tokio::time::sleep(pause) => this.check_members(&pool).await,
+                }
+            }
+            // Retired (not at shutdown: the members of a running runtime's pools are taken over after a
+            // restart): its idle members go.
+            if !this.shutdown.is_cancelled() {
+                let idle: Vec<Member> = pool.idle().drain(..).collect();
+                for m in idle {
+                    this.drop_member(m.id).await;
+                }
+            }
+        });
     }
 
     /// Makes members until the pool has its minimum; false when making one failed.
@@ -182,7 +336,7 @@ impl Pools {
             let creating = pool.creating.load(Ordering::Relaxed);
             if idle + creating >= pool.config.min_idle
                 || idle + creating >= pool.config.max_total
-                || self.shutdown.is_cancelled()
+                || pool.stop.is_cancelled()
             {
                 return true;
             }
@@ -190,6 +344,11 @@ impl Pools {
             let made = self.make_member(pool).await;
             pool.creating.fetch_sub(1, Ordering::Relaxed);
             match made {
+                // Retired meanwhile (not shut down): this member belongs to no pool any more.
+                Ok(member) if pool.stop.is_cancelled() && !self.shutdown.is_cancelled() => {
+                    self.drop_member(member.id).await;
+                    return true;
+                }
                 Ok(member) => pool.idle().push_back(member),
                 Err(e) => {
                     tracing::warn!(image = %pool.config.image, error = %e.chain(), "could not make a pool member");
@@ -201,21 +360,27 @@ impl Pools {
 
     async fn make_member(&self, pool: &Pool) -> Result<Member> {
         let id = SandboxId::new();
+        let template = pool.template.as_ref();
         let stored = StoredMember {
             id,
             image: pool.config.image.clone(),
+            template: template.map(TemplatePool::key).unwrap_or_default(),
             token: self.store.executor_token(id),
             legacy: false,
         };
-        self.store.put_member(stored.id, &stored.image)?;
+        self.store
+            .put_member(stored.id, &stored.image, &stored.template)?;
         let spec = BackendSpec {
             id: stored.id,
             space_id: None,
             image: stored.image.clone(),
-            limits: self.config.limits.default,
-            read_only_rootfs: self.config.read_only_rootfs,
+            limits: template.map_or(self.config.limits.default, |t| t.limits),
+            read_only_rootfs: template.map_or(self.config.read_only_rootfs, |t| t.read_only_rootfs),
             token: stored.token.clone(),
-            data_mounts: self.config.mounts_for_every_space(),
+            data_mounts: template.map_or_else(
+                || self.config.mounts_for_every_space(),
+                |t| self.config.mounts_for(t.space_id.as_str()),
+            ),
             // A kernel started ahead makes the first cell of a claimed sandbox as quick as the next ones;
             // the executor gives it the sandbox's env before that cell.
             executor_env: if pool.config.kernel {
@@ -227,7 +392,7 @@ impl Pools {
         };
         let made = async {
             let endpoint = self.backend.create(&spec).await?;
-            ready_new_executor(
+            let client = ready_new_executor(
                 self.backend.as_ref(),
                 &self.config,
                 stored.id,
@@ -235,7 +400,13 @@ impl Pools {
                 &stored.token,
                 self.config.ready_timeout,
             )
-            .await
+            .await?;
+            if let Some(t) = template
+                && !t.setup.is_empty()
+            {
+                super::setup::run(&client, &t.name, &t.setup, &t.env).await?;
+            }
+            Ok(client)
         }
         .await;
         match made {
@@ -296,7 +467,13 @@ impl Pools {
         found: &HashMap<SandboxId, BackendState>,
     ) {
         for m in members {
-            let pool = self.pool_for(&m.image);
+            let pool = if m.template.is_empty() {
+                self.pool_for(&m.image)
+            } else {
+                self.all()
+                    .into_iter()
+                    .find(|p| p.template.as_ref().is_some_and(|t| t.key() == m.template))
+            };
             let running = found.get(&m.id) == Some(&BackendState::Running);
             if m.legacy {
                 tracing::info!(sandbox_id = %m.id, image = %m.image, "replacing a pool member made by an earlier version (its token was stored)");
@@ -334,4 +511,45 @@ impl Pools {
             }
         }
     }
+}
+
+/// The pool `t` asks for, as [`Pools::set_template`] takes it: its members get what a sandbox made from
+/// the template with an otherwise empty spec gets in `space` (the template's limits within the space's,
+/// the space's root filesystem, the template's image or the runtime's default). None without a pool.
+/// INVALID_SPEC when such a sandbox could not be made (limits above the space's maxima, say), pool or not.
+pub(super) fn template_pool(
+    config: &RuntimeConfig,
+    space: &mentis_core::Space,
+    t: &Template,
+) -> Result<Option<(TemplatePool, String, usize)>> {
+    let mut req = mentis_core::SandboxRequest {
+        space_id: t.space_id.to_string(),
+        template: t.name.clone(),
+        ..Default::default()
+    };
+    t.apply(&mut req);
+    let policy = config
+        .limits
+        .narrowed(&space.limits.sandbox_default, &space.limits.sandbox_max);
+    let spec = req.validate(
+        &policy,
+        &config.expiry,
+        config.egress_default,
+        space
+            .limits
+            .read_only_rootfs
+            .unwrap_or(config.read_only_rootfs),
+    )?;
+    if t.pool_size == 0 {
+        return Ok(None);
+    }
+    let image = spec
+        .image
+        .clone()
+        .unwrap_or_else(|| config.executor_image.clone());
+    Ok(Some((
+        TemplatePool::of(t, spec.limits, spec.read_only_rootfs),
+        image,
+        usize::try_from(t.pool_size).unwrap_or(usize::MAX),
+    )))
 }

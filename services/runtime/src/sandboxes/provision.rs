@@ -130,14 +130,31 @@ impl Provisioner {
         // at creation here), their ulimits, disk and root filesystem are the runtime's defaults (`docker
         // update` changes none of them: a workspace's filesystem has its size for good), and they keep the
         // default limits where the backend cannot change those either.
-        let pool = self.pools.pool_for(&image).filter(|_| {
-            !spec.egress
-                && spec.limits.nofile == self.config.limits.default.nofile
-                && spec.limits.disk_mb == self.config.limits.default.disk_mb
-                && spec.read_only_rootfs == self.config.read_only_rootfs
-                && self.config.mounts_for(spec.space_id.as_str())
-                    == self.config.mounts_for_every_space()
-                && (self.backend.updates_limits() || spec.limits == self.config.limits.default)
+        // A template's own pool first: its members were made as the template's sandboxes are, and ran its
+        // start-up commands already; they fit when the spec kept what cannot change.
+        let template_pool = template
+            .as_ref()
+            .and_then(|t| self.pools.pool_for_template(&t.space_id, &t.name))
+            .filter(|p| {
+                p.template.as_ref().is_some_and(|made| {
+                    p.config.image == image
+                        && !spec.egress
+                        && spec.limits.nofile == made.limits.nofile
+                        && spec.limits.disk_mb == made.limits.disk_mb
+                        && spec.read_only_rootfs == made.read_only_rootfs
+                        && (self.backend.updates_limits() || spec.limits == made.limits)
+                })
+            });
+        let pool = template_pool.or_else(|| {
+            self.pools.pool_for(&image).filter(|_| {
+                !spec.egress
+                    && spec.limits.nofile == self.config.limits.default.nofile
+                    && spec.limits.disk_mb == self.config.limits.default.disk_mb
+                    && spec.read_only_rootfs == self.config.read_only_rootfs
+                    && self.config.mounts_for(spec.space_id.as_str())
+                        == self.config.mounts_for_every_space()
+                    && (self.backend.updates_limits() || spec.limits == self.config.limits.default)
+            })
         });
         let member = pool.as_ref().and_then(|p| p.take());
         let (id, token) = match &member {
@@ -196,6 +213,9 @@ impl Provisioner {
         let creating = Arc::clone(&handle.lifecycle)
             .try_lock_owned()
             .map_err(|_| Error::internal("a new sandbox's lifecycle lock was taken"))?;
+        // A member of the template's pool ran its start-up commands when it was made.
+        let setup = setup
+            .filter(|_| member.is_none() || pool.as_ref().is_none_or(|p| p.template.is_none()));
         let claim = member.zip(pool);
         let recording = if claim.is_some() {
             Recording::Claim
@@ -278,7 +298,11 @@ impl Provisioner {
         setup: Option<Setup>,
     ) -> Result<Sandbox> {
         let record = h.snapshot();
-        let bound = if record.limits == self.config.limits.default {
+        let made_with = pool
+            .template
+            .as_ref()
+            .map_or(self.config.limits.default, |t| t.limits);
+        let bound = if record.limits == made_with {
             Ok(())
         } else {
             self.backend.update_limits(h.id, record.limits).await

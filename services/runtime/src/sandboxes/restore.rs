@@ -45,7 +45,7 @@ pub(super) struct Restore<'a> {
     pub store: &'a Arc<Store>,
     pub registry: &'a Registry,
     pub spaces: &'a Spaces,
-    pub pools: &'a Pools,
+    pub pools: &'a Arc<Pools>,
 }
 
 impl Restore<'_> {
@@ -71,6 +71,19 @@ impl Restore<'_> {
         }
         self.backend.prepare().await?;
         self.spaces.load()?;
+        // Templates' pools, before their stored members are matched to pools.
+        for t in self.store.pooled_templates()? {
+            let pool = self
+                .spaces
+                .record(&t.space_id)
+                .and_then(|space| super::pool::template_pool(self.config, &space, &t));
+            match pool {
+                Ok(pool) => self.pools.set_template(&t.space_id, &t.name, pool),
+                Err(e) => {
+                    tracing::warn!(space_id = %t.space_id, template = %t.name, error = %e.chain(), "no pool for this template")
+                }
+            }
+        }
         let clean = self.store.meta(CLEAN_SHUTDOWN)?.as_deref() == Some("1");
         self.store.set_meta(CLEAN_SHUTDOWN, "0")?;
         let found: HashMap<SandboxId, BackendState> = self

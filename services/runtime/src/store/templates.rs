@@ -16,14 +16,15 @@ CREATE TABLE IF NOT EXISTS templates (
     env TEXT NOT NULL,
     work_dir TEXT NOT NULL,
     setup TEXT NOT NULL,
+    pool_size INTEGER NOT NULL,
     created_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
     PRIMARY KEY (space_id, name)
 );
 ";
 
-const COLUMNS: &str =
-    "space_id, name, description, image, limits, env, work_dir, setup, created_ms, updated_ms";
+const COLUMNS: &str = "space_id, name, description, image, limits, env, work_dir, setup, pool_size, \
+    created_ms, updated_ms";
 
 /// What a template's env is sealed for.
 fn owner(space: &SpaceId, name: &str) -> String {
@@ -54,7 +55,7 @@ impl Store {
             .conn()
             .execute(
                 &format!(
-                    "INSERT OR IGNORE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+                    "INSERT OR IGNORE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
                 ),
                 self.template_row(t),
             )
@@ -74,7 +75,7 @@ impl Store {
         self.conn()
             .execute(
                 &format!(
-                    "INSERT OR REPLACE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+                    "INSERT OR REPLACE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
                 ),
                 self.template_row(t),
             )
@@ -95,6 +96,7 @@ impl Store {
         String,
         String,
         String,
+        u32,
         i64,
         i64,
     ) {
@@ -108,6 +110,7 @@ impl Store {
                 .seal_env_of(&owner(&t.space_id, &t.name), &t.env),
             t.work_dir.clone(),
             serde_json::to_string(&t.setup).unwrap_or_else(|_| "[]".to_owned()),
+            t.pool_size,
             ms(t.created_at),
             ms(t.updated_at),
         )
@@ -147,6 +150,23 @@ impl Store {
             .map_err(db_err("read templates"))?
             .collect::<rusqlite::Result<_>>()
             .map_err(db_err("read templates"))?
+        };
+        rows.into_iter().map(|r| self.template_of(r)).collect()
+    }
+
+    /// Every template with a pool (they are made at start).
+    pub fn pooled_templates(&self) -> Result<Vec<Template>> {
+        let rows: Vec<Row> = {
+            let conn = self.conn();
+            let mut stmt = conn
+                .prepare(&format!(
+                    "SELECT {COLUMNS} FROM templates WHERE pool_size > 0 ORDER BY space_id, name"
+                ))
+                .map_err(db_err("read templates"))?;
+            stmt.query_map([], row)
+                .map_err(db_err("read templates"))?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(db_err("read templates"))?
         };
         rows.into_iter().map(|r| self.template_of(r)).collect()
     }
@@ -194,8 +214,9 @@ impl Store {
             env,
             work_dir: r.6,
             setup: serde_json::from_str(&r.7).unwrap_or_default(),
-            created_at: time(r.8),
-            updated_at: time(r.9),
+            pool_size: r.8,
+            created_at: time(r.9),
+            updated_at: time(r.10),
         })
     }
 }
@@ -209,6 +230,7 @@ type Row = (
     String,
     String,
     String,
+    u32,
     i64,
     i64,
 );
@@ -225,6 +247,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         r.get(7)?,
         r.get(8)?,
         r.get(9)?,
+        r.get(10)?,
     ))
 }
 
@@ -249,6 +272,7 @@ mod tests {
             env: [("TOKEN".to_owned(), "s3cret".to_owned())].into(),
             work_dir: "app".to_owned(),
             setup: vec!["echo one".to_owned(), "echo two".to_owned()],
+            pool_size: if name == "b" { 2 } else { 0 },
             created_at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(5),
             updated_at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(6),
         }
@@ -282,6 +306,9 @@ mod tests {
         assert_eq!(names("", 10), ["a", "b"]);
         assert_eq!(names("a", 10), ["b"]);
         assert_eq!(names("", 1), ["a"]);
+        let pooled = store.pooled_templates().unwrap();
+        assert_eq!(pooled.len(), 1);
+        assert_eq!((pooled[0].name.as_str(), pooled[0].pool_size), ("b", 2));
         // The env is not in the file as text.
         let db = std::fs::read(dir.path().join("mentis.db")).unwrap();
         assert!(!db.windows(6).any(|w| w == b"s3cret"));

@@ -99,3 +99,149 @@ async fn a_member_that_cannot_be_bound_fails_the_create_and_is_removed() {
     let sb = rt.create_default().await;
     assert_eq!(sb.state, SandboxState::Running as i32);
 }
+
+/// The pool of template `name`, when ListPools shows one.
+async fn template_pool(rt: &mut TestRuntime, name: &str) -> Option<api::Pool> {
+    let _busy = Busy::hold();
+    rt.sandboxes
+        .list_pools(api::ListPoolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .pools
+        .into_iter()
+        .find(|p| p.template == name)
+}
+
+async fn wait_template_idle(rt: &mut TestRuntime, name: &str, idle: u32) -> api::Pool {
+    for _ in 0..300 {
+        if let Some(p) = template_pool(rt, name).await
+            && p.idle >= idle
+        {
+            return p;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the pool of {name} never had {idle} idle members: {:?}",
+        template_pool(rt, name).await
+    );
+}
+
+#[tokio::test]
+async fn a_template_keeps_its_own_pool_of_prepared_sandboxes_and_replaces_it_when_it_changes() {
+    use mentis_proto::api::template_service_client::TemplateServiceClient;
+    let mut rt = TestRuntime::start().await;
+    let mut templates = TemplateServiceClient::new(rt.channel.clone());
+    let template = api::Template {
+        name: "warm".to_owned(),
+        limits: Some(api::SandboxLimits {
+            memory_mb: 640,
+            ..Default::default()
+        }),
+        env: [("STAGE".to_owned(), "one".to_owned())].into(),
+        setup_commands: vec!["echo \"prepared $STAGE\" > marker".to_owned()],
+        pool_size: 2,
+        ..Default::default()
+    };
+    templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(template.clone()),
+        })
+        .await
+        .unwrap();
+    let p = wait_template_idle(&mut rt, "warm", 2).await;
+    assert_eq!(
+        (p.space_id.as_str(), p.min_idle, p.max_total),
+        ("default", 2, 2)
+    );
+    let made_before = rt.backend.created();
+
+    // A sandbox of the template is a member made ahead: its start-up commands ran before the request.
+    let sb = rt
+        .create(api::SandboxSpec {
+            template: "warm".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(sb.state, SandboxState::Running as i32);
+    assert_eq!((sb.template.as_str(), sb.memory_limit_mb), ("warm", 640));
+    assert_eq!(rt.backend.calls("create", sid(&sb)), 1);
+    assert!(rt.backend.created() <= made_before + 1);
+    let p = template_pool(&mut rt, "warm").await.unwrap();
+    assert_eq!((p.hits, p.misses), (1, 0), "{p:?}");
+    let obs = rt.sh(&sb.sandbox_id, "cat marker").await.unwrap();
+    assert_eq!(stdout(&obs), "prepared one\n");
+    // Other limits are bound to the member (the fake backend can change them).
+    let other = rt
+        .create(api::SandboxSpec {
+            template: "warm".to_owned(),
+            memory_limit_mb: 700,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(rt.backend.limits(sid(&other)).unwrap().memory_mb, 700);
+    wait_template_idle(&mut rt, "warm", 2).await;
+
+    // A change replaces the members: the old ones go, new ones run the new start-up commands.
+    let old: Vec<_> = rt.backend.ids();
+    templates
+        .update_template(api::UpdateTemplateRequest {
+            template: Some(api::Template {
+                env: [("STAGE".to_owned(), "two".to_owned())].into(),
+                ..template.clone()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["env".to_owned()],
+            }),
+        })
+        .await
+        .unwrap();
+    let p = wait_template_idle(&mut rt, "warm", 2).await;
+    assert_eq!((p.hits, p.misses), (0, 0), "a new pool: {p:?}");
+    let live = [sid(&sb), sid(&other)];
+    for id in old.iter().filter(|id| !live.contains(id)) {
+        for _ in 0..100 {
+            if rt.backend.state(*id).is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(rt.backend.state(*id), None, "an old member is left: {id}");
+    }
+    let sb2 = rt
+        .create(api::SandboxSpec {
+            template: "warm".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let obs = rt.sh(&sb2.sandbox_id, "cat marker").await.unwrap();
+    assert_eq!(stdout(&obs), "prepared two\n");
+
+    // Deleted: the pool and its idle members go; its sandboxes stay.
+    wait_template_idle(&mut rt, "warm", 2).await;
+    templates
+        .delete_template(api::DeleteTemplateRequest {
+            space_id: String::new(),
+            name: "warm".to_owned(),
+        })
+        .await
+        .unwrap();
+    assert!(template_pool(&mut rt, "warm").await.is_none());
+    let keep = [sid(&sb), sid(&other), sid(&sb2)];
+    for _ in 0..100 {
+        if rt.backend.ids().iter().all(|id| keep.contains(id)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut left = rt.backend.ids();
+    left.sort();
+    let mut want = keep.to_vec();
+    want.sort();
+    assert_eq!(left, want);
+    assert_eq!(rt.state(&sb.sandbox_id).await, SandboxState::Running);
+}
