@@ -383,3 +383,227 @@ async fn a_template_with_a_pool_serves_its_sandboxes_warm() -> anyhow::Result<()
     );
     h.stop().await
 }
+
+/// A tar of `files` (name, content), as a build context.
+fn context(files: &[(&str, &str)]) -> anyhow::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, content) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder.append_data(&mut header, name, content.as_bytes())?;
+    }
+    Ok(builder.into_inner()?)
+}
+
+/// BuildImage of `context` as `image`: the output, and the image or the status it ended with.
+async fn build(
+    client: &mut TemplateServiceClient<ApiChannel>,
+    image: &str,
+    context: Vec<u8>,
+) -> anyhow::Result<(String, Result<api::BuiltImage, tonic::Status>)> {
+    let mut messages = vec![api::BuildImageRequest {
+        kind: Some(api::build_image_request::Kind::Header(
+            api::BuildImageHeader {
+                image: image.to_owned(),
+                ..Default::default()
+            },
+        )),
+    }];
+    // In small chunks, as a client streaming a big context would send it.
+    for chunk in context.chunks(1000) {
+        messages.push(api::BuildImageRequest {
+            kind: Some(api::build_image_request::Kind::Context(
+                bytes::Bytes::copy_from_slice(chunk),
+            )),
+        });
+    }
+    let mut stream = match client.build_image(futures::stream::iter(messages)).await {
+        Ok(r) => r.into_inner(),
+        Err(s) => return Ok((String::new(), Err(s))),
+    };
+    let mut output = String::new();
+    loop {
+        match stream.message().await {
+            Ok(Some(api::BuildImageResponse {
+                kind: Some(api::build_image_response::Kind::Output(text)),
+            })) => output.push_str(&text),
+            Ok(Some(api::BuildImageResponse {
+                kind: Some(api::build_image_response::Kind::Image(built)),
+            })) => return Ok((output, Ok(built))),
+            Ok(other) => anyhow::bail!("unexpected {other:?} after {output}"),
+            Err(s) => return Ok((output, Err(s))),
+        }
+    }
+}
+
+#[tokio::test]
+async fn images_are_built_from_a_dockerfile_or_imported_from_a_root_filesystem_through_the_api()
+-> anyhow::Result<()> {
+    test_images()?;
+    let mut h = Harness::start().await?;
+    let mut templates = TemplateServiceClient::new(h.channel.clone());
+    let built_name = format!("mentis-test/built-{}:1", h.guard.instance);
+    let imported_name = format!("mentis-test/imported-{}:1", h.guard.instance);
+    // The images are the engine's: removed whatever happens.
+    struct Images(Vec<String>);
+    impl Drop for Images {
+        fn drop(&mut self) {
+            for image in &self.0 {
+                let _ = docker(&["image", "rm", "-f", image]);
+            }
+        }
+    }
+    let _images = Images(vec![built_name.clone(), imported_name.clone()]);
+
+    // A Dockerfile on a local image, its output streamed back, then a template of it.
+    let ctx = context(&[
+        (
+            "Dockerfile",
+            "FROM mentis-test/busybox:1\nCOPY hello.txt /srv/hello.txt\nRUN echo built by the engine > /srv/built.txt\nENV BUILT=yes\n",
+        ),
+        ("hello.txt", "hello from the context\n"),
+    ])?;
+    let (output, built) = build(&mut templates, &built_name, ctx).await?;
+    let built = built.map_err(|s| anyhow::anyhow!("{s:?}; output: {output}"))?;
+    assert_eq!(built.image, built_name);
+    assert!(built.image_id.starts_with("sha256:"), "{built:?}");
+    assert!(output.contains(" : FROM mentis-test/busybox:1"), "{output}");
+    templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(api::Template {
+                name: "built".to_owned(),
+                image: built_name.clone(),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let sb = h
+        .create(api::SandboxSpec {
+            template: "built".to_owned(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(
+        stdout(
+            &h.sh(
+                &sb.sandbox_id,
+                "cat /srv/hello.txt /srv/built.txt; echo $BUILT"
+            )
+            .await?
+        ),
+        "hello from the context\nbuilt by the engine\nyes\n"
+    );
+
+    // A FROM the engine does not have is refused before the build; a step that fails ends the stream
+    // with the engine's message, after the output.
+    let (_, missing) = build(
+        &mut templates,
+        &built_name,
+        context(&[("Dockerfile", "FROM mentis-test/not-here:1\nRUN true\n")])?,
+    )
+    .await?;
+    let missing = missing.expect_err("no such base");
+    assert_eq!(missing.code(), Code::FailedPrecondition);
+    assert!(
+        missing
+            .message()
+            .contains("FROM \"mentis-test/not-here:1\" names an image this engine does not have"),
+        "{missing:?}"
+    );
+    let (output, failed) = build(
+        &mut templates,
+        &format!("mentis-test/broken-{}:1", h.guard.instance),
+        context(&[(
+            "Dockerfile",
+            "FROM mentis-test/busybox:1\nRUN echo trying; exit 3\n",
+        )])?,
+    )
+    .await?;
+    let failed = failed.expect_err("the RUN step fails");
+    assert_eq!(failed.code(), Code::FailedPrecondition);
+    assert!(
+        failed.message().contains("returned a non-zero code: 3"),
+        "{failed:?}"
+    );
+    assert!(output.contains("trying"), "{output}");
+
+    // A root filesystem tarball (here busybox's, exported), with the instructions it needs.
+    let exporter = docker(&["create", "mentis-test/busybox:1"])?;
+    let exported = std::process::Command::new("docker")
+        .args(["export", exporter.trim()])
+        .output()?;
+    docker(&["rm", "-f", exporter.trim()])?;
+    assert!(exported.status.success());
+    let mut messages = vec![api::ImportImageRequest {
+        kind: Some(api::import_image_request::Kind::Header(
+            api::ImportImageHeader {
+                image: imported_name.clone(),
+                changes: vec![
+                    "ENV PATH=/bin".to_owned(),
+                    "LABEL origin=tarball".to_owned(),
+                ],
+            },
+        )),
+    }];
+    for chunk in exported.stdout.chunks(1 << 20) {
+        messages.push(api::ImportImageRequest {
+            kind: Some(api::import_image_request::Kind::Data(
+                bytes::Bytes::copy_from_slice(chunk),
+            )),
+        });
+    }
+    let imported = templates
+        .import_image(futures::stream::iter(messages))
+        .await?
+        .into_inner()
+        .image
+        .unwrap();
+    assert_eq!(imported.image, imported_name);
+    assert_eq!(
+        inspect_image(&imported_name, "{{index .Config.Labels \"origin\"}}")?,
+        "tarball"
+    );
+    let sb = h
+        .create(api::SandboxSpec {
+            image: imported_name.clone(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(
+        stdout(
+            &h.sh(&sb.sandbox_id, "echo imported; readlink /proc/$$/exe")
+                .await?
+        ),
+        "imported\n/bin/busybox\n"
+    );
+
+    // Images are the engine's: a key of a space may not build or import them.
+    let secret = KeyServiceClient::new(h.channel.clone())
+        .create_api_key(api::CreateApiKeyRequest {
+            name: "default only".to_owned(),
+            space_ids: vec!["default".to_owned()],
+        })
+        .await?
+        .into_inner()
+        .secret;
+    let mut theirs = TemplateServiceClient::new(h.with_key(Some(&secret)));
+    let (_, denied) = build(
+        &mut theirs,
+        &built_name,
+        context(&[("Dockerfile", "FROM mentis-test/busybox:1\n")])?,
+    )
+    .await?;
+    assert_eq!(
+        denied.expect_err("not admin").code(),
+        Code::PermissionDenied
+    );
+    h.stop().await
+}
+
+fn inspect_image(image: &str, format: &str) -> anyhow::Result<String> {
+    Ok(docker(&["image", "inspect", "--format", format, image])?
+        .trim()
+        .to_owned())
+}

@@ -4,6 +4,7 @@
 mod config;
 mod disk;
 mod error;
+mod images;
 mod inject;
 mod labels;
 mod network;
@@ -390,6 +391,28 @@ impl SandboxBackend for DockerBackend {
             }
         }
         result
+    }
+
+    async fn has_image(&self, image: &str) -> Result<bool> {
+        self.has_image_inner(image).await
+    }
+
+    async fn build_image(
+        &self,
+        build: &mentis_core::ImageBuild,
+        context: &std::path::Path,
+        output: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<String> {
+        self.build_image_inner(build, context, output).await
+    }
+
+    async fn import_image(
+        &self,
+        image: &str,
+        changes: &[String],
+        rootfs: &std::path::Path,
+    ) -> Result<String> {
+        self.import_image_inner(image, changes, rootfs).await
     }
 
     async fn why_stopped(&self, id: SandboxId) -> Result<Option<Error>> {

@@ -76,6 +76,17 @@ pub struct BackendSandbox {
     pub state: BackendState,
 }
 
+/// An image to build from a Dockerfile and its context.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageBuild {
+    /// The name to tag it with.
+    pub image: String,
+    /// The Dockerfile's path in the context.
+    pub dockerfile: String,
+    pub build_args: std::collections::BTreeMap<String, String>,
+    pub no_cache: bool,
+}
+
 /// Where sandboxes run.
 #[async_trait::async_trait]
 pub trait SandboxBackend: Send + Sync + 'static {
@@ -90,6 +101,39 @@ pub trait SandboxBackend: Send + Sync + 'static {
     /// fails within seconds rather than at the ready timeout. None while it runs (or cannot tell).
     async fn why_stopped(&self, _id: SandboxId) -> Result<Option<Error>> {
         Ok(None)
+    }
+
+    /// Whether the engine has `image` (a build's FROM must name one it has: there is no registry).
+    async fn has_image(&self, _image: &str) -> Result<bool> {
+        Ok(true)
+    }
+
+    /// Builds `build` from the context in the tar file `context`, handing its output to `output` as it
+    /// comes; the image's id. FAILED_PRECONDITION when a step fails.
+    async fn build_image(
+        &self,
+        _build: &ImageBuild,
+        _context: &std::path::Path,
+        _output: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<String> {
+        Err(Error::new(
+            crate::Reason::FailedPrecondition,
+            "this backend cannot build images",
+        ))
+    }
+
+    /// Makes image `image` from the root filesystem in the tar file `rootfs`, with Dockerfile
+    /// instructions `changes`; its id.
+    async fn import_image(
+        &self,
+        _image: &str,
+        _changes: &[String],
+        _rootfs: &std::path::Path,
+    ) -> Result<String> {
+        Err(Error::new(
+            crate::Reason::FailedPrecondition,
+            "this backend cannot import images",
+        ))
     }
 
     /// Removes the sandbox and its workspace. Idempotent: succeeds when it is already gone.

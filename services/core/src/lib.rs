@@ -22,7 +22,9 @@ pub use mentis_model::quote::{self, quoted};
 pub use mentis_model::terminal;
 
 pub use action::{Action, IPythonAction, ShellAction};
-pub use backend::{BackendSandbox, BackendSpec, BackendState, DataMount, Endpoint, SandboxBackend};
+pub use backend::{
+    BackendSandbox, BackendSpec, BackendState, DataMount, Endpoint, ImageBuild, SandboxBackend,
+};
 pub use error::{Chain, Detail, Error, Reason, Resource, ResourceKind, Result};
 pub use ids::{ActionId, SandboxId, SpaceId};
 pub use kernel::VariableSummary;

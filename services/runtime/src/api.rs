@@ -7,6 +7,7 @@ mod connect;
 pub mod decode;
 mod file_service;
 pub mod follow;
+mod images;
 mod key_service;
 pub mod outbound;
 mod paging;

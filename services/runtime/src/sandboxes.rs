@@ -164,6 +164,11 @@ impl Manager {
         &self.store
     }
 
+    /// Where sandboxes run (image builds go straight to it).
+    pub fn backend(&self) -> &Arc<dyn SandboxBackend> {
+        &self.backend
+    }
+
     /// The runtime's configuration.
     pub fn config(&self) -> &RuntimeConfig {
         &self.config

@@ -8,7 +8,7 @@ use mentis_core::template::check_name;
 use mentis_proto::api::{self, template_service_server::TemplateService};
 use tonic::{Request, Response, Status};
 
-use super::access::caller;
+use super::access::{self, caller};
 use super::paging;
 use super::status::to_status;
 use crate::convert::{template_from_proto, template_to_proto, template_update_from_proto};
@@ -32,6 +32,36 @@ fn space_of(raw: &str) -> Result<SpaceId, Status> {
 
 #[tonic::async_trait]
 impl TemplateService for TemplateApi {
+    type BuildImageStream = super::images::BuildStream;
+
+    async fn build_image(
+        &self,
+        req: Request<tonic::Streaming<api::BuildImageRequest>>,
+    ) -> Result<Response<Self::BuildImageStream>, Status> {
+        access::admin(&req, "BuildImage")?;
+        let stream = super::images::build(
+            std::sync::Arc::clone(self.manager.backend()),
+            self.manager.config().data_dir.join("uploads"),
+            req.into_inner(),
+        )
+        .await?;
+        Ok(Response::new(stream))
+    }
+
+    async fn import_image(
+        &self,
+        req: Request<tonic::Streaming<api::ImportImageRequest>>,
+    ) -> Result<Response<api::ImportImageResponse>, Status> {
+        access::admin(&req, "ImportImage")?;
+        let response = super::images::import(
+            self.manager.backend().as_ref(),
+            &self.manager.config().data_dir.join("uploads"),
+            req.into_inner(),
+        )
+        .await?;
+        Ok(Response::new(response))
+    }
+
     async fn create_template(
         &self,
         req: Request<api::CreateTemplateRequest>,

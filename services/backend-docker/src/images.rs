@@ -1,0 +1,170 @@
+//! Images without a registry (docs/ARCHITECTURE.md, "Templates"): built from a Dockerfile and its context
+//! by the engine's builder, or imported from a root filesystem tarball. The tar comes from a file the
+//! runtime spooled the client's upload into, streamed to the engine.
+
+use bollard::query_parameters::{BuildImageOptionsBuilder, CreateImageOptionsBuilder};
+use futures::StreamExt as _;
+use mentis_core::{Error, ImageBuild, Reason, Result};
+
+use crate::DockerBackend;
+use crate::error::{self, is_not_found};
+
+/// The file at `path`, as a stream of chunks (a request's body).
+async fn file_stream(
+    path: &std::path::Path,
+) -> Result<tokio_util::io::ReaderStream<tokio::fs::File>> {
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| Error::internal(format!("cannot open {}: {e}", path.display())))?;
+    Ok(tokio_util::io::ReaderStream::new(file))
+}
+
+/// Splits `name[:tag]` (a digest is no tag to give).
+fn repo_and_tag(image: &str) -> (&str, &str) {
+    match image.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo, tag),
+        _ => (image, "latest"),
+    }
+}
+
+impl DockerBackend {
+    pub(crate) async fn has_image_inner(&self, image: &str) -> Result<bool> {
+        match self
+            .call("inspect image", self.docker.inspect_image(image))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(error::to_core("inspect an image", e)),
+        }
+    }
+
+    async fn image_id(&self, image: &str) -> Result<String> {
+        let info = self
+            .call("inspect image", self.docker.inspect_image(image))
+            .await
+            .map_err(|e| error::to_core("inspect the new image", e))?;
+        Ok(info.id.unwrap_or_default())
+    }
+
+    pub(crate) async fn build_image_inner(
+        &self,
+        build: &ImageBuild,
+        context: &std::path::Path,
+        output: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<String> {
+        let labels = std::collections::HashMap::from([(
+            "io.mentis.built-by".to_owned(),
+            "mentis-runtime".to_owned(),
+        )]);
+        let options = BuildImageOptionsBuilder::default()
+            .t(&build.image)
+            .dockerfile(&build.dockerfile)
+            .buildargs(&build.build_args.clone().into_iter().collect())
+            .nocache(build.no_cache)
+            // Intermediate containers go, also after a failed step.
+            .rm(true)
+            .forcerm(true)
+            .labels(&labels)
+            .build();
+        let body = bollard::body_try_stream(file_stream(context).await?);
+        // No call timeout: a build takes as long as its steps (the client may hang up to stop waiting).
+        let mut events = self.docker.build_image(options, None, Some(body));
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(info) => {
+                    if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                        return Err(Error::new(
+                            Reason::FailedPrecondition,
+                            format!("the build of {} failed: {detail}", build.image),
+                        ));
+                    }
+                    if let Some(text) = info.stream.or(info.status)
+                        && !text.is_empty()
+                    {
+                        output(text);
+                    }
+                }
+                Err(bollard::errors::Error::DockerStreamError { error }) => {
+                    return Err(Error::new(
+                        Reason::FailedPrecondition,
+                        format!("the build of {} failed: {error}", build.image),
+                    ));
+                }
+                Err(e @ bollard::errors::Error::DockerResponseServerError { .. }) => {
+                    let message = match &e {
+                        bollard::errors::Error::DockerResponseServerError { message, .. } => {
+                            message.clone()
+                        }
+                        _ => String::new(),
+                    };
+                    return Err(Error::new(
+                        Reason::FailedPrecondition,
+                        format!("the engine refused the build of {}: {message}", build.image),
+                    )
+                    .with_source(e));
+                }
+                Err(e) => return Err(error::to_core("build an image", e)),
+            }
+        }
+        self.image_id(&build.image).await
+    }
+
+    pub(crate) async fn import_image_inner(
+        &self,
+        image: &str,
+        changes: &[String],
+        rootfs: &std::path::Path,
+    ) -> Result<String> {
+        let (repo, tag) = repo_and_tag(image);
+        let options = CreateImageOptionsBuilder::default()
+            .from_src("-")
+            .repo(repo)
+            .tag(tag)
+            .changes(changes.to_vec())
+            .build();
+        let body = bollard::body_try_stream(file_stream(rootfs).await?);
+        let mut events = self.docker.create_image(Some(options), Some(body), None);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(info) => {
+                    if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                        return Err(Error::new(
+                            Reason::FailedPrecondition,
+                            format!("the import of {image} failed: {detail}"),
+                        ));
+                    }
+                }
+                Err(bollard::errors::Error::DockerStreamError { error }) => {
+                    return Err(Error::new(
+                        Reason::FailedPrecondition,
+                        format!("the import of {image} failed: {error}"),
+                    ));
+                }
+                Err(e @ bollard::errors::Error::DockerResponseServerError { .. }) => {
+                    return Err(Error::new(
+                        Reason::FailedPrecondition,
+                        format!("the engine refused the import of {image}: {e}"),
+                    ));
+                }
+                Err(e) => return Err(error::to_core("import an image", e)),
+            }
+        }
+        self.image_id(image).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_name_splits_into_repository_and_tag() {
+        assert_eq!(repo_and_tag("team/node:22"), ("team/node", "22"));
+        assert_eq!(repo_and_tag("team/node"), ("team/node", "latest"));
+        assert_eq!(
+            repo_and_tag("host:5000/team/node"),
+            ("host:5000/team/node", "latest")
+        );
+    }
+}
