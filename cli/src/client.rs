@@ -6,7 +6,7 @@ use anyhow::Context;
 use mentis_proto::api::{
     action_service_client::ActionServiceClient, file_service_client::FileServiceClient,
     sandbox_service_client::SandboxServiceClient, snapshot_service_client::SnapshotServiceClient,
-    terminal_service_client::TerminalServiceClient,
+    template_service_client::TemplateServiceClient, terminal_service_client::TerminalServiceClient,
 };
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -104,6 +104,10 @@ impl Conn {
 
     pub fn snapshots(&self) -> SnapshotServiceClient<Api> {
         SnapshotServiceClient::new(self.channel.clone())
+    }
+
+    pub fn templates(&self) -> TemplateServiceClient<Api> {
+        TemplateServiceClient::new(self.channel.clone())
     }
 }
 

@@ -15,6 +15,7 @@ mod preview;
 mod sandbox;
 mod shell;
 mod snapshot;
+mod template;
 
 use std::process::ExitCode;
 
@@ -56,6 +57,10 @@ enum Command {
     /// restores one).
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
+    /// Templates (a named image, limits, env, work dir, start-up commands and warm pool; `sandbox create
+    /// --template NAME`), and images built or imported on the runtime's engine.
+    #[command(subcommand)]
+    Template(template::TemplateCommand),
     /// Preview URLs: open a web app, dev server or notebook running in a sandbox from outside it
     /// (`preview url SANDBOX PORT`), and revoke them (`preview revoke SANDBOX`).
     #[command(subcommand)]
@@ -92,6 +97,7 @@ async fn run(cli: Cli) -> Result<Status> {
     match cli.command {
         Command::Sandbox(c) => sandbox::run(&conn()?, c, cli.output).await,
         Command::Snapshot(c) => snapshot::run(&conn()?, c, cli.output).await,
+        Command::Template(c) => template::run(&conn()?, c, cli.output).await,
         Command::Preview(c) => preview::run(&conn()?, c, cli.output).await,
         Command::Exec(a) => exec::exec(&conn()?, a).await,
         Command::RunCode(a) => exec::run_code(&conn()?, a).await,

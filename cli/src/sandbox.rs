@@ -58,6 +58,10 @@ pub struct CreateArgs {
         hide_default_value = true
     )]
     snapshot_id: String,
+    /// Make it from this template of its space (`mentis template`): what the flags leave unset comes from
+    /// the template.
+    #[arg(long, default_value = "", hide_default_value = true)]
+    template: String,
 }
 
 #[derive(Args, Debug)]
@@ -84,6 +88,7 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
                 idle_timeout_seconds: a.idle_timeout,
                 external_key: a.external_key,
                 snapshot_id: a.snapshot_id,
+                template: a.template,
                 ..Default::default()
             };
             let sb = c
@@ -219,6 +224,8 @@ pub fn sandbox_json(s: &api::Sandbox) -> Value {
         "pids_limit": s.pids_limit,
         "nofile_limit": s.nofile_limit,
         "disk_limit_mb": s.disk_limit_mb,
+        "template": s.template,
+        "work_dir": s.work_dir,
         "idle_timeout_seconds": s.idle_timeout_seconds,
         "idle_policy": output::enum_name(s.idle_policy().as_str_name(), "IDLE_POLICY_"),
         "max_lifetime_seconds": s.max_lifetime_seconds,

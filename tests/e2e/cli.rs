@@ -1099,3 +1099,74 @@ async fn completions_are_printed_for_bash_zsh_and_fish() -> Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn template_commands_build_an_image_name_a_template_and_make_a_sandbox_of_it() -> Result<()> {
+    test_images()?;
+    let mut e = Env::start().await?;
+    let tag = format!("mentis-test/cli-{}:1", e.h.guard.instance);
+    struct Image(String);
+    impl Drop for Image {
+        fn drop(&mut self) {
+            let _ = docker(&["image", "rm", "-f", &self.0]);
+        }
+    }
+    let _image = Image(tag.clone());
+    let dir = tempfile::tempdir()?;
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        "FROM mentis-test/busybox:1\nCOPY note.txt /srv/note.txt\n",
+    )?;
+    std::fs::write(dir.path().join("note.txt"), "from the folder\n")?;
+
+    // The build's output on stderr, the image's name on stdout.
+    let built = e
+        .run(&[
+            "template",
+            "build",
+            dir.path().to_str().context("path")?,
+            "-t",
+            &tag,
+        ])
+        .await?;
+    assert_eq!(built.code, 0, "{built:?}");
+    assert_eq!(built.stdout, format!("{tag}\n"));
+    assert!(
+        built.stderr.contains(" : COPY note.txt /srv/note.txt"),
+        "{built:?}"
+    );
+
+    assert_eq!(
+        e.ok(&[
+            "template",
+            "create",
+            "notes",
+            "--image",
+            &tag,
+            "--env",
+            "WHO=cli",
+            "--setup",
+            "echo \"set up for $WHO\" > ready",
+            "--memory-mb",
+            "300",
+        ])
+        .await?,
+        "notes\n"
+    );
+    let listed = e.json(&["template", "list"]).await?;
+    assert_eq!(listed[0]["name"], "notes", "{listed}");
+    assert_eq!(listed[0]["limits"]["memory_mb"], 300, "{listed}");
+    let sb = e.ok(&["sandbox", "create", "--template", "notes"]).await?;
+    let sb = sb.trim();
+    assert_eq!(
+        e.ok(&["exec", sb, "--", "cat /srv/note.txt ready"]).await?,
+        "from the folder\nset up for cli\n"
+    );
+    let got = e.json(&["sandbox", "get", sb]).await?;
+    assert_eq!(got["memory_limit_mb"], 300, "{got}");
+    assert_eq!(e.ok(&["template", "delete", "notes"]).await?, "notes\n");
+    let gone = e.run(&["template", "get", "notes"]).await?;
+    assert_eq!(gone.code, 1, "{gone:?}");
+    assert!(gone.stderr.starts_with("mentis: NOT_FOUND: "), "{gone:?}");
+    e.h.stop().await
+}
