@@ -297,7 +297,7 @@ fn print_image(image: &api::BuiltImage, format: Format) {
 }
 
 fn template_json(t: &api::Template) -> Value {
-    let limits = t.limits.clone().unwrap_or_default();
+    let limits = t.limits.unwrap_or_default();
     json!({
         "space_id": t.space_id,
         "name": t.name,
