@@ -1103,7 +1103,7 @@ async fn completions_are_printed_for_bash_zsh_and_fish() -> Result<()> {
 #[tokio::test]
 async fn template_commands_build_an_image_name_a_template_and_make_a_sandbox_of_it() -> Result<()> {
     test_images()?;
-    let mut e = Env::start().await?;
+    let e = Env::start().await?;
     let tag = format!("mentis-test/cli-{}:1", e.h.guard.instance);
     struct Image(String);
     impl Drop for Image {
