@@ -149,6 +149,10 @@ pub struct CreateSandboxArgs {
     /// Environment variables for everything run in the sandbox.
     #[serde(default)]
     pub env: Option<HashMap<String, String>>,
+    /// A template of the space to make it from (its image, limits, env, working directory and start-up
+    /// commands), as the operator named it.
+    #[serde(default)]
+    pub template: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -412,6 +416,7 @@ impl SandboxTools {
             space_id: space.clone(),
             external_key: key.clone(),
             env: a.env.unwrap_or_default(),
+            template: a.template.unwrap_or_default(),
             ..Default::default()
         };
         // With a key: the sandbox made with it, else a new one (a race with another creator is settled by
