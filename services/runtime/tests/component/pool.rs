@@ -245,3 +245,83 @@ async fn a_template_keeps_its_own_pool_of_prepared_sandboxes_and_replaces_it_whe
     assert_eq!(left, want);
     assert_eq!(rt.state(&sb.sandbox_id).await, SandboxState::Running);
 }
+
+#[tokio::test]
+async fn a_restarted_runtime_takes_over_the_members_of_a_templates_pool_unless_the_template_changed()
+ {
+    use mentis_proto::api::template_service_client::TemplateServiceClient;
+    let mut rt = TestRuntime::start().await;
+    let template = api::Template {
+        name: "kept".to_owned(),
+        setup_commands: vec!["echo once >> runs".to_owned()],
+        pool_size: 1,
+        ..Default::default()
+    };
+    TemplateServiceClient::new(rt.channel.clone())
+        .create_template(api::CreateTemplateRequest {
+            template: Some(template.clone()),
+        })
+        .await
+        .unwrap();
+    wait_template_idle(&mut rt, "kept", 1).await;
+    let member = rt.backend.ids();
+    assert_eq!(member.len(), 1);
+
+    // Stopped and started again: the member is taken over, not made again.
+    let backend = rt.backend.clone();
+    let mut rt = {
+        let _busy = Busy::hold();
+        rt.runtime.take().unwrap().stop().await.unwrap();
+        TestRuntime::start_on(backend, rt.config.clone(), rt.data_dir.clone()).await
+    };
+    wait_template_idle(&mut rt, "kept", 1).await;
+    assert_eq!(rt.backend.ids(), member);
+    let sb = rt
+        .create(api::SandboxSpec {
+            template: "kept".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(sid(&sb), member[0]);
+    let obs = rt.sh(&sb.sandbox_id, "cat runs").await.unwrap();
+    assert_eq!(stdout(&obs), "once\n", "the start-up command ran once");
+    wait_template_idle(&mut rt, "kept", 1).await;
+
+    // Changed while the runtime was down (its row rewritten): the member of the old version goes.
+    let idle: Vec<_> = rt
+        .backend
+        .ids()
+        .into_iter()
+        .filter(|id| *id != sid(&sb))
+        .collect();
+    assert_eq!(idle.len(), 1);
+    let backend = rt.backend.clone();
+    let mut rt = {
+        let _busy = Busy::hold();
+        rt.runtime.take().unwrap().stop().await.unwrap();
+        let store = mentis_runtime::store::Store::open(rt.data_dir.path()).unwrap();
+        let space = mentis_core::SpaceId::default_space();
+        let mut t = store.template(&space, "kept").unwrap().unwrap();
+        t.updated_at += Duration::from_secs(1);
+        t.setup = vec!["echo twice >> runs".to_owned()];
+        store.put_template(&t).unwrap();
+        drop(store);
+        TestRuntime::start_on(backend, rt.config.clone(), rt.data_dir.clone()).await
+    };
+    wait_template_idle(&mut rt, "kept", 1).await;
+    assert_eq!(
+        rt.backend.state(idle[0]),
+        None,
+        "the old version's member is gone"
+    );
+    let again = rt
+        .create(api::SandboxSpec {
+            template: "kept".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let obs = rt.sh(&again.sandbox_id, "cat runs").await.unwrap();
+    assert_eq!(stdout(&obs), "twice\n");
+}
