@@ -23,9 +23,8 @@ use mentis_core::{Error, Reason, Resource, Result, SandboxId};
 use crate::DockerBackend;
 use crate::error::{self, DockerCallExt as _, is_not_found};
 use crate::labels::{LABEL_INSTANCE, LABEL_MANAGED};
+use crate::layout::MOUNT;
 
-/// Where the executor's volume is mounted in every sandbox (read-only).
-pub const MOUNT: &str = "/.mentis";
 /// `io.mentis.component` of the executor's volumes and of the containers that fill them.
 const LABEL_COMPONENT: &str = "io.mentis.component";
 const COMPONENT_VOLUME: &str = "executor-volume";
@@ -33,46 +32,10 @@ const COMPONENT_INSTALLER: &str = "executor-installer";
 /// How many of a container's last log lines an error quotes.
 const LOG_LINES: &str = "20";
 
-/// The entrypoint of every sandbox container: the launcher readies the container and execs tini (PID 1),
-/// which starts the executor.
-pub(crate) fn entrypoint() -> Vec<String> {
-    [
-        "bin/mentis-executor",
-        "launch",
-        "--",
-        "bin/tini",
-        "--",
-        "bin/mentis-executor",
-    ]
-    .iter()
-    .map(|part| {
-        if part.starts_with("bin/") {
-            format!("{MOUNT}/{part}")
-        } else {
-            (*part).to_owned()
-        }
-    })
-    .collect()
-}
-
 /// The name of the executor volume of the image with id `image_id` (`sha256:...`).
 fn volume_name(image_id: &str) -> String {
     let hex = image_id.strip_prefix("sha256:").unwrap_or(image_id);
     format!("mentis-executor-{}", &hex[..hex.len().min(12)])
-}
-
-/// The engine's name of this machine's architecture, as images state theirs.
-pub(crate) fn docker_arch(rust_arch: &str) -> &str {
-    match rust_arch {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        "arm" => "arm",
-        "powerpc64" => "ppc64le",
-        "s390x" => "s390x",
-        "riscv64" => "riscv64",
-        other => other,
-    }
 }
 
 impl DockerBackend {
@@ -373,27 +336,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_entrypoint_runs_the_mounted_executor_under_tini() {
-        assert_eq!(
-            entrypoint(),
-            [
-                "/.mentis/bin/mentis-executor",
-                "launch",
-                "--",
-                "/.mentis/bin/tini",
-                "--",
-                "/.mentis/bin/mentis-executor"
-            ]
-        );
-    }
-
-    #[test]
     fn a_volume_is_named_after_its_image() {
         assert_eq!(
             volume_name("sha256:0123456789abcdef0123"),
             "mentis-executor-0123456789ab"
         );
-        assert_eq!(docker_arch("x86_64"), "amd64");
-        assert_eq!(docker_arch("aarch64"), "arm64");
     }
 }

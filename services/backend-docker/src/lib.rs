@@ -7,6 +7,7 @@ mod error;
 mod images;
 mod inject;
 mod labels;
+mod layout;
 mod network;
 mod runtime;
 mod volume;
@@ -106,7 +107,7 @@ impl DockerBackend {
             .ok()
             .and_then(Result::ok)
             .and_then(|v| v.arch)
-            .unwrap_or_else(|| inject::docker_arch(std::env::consts::ARCH).to_owned());
+            .unwrap_or_else(|| layout::docker_arch(std::env::consts::ARCH).to_owned());
         let disks = config
             .disks_dir
             .as_deref()
@@ -213,7 +214,7 @@ impl DockerBackend {
             binds: Some(
                 [
                     format!("{volume}:/workspace"),
-                    format!("{executor_volume}:{}:ro", inject::MOUNT),
+                    format!("{executor_volume}:{}:ro", layout::MOUNT),
                 ]
                 .into_iter()
                 .chain(
@@ -264,7 +265,7 @@ impl DockerBackend {
             image: Some(spec.image.clone()),
             // Ours, from the executor volume, whatever the image's entrypoint and command (which are not
             // kept: a command is only appended to the image's own entrypoint).
-            entrypoint: Some(inject::entrypoint()),
+            entrypoint: Some(layout::entrypoint()),
             cmd: Some(Vec::new()),
             working_dir: Some("/workspace".to_owned()),
             // Root, numeric so it holds for any image; the executor takes the sandbox user's identity at

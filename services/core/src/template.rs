@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use crate::error::Error;
 use crate::ids::SpaceId;
 use crate::limits::Limits;
-use crate::quote::quoted;
 use crate::sandbox::SandboxRequest;
+use mentis_model::quote::quoted;
 
 /// Longest template name (a DNS label, like a space id).
 pub const MAX_NAME_LEN: usize = 63;
