@@ -71,6 +71,9 @@ if grpcurl -plaintext -max-time 1 127.0.0.1:50051 list >/dev/null 2>&1; then
 fi
 listen=127.0.0.1:50051
 if [ -z "$compose" ]; then cargo build -q -p mentis-runtime; fi
+# The blocks that build images use the command line (`mentis template build`), as the README says.
+cargo build -q -p mentis-cli
+export PATH=$repo/target/debug:$PATH
 if [ -n "$behind_nginx" ]; then
   listen=127.0.0.1:50052
   if grpcurl -plaintext -max-time 1 "$listen" list >/dev/null 2>&1; then
@@ -179,7 +182,7 @@ run_block files \
   'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d
 grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.SandboxService/DeleteSandbox'
 
-for want in 1000 'UNKNOWN:1000' mentis-executor tini \
+for want in my/tools:1 1000 'UNKNOWN:1000' mentis-executor tini \
   'IPython cells need python3 with the ipykernel module, and this image has no python3 on its PATH' \
   'Code: FailedPrecondition' 'Message: image "my/not-built:1" is not on this engine'; do
   grep -qF -- "$want" "$work/own-image.out" ||
