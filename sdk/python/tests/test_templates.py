@@ -19,6 +19,8 @@ import pytest
 from mentis.v1 import space_pb2
 
 import mentis
+import mentis.aio
+import mentis.template
 from mentis import AsyncSandbox, AsyncTemplates, BuiltImage, Sandbox, Template, Templates
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -347,6 +349,35 @@ def test_a_build_that_cannot_be_done_raises_the_typed_error_and_local_mistakes_r
             theirs.build_image(plain, tag)
         with pytest.raises(mentis.PermissionDenied):
             theirs.import_image(b"not even a tar", tag)
+
+
+def test_a_context_that_cannot_be_read_cancels_the_build_and_its_error_is_raised(
+    env, templates, images, busybox, tmp_path, monkeypatch
+):
+    # The archive breaks after its first chunk (a file unreadable mid-way): the call is cancelled rather than
+    # ended cleanly, so the runtime builds nothing of the half it got, and the local error is what is raised.
+    folder = _context(tmp_path, {"Dockerfile": f"FROM {BUSYBOX}\n", "big.bin": "x" * 3_000_000})
+    whole = mentis.template._context_chunks
+
+    def breaking(context):
+        chunks = whole(context)
+        yield next(chunks)
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(mentis.template, "_context_chunks", breaking)
+    monkeypatch.setattr(mentis.aio, "_context_chunks", breaking)
+    tag = images("broken")
+    with pytest.raises(OSError, match="the disk went away"):
+        templates.build_image(folder, tag)
+
+    async def main():
+        async with AsyncTemplates() as asynchronous:
+            with pytest.raises(OSError, match="the disk went away"):
+                await asynchronous.build_image(folder, tag)
+
+    asyncio.run(main())
+    r = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False)
+    assert r.returncode != 0, "an image was built of half a context"
 
 
 def _refuse(text: str) -> None:
