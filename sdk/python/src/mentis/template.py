@@ -38,8 +38,6 @@ from .v1 import space_pb2, template_pb2
 
 __all__ = ["BuiltImage", "Template", "Templates"]
 
-# ListTemplates' own cap on a page.
-_MAX_PAGE = 1000
 # What `update` changes, by keyword: the fields that are update mask paths of their own, and the limits,
 # which the runtime changes together (the path `limits`).
 _FIELDS = ("description", "image", "env", "work_dir", "setup_commands", "pool_size")
