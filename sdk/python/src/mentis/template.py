@@ -311,10 +311,11 @@ class Templates:
         on_output: Callable[[str], None] | None = None,
     ) -> BuiltImage:
         """Builds image `tag` (for example `"team/tools:1"`) on the runtime's engine from the folder
-        `context`, sent whole as a tar archive as it is read, with the Dockerfile at `dockerfile` in it;
-        `build_args` are ARG values. The engine's output is passed to `on_output` as it comes. Every FROM
-        must name an image the engine has (there is no registry to pull from): FailedPrecondition before the
-        build otherwise, and for a step that fails, after its output. Admin keys only (PermissionDenied)."""
+        `context`, sent as a tar archive as it is read (every file of it: a `.dockerignore` is not applied),
+        with the Dockerfile at `dockerfile` in it; `build_args` are ARG values. The engine's output is passed
+        to `on_output` as it comes. Every FROM must name an image the engine has (there is no registry to
+        pull from): FailedPrecondition before the build otherwise, and for a step that fails, after its
+        output. Admin keys only (PermissionDenied)."""
         chunks = _context_chunks(context)
         header = _build_header(tag, dockerfile, build_args, no_cache)
         local: builtins.list[BaseException] = []
