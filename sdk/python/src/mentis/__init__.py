@@ -1,5 +1,6 @@
 """MentisSandbox's Python client: sandboxes for AI agents, with shell commands, stateful IPython cells,
-files, terminals, snapshots of workspaces and preview URLs, over the runtime's gRPC API.
+files, terminals, snapshots of workspaces, preview URLs, and templates with images of your own, over the
+runtime's gRPC API.
 
     from mentis import Sandbox
 
@@ -11,7 +12,7 @@ The runtime's address and key come from arguments or `MENTIS_ADDR` / `MENTIS_API
 """
 
 from ._client import Settings
-from .aio import AsyncFiles, AsyncSandbox, AsyncSnapshots, AsyncTerminal, AsyncTerminals
+from .aio import AsyncFiles, AsyncSandbox, AsyncSnapshots, AsyncTemplates, AsyncTerminal, AsyncTerminals
 from .errors import (
     Aborted,
     AlreadyExists,
@@ -31,6 +32,7 @@ from .errors import (
 )
 from .sandbox import CellError, CellResult, CommandResult, FileInfo, Files, PreviewUrl, Sandbox
 from .snapshot import Snapshot, Snapshots
+from .template import BuiltImage, Template, Templates
 from .terminal import Terminal, TerminalInfo, TerminalLink, Terminals
 
 __version__ = "0.1.0"
@@ -41,8 +43,10 @@ __all__ = [
     "AsyncFiles",
     "AsyncSandbox",
     "AsyncSnapshots",
+    "AsyncTemplates",
     "AsyncTerminal",
     "AsyncTerminals",
+    "BuiltImage",
     "Cancelled",
     "CellError",
     "CellResult",
@@ -64,6 +68,8 @@ __all__ = [
     "Settings",
     "Snapshot",
     "Snapshots",
+    "Template",
+    "Templates",
     "Terminal",
     "TerminalInfo",
     "TerminalLink",

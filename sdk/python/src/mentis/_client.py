@@ -24,6 +24,7 @@ from .v1 import (
     sandbox_pb2_grpc,
     snapshot_pb2_grpc,
     space_pb2_grpc,
+    template_pb2_grpc,
     terminal_pb2_grpc,
 )
 
@@ -146,6 +147,7 @@ class Connection:
         self.files = file_pb2_grpc.FileServiceStub(channel)
         self.spaces = space_pb2_grpc.SpaceServiceStub(channel)
         self.snapshots = snapshot_pb2_grpc.SnapshotServiceStub(channel)
+        self.templates = template_pb2_grpc.TemplateServiceStub(channel)
         self.terminals = terminal_pb2_grpc.TerminalServiceStub(channel)
         self._generation += 1
 

@@ -21,7 +21,7 @@ import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
-from typing import Any, Generic, TypeVar
+from typing import IO, Any, Generic, TypeVar
 
 import grpc
 import grpc.aio
@@ -49,6 +49,20 @@ from .sandbox import (
     _spec,
 )
 from .snapshot import Snapshot, _create_request, _list_request, _snapshot
+from .template import (
+    BuiltImage,
+    Template,
+    _build_header,
+    _BuildOutput,
+    _built,
+    _check_update,
+    _context_chunks,
+    _rootfs_chunks,
+    _template,
+    _update_request,
+)
+from .template import _create_request as _template_create_request
+from .template import _list_request as _template_list_request
 from .terminal import (
     _CLOSE_WAIT,
     TerminalInfo,
@@ -73,11 +87,20 @@ from .v1 import (
     sandbox_pb2_grpc,
     snapshot_pb2,
     snapshot_pb2_grpc,
+    template_pb2,
+    template_pb2_grpc,
     terminal_pb2,
     terminal_pb2_grpc,
 )
 
-__all__ = ["AsyncFiles", "AsyncSandbox", "AsyncSnapshots", "AsyncTerminal", "AsyncTerminals"]
+__all__ = [
+    "AsyncFiles",
+    "AsyncSandbox",
+    "AsyncSnapshots",
+    "AsyncTemplates",
+    "AsyncTerminal",
+    "AsyncTerminals",
+]
 
 T = TypeVar("T")
 
@@ -110,6 +133,7 @@ class _AsyncConnection:
         self.files = file_pb2_grpc.FileServiceStub(self.channel)
         self.terminals = terminal_pb2_grpc.TerminalServiceStub(self.channel)
         self.snapshots = snapshot_pb2_grpc.SnapshotServiceStub(self.channel)
+        self.templates = template_pb2_grpc.TemplateServiceStub(self.channel)
         self.generation += 1
 
     async def reconnect(self, seen_generation: int) -> None:
@@ -230,6 +254,7 @@ class AsyncSandbox:
         memory_mb: int = 0,
         idle_timeout: int = 0,
         snapshot_id: str = "",
+        template: str = "",
         keep: bool = False,
         addr: str | None = None,
         api_key: str | None = None,
@@ -249,6 +274,7 @@ class AsyncSandbox:
                 memory_mb=memory_mb,
                 idle_timeout=idle_timeout,
                 snapshot_id=snapshot_id,
+                template=template,
             )
             try:
                 r = await conn.call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec))
@@ -308,6 +334,16 @@ class AsyncSandbox:
     @property
     def state(self) -> str:
         return _enum_name(sandbox_pb2.SandboxState, self._info.state, "SANDBOX_STATE_")
+
+    @property
+    def template(self) -> str:
+        """See `Sandbox.template`."""
+        return self._info.template
+
+    @property
+    def work_dir(self) -> str:
+        """See `Sandbox.work_dir`."""
+        return self._info.work_dir
 
     def __repr__(self) -> str:
         return f"AsyncSandbox({self.id!r}, state={self.state!r})"
@@ -447,6 +483,149 @@ class AsyncSnapshots:
         await self._conn.close()
 
     async def __aenter__(self) -> AsyncSnapshots:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class AsyncTemplates:
+    """The asyncio twin of `mentis.Templates` (same arguments, same results): `await templates.get(name)`, and
+    `async with AsyncTemplates() as templates` closes its connection at the end of the block. Local files (a
+    build context, a root filesystem) are read off the event loop; `on_output` is called on it."""
+
+    def __init__(self, *, addr: str | None = None, api_key: str | None = None, tls: bool | None = None):
+        self._conn = _AsyncConnection(Settings.resolve(addr, api_key, tls=tls))
+
+    async def create(
+        self,
+        name: str,
+        *,
+        space_id: str | None = None,
+        image: str = "",
+        description: str = "",
+        env: dict[str, str] | None = None,
+        cpu: float = 0,
+        memory_mb: int = 0,
+        pids: int = 0,
+        nofile: int = 0,
+        disk_mb: int = 0,
+        work_dir: str = "",
+        setup_commands: builtins.list[str] | None = None,
+        pool_size: int = 0,
+    ) -> Template:
+        """See `Templates.create`."""
+        fields = dict(
+            image=image,
+            description=description,
+            env=env,
+            cpu=cpu,
+            memory_mb=memory_mb,
+            pids=pids,
+            nofile=nofile,
+            disk_mb=disk_mb,
+            work_dir=work_dir,
+            setup_commands=setup_commands,
+            pool_size=pool_size,
+        )
+        request = _template_create_request(name, space_id, fields)
+        return _template((await self._conn.call(self._conn.templates.CreateTemplate, request)).template)
+
+    async def get(self, name: str, space_id: str | None = None) -> Template:
+        """See `Templates.get`."""
+        request = template_pb2.GetTemplateRequest(space_id=space_id or "", name=name)
+        return _template((await self._conn.call(self._conn.templates.GetTemplate, request)).template)
+
+    async def list(self, space_id: str | None = None, *, page_size: int = 0) -> builtins.list[Template]:
+        """See `Templates.list`: every page, in name order."""
+        request = _template_list_request(space_id, page_size)
+        found: builtins.list[Template] = []
+        while True:
+            r = await self._conn.call(self._conn.templates.ListTemplates, request)
+            found.extend(_template(t) for t in r.templates)
+            if not r.next_page_token:
+                return found
+            request.page_token = r.next_page_token
+
+    async def update(self, name: str, *, space_id: str | None = None, **fields: Any) -> Template:
+        """See `Templates.update`: only the fields given change."""
+        current = await self.get(name, space_id) if _check_update(fields) else None
+        request = _update_request(name, space_id, fields, current)
+        return _template((await self._conn.call(self._conn.templates.UpdateTemplate, request)).template)
+
+    async def delete(self, name: str, space_id: str | None = None) -> None:
+        """See `Templates.delete`."""
+        request = template_pb2.DeleteTemplateRequest(space_id=space_id or "", name=name)
+        await self._conn.call(self._conn.templates.DeleteTemplate, request)
+
+    async def build_image(
+        self,
+        context: str | os.PathLike[str],
+        tag: str,
+        *,
+        dockerfile: str = "Dockerfile",
+        build_args: dict[str, str] | None = None,
+        no_cache: bool = False,
+        on_output: Callable[[str], None] | None = None,
+    ) -> BuiltImage:
+        """See `Templates.build_image`. The context is sent whole before the output comes (the runtime builds
+        once it has all of it)."""
+        chunks = _context_chunks(context)
+        header = _build_header(tag, dockerfile, build_args, no_cache)
+        loop = asyncio.get_running_loop()
+        end = object()
+        conn = self._conn
+        call = conn.templates.BuildImage(metadata=conn.metadata)
+        output = _BuildOutput(on_output)
+        try:
+            try:
+                await call.write(template_pb2.BuildImageRequest(header=header))
+                while True:
+                    chunk = await loop.run_in_executor(None, next, chunks, end)
+                    if chunk is end:
+                        break
+                    await call.write(template_pb2.BuildImageRequest(context=chunk))
+                await call.done_writing()
+            except asyncio.InvalidStateError:
+                pass  # the runtime ended the call early (it refused the stream): the read says why
+            while True:
+                r = await call.read()
+                if r is grpc.aio.EOF:
+                    break
+                output.feed(r)
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e) from None
+        except BaseException:
+            call.cancel()  # a local file that cannot be read, the callback's error, a cancelled task
+            raise
+        return output.result()
+
+    async def import_image(
+        self,
+        rootfs: str | os.PathLike[str] | bytes | IO[bytes],
+        tag: str,
+        *,
+        changes: builtins.list[str] | None = None,
+    ) -> BuiltImage:
+        """See `Templates.import_image`."""
+        chunks, close = _rootfs_chunks(rootfs)
+        header = template_pb2.ImportImageHeader(image=tag, changes=changes or [])
+        try:
+            r = await _send(
+                self._conn,
+                self._conn.templates.ImportImage,
+                template_pb2.ImportImageRequest(header=header),
+                chunks,
+                lambda data: template_pb2.ImportImageRequest(data=data),
+            )
+        finally:
+            close()
+        return _built(r.image)
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    async def __aenter__(self) -> AsyncTemplates:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

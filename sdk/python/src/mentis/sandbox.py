@@ -262,6 +262,7 @@ class Sandbox:
         memory_mb: int = 0,
         idle_timeout: int = 0,
         snapshot_id: str = "",
+        template: str = "",
         keep: bool = False,
         addr: str | None = None,
         api_key: str | None = None,
@@ -270,7 +271,11 @@ class Sandbox:
         """Creates a sandbox (0 / empty means the runtime's default for each setting). `key` is an external
         key (`get_or_create` finds the sandbox by it). `snapshot_id`: the workspace is restored from that
         snapshot (of the same space) before this returns; NotFound when there is none, FailedPrecondition
-        (reason `SNAPSHOT_CORRUPT`) when its archive is damaged, and then no sandbox is left."""
+        (reason `SNAPSHOT_CORRUPT`) when its archive is damaged, and then no sandbox is left. `template`: a
+        template of the space (`Templates`) fills what the other arguments leave unset (its image, each limit
+        left at 0, its env under `env`), shell commands start in its `work_dir`, and its start-up commands
+        have run when this returns; NotFound when the space has none of that name, FailedPrecondition when a
+        start-up command fails (with its output; no sandbox is left)."""
         spec = _spec(
             space,
             key,
@@ -281,6 +286,7 @@ class Sandbox:
             memory_mb=memory_mb,
             idle_timeout=idle_timeout,
             snapshot_id=snapshot_id,
+            template=template,
         )
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
         with _closed_on_error(conn):
@@ -349,6 +355,17 @@ class Sandbox:
     def state(self) -> str:
         """The state when last fetched (`refresh()` fetches it again): `"running"`, `"paused"`, ..."""
         return _enum_name(sandbox_pb2.SandboxState, self._info.state, "SANDBOX_STATE_")
+
+    @property
+    def template(self) -> str:
+        """The template it was made from; empty when none."""
+        return self._info.template
+
+    @property
+    def work_dir(self) -> str:
+        """Where shell commands that name no directory start (its template's `work_dir`, relative to
+        `/workspace` or absolute); empty: `/workspace`."""
+        return self._info.work_dir
 
     def refresh(self) -> Sandbox:
         self._info = _call(
@@ -741,6 +758,7 @@ def _spec(
     memory_mb: int = 0,
     idle_timeout: int = 0,
     snapshot_id: str = "",
+    template: str = "",
 ) -> sandbox_pb2.SandboxSpec:
     """The spec of `create` and `get_or_create` (0 / empty: the runtime's default)."""
     return sandbox_pb2.SandboxSpec(
@@ -753,6 +771,7 @@ def _spec(
         memory_limit_mb=memory_mb,
         idle_timeout_seconds=idle_timeout,
         snapshot_id=snapshot_id,
+        template=template,
     )
 
 
