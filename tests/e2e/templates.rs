@@ -60,6 +60,16 @@ async fn a_template_makes_sandboxes_of_its_image_limits_env_and_start_up_command
         .unwrap();
     assert_eq!(made.space_id, "tpl");
     assert!(made.create_time.is_some());
+    // What Create returned is what Get returns.
+    let got = templates
+        .get_template(api::GetTemplateRequest {
+            space_id: "tpl".to_owned(),
+            name: "busy".to_owned(),
+        })
+        .await?
+        .into_inner()
+        .template;
+    assert_eq!(got.as_ref(), Some(&made));
 
     // A sandbox of the template: its image, limits and env (the spec's over the template's), its
     // start-up commands done before CreateSandbox returned, its shell actions in its work_dir.

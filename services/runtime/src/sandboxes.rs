@@ -421,17 +421,20 @@ impl Manager {
     // Templates (docs/ARCHITECTURE.md, "Templates").
 
     /// Adds a template to an existing space; ALREADY_EXISTS when the space has one of that name.
-    pub fn create_template(&self, template: &Template) -> Result<()> {
+    pub fn create_template(&self, mut template: Template) -> Result<Template> {
+        // Times as the store keeps them (ms), so what is returned now is what Get returns later.
+        let now = stored_time(crate::clock::now());
+        (template.created_at, template.updated_at) = (now, now);
         let pool = pool::template_pool(
             &self.config,
             &self.spaces.record(&template.space_id)?,
-            template,
+            &template,
         )
         .map_err(|e| e.within("template"))?;
-        self.store.create_template(template)?;
+        self.store.create_template(&template)?;
         self.pools
             .set_template(&template.space_id, &template.name, pool);
-        Ok(())
+        Ok(template)
     }
 
     /// NOT_FOUND when the space has no such template.
@@ -464,7 +467,7 @@ impl Manager {
     ) -> Result<Template> {
         let updated = self
             .get_template(space, name)?
-            .updated(update, crate::clock::now());
+            .updated(update, stored_time(crate::clock::now()));
         updated.check("template")?;
         let pool = pool::template_pool(&self.config, &self.spaces.record(space)?, &updated)
             .map_err(|e| e.within("template"))?;
@@ -482,6 +485,11 @@ impl Manager {
             Err(template_not_found(space, name))
         }
     }
+}
+
+/// `t` to the millisecond, as the store keeps times.
+fn stored_time(t: std::time::SystemTime) -> std::time::SystemTime {
+    crate::store::time(crate::store::ms(t))
 }
 
 fn template_not_found(space: &SpaceId, name: &str) -> Error {

@@ -71,7 +71,7 @@ impl TemplateService for TemplateApi {
         caller
             .require_space(&template.space_id)
             .map_err(to_status)?;
-        self.manager.create_template(&template).map_err(to_status)?;
+        let template = self.manager.create_template(template).map_err(to_status)?;
         Ok(Response::new(api::CreateTemplateResponse {
             template: Some(template_to_proto(&template)),
         }))
