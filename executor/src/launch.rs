@@ -153,11 +153,16 @@ pub const INSTALLED: [&str; 2] = ["mentis-executor", "tini"];
 /// file and never half of one, and installers running at once (two runtimes starting) do not clash. A file
 /// already the same is left alone.
 pub fn install(dir: &std::path::Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt as _;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let from = exe
         .parent()
         .ok_or_else(|| format!("{} has no folder", exe.display()))?;
+    install_from(from, dir)
+}
+
+/// [`install`] from the folder `from`.
+fn install_from(from: &std::path::Path, dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).map_err(|e| format!("cannot create {}: {e}", bin.display()))?;
     for folder in [dir, bin.as_path()] {
@@ -172,7 +177,9 @@ pub fn install(dir: &std::path::Path) -> Result<(), String> {
         if std::fs::read(&target).is_ok_and(|old| old == bytes) {
             continue;
         }
-        let temp = bin.join(format!(".{name}.{}", std::process::id()));
+        // A name of its own (not the pid: every installer is PID 1 of its container), so installers
+        // running at once never write the same file.
+        let temp = bin.join(format!(".{name}.{}", uuid::Uuid::new_v4().simple()));
         let written = (|| {
             let mut file = std::fs::File::create(&temp)?;
             file.write_all(&bytes)?;
@@ -186,4 +193,49 @@ pub fn install(dir: &std::path::Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn installers_running_at_once_each_leave_whole_files() {
+        let from = tempfile::tempdir().unwrap();
+        for (i, name) in INSTALLED.iter().enumerate() {
+            std::fs::write(
+                from.path().join(name),
+                vec![u8::try_from(i).unwrap(); 1 << 20],
+            )
+            .unwrap();
+        }
+        let to = tempfile::tempdir().unwrap();
+        // Many at once into one folder (runtimes starting together on one engine), from one process: the
+        // temporary names must not clash (every installer is PID 1 of its own container).
+        std::thread::scope(|s| {
+            let installs: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| install_from(from.path(), to.path())))
+                .collect();
+            for i in installs {
+                i.join().unwrap().unwrap();
+            }
+        });
+        for name in INSTALLED {
+            assert_eq!(
+                std::fs::read(to.path().join("bin").join(name)).unwrap(),
+                std::fs::read(from.path().join(name)).unwrap()
+            );
+        }
+        // Nothing but the programs is left.
+        let mut left: Vec<_> = std::fs::read_dir(to.path().join("bin"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["mentis-executor", "tini"]);
+        // Run again with the same files: nothing to do, still whole.
+        install_from(from.path(), to.path()).unwrap();
+    }
 }
