@@ -38,11 +38,11 @@ web:
 
 # The executor runs inside the containers: a release build keeps it small and quick to start, and it is
 # linked statically (glibc's crt-static), because it runs in images we did not build (docs/ARCHITECTURE.md,
-# "Any image"). --target keeps the flag off build scripts and proc macros.
-HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
-EXECUTOR_BIN := target/$(HOST_TRIPLE)/release/mentis-executor
+# "Any image"). `cargo rustc` gives the flag to the final link only: the dependencies are the ones the other
+# release builds use, not compiled a second time.
+EXECUTOR_BIN := target/release/mentis-executor
 executor:
-	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p mentis-executor --target $(HOST_TRIPLE)
+	$(CARGO) rustc --release -p mentis-executor --bin mentis-executor -- -C target-feature=+crt-static
 
 image: setup executor
 	@deploy/build-executor-image.sh $(EXECUTOR_BIN)

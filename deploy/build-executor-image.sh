@@ -13,9 +13,9 @@
 # script and the base image id); when the tagged image already has that hash, nothing is rebuilt.
 #
 # Usage: deploy/build-executor-image.sh [BINARY]     (prints the image tag on stdout, progress on stderr)
-#   BINARY                default target/<host triple>/release/mentis-executor in the repo root (the static build
-#                         `make executor` makes); a relative path given as an argument is taken from the
-#                         current directory
+#   BINARY                default target/release/mentis-executor in the repo root (the static build `make
+#                         executor` makes); a relative path given as an argument is taken from the current
+#                         directory
 #   MENTIS_EXECUTOR_IMAGE tag to build (default mentis/executor:latest)
 set -euo pipefail
 
@@ -30,7 +30,7 @@ if [ $# -gt 1 ]; then die "usage: $0 [BINARY]"; fi
 if [ $# -eq 1 ]; then
   binary=$(realpath -m -- "$1")
 else
-  binary="$repo_root/target/$(rustc -vV | sed -n 's/^host: //p')/release/mentis-executor"
+  binary="$repo_root/target/release/mentis-executor"
 fi
 cd "$repo_root"
 

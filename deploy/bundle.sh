@@ -29,7 +29,7 @@ images=("${MENTIS_RUNTIME_IMAGE:-mentis/runtime:latest}" "${MENTIS_DIND_IMAGE:-m
 for image in "${images[@]}"; do
   docker image inspect "$image" >/dev/null 2>&1 || die "$image is missing (make service-images)"
 done
-executor="target/$(rustc -vV | sed -n 's/^host: //p')/release/mentis-executor"
+executor=target/release/mentis-executor
 [ -x target/release/mentis-runtime ] || die "target/release/mentis-runtime is missing (cargo build --release)"
 [ -x "$executor" ] || die "$executor is missing (make executor)"
 
