@@ -826,20 +826,23 @@ impl Drop for RuntimeProcess {
 pub fn test_images() -> Result<()> {
     static BUILT: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/images/build.sh");
-            let out = Command::new(script)
-                .output()
-                .map_err(|e| format!("cannot run {script}: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{script} failed: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ))
-            }
-        })
+        .get_or_init(|| run_script(concat!(env!("CARGO_MANIFEST_DIR"), "/images/build.sh")))
         .clone()
         .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// Runs a set-up script; its stderr in the error when it fails.
+pub fn run_script(script: &str) -> std::result::Result<(), String> {
+    let out = Command::new(script)
+        .output()
+        .map_err(|e| format!("cannot run {script}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{script} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
 }

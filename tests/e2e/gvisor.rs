@@ -16,19 +16,10 @@ use mentis_runtime::config::{ContainerRuntime, PoolConfig};
 fn ensure_runsc() -> anyhow::Result<()> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ensure-runsc.sh");
-        let out = std::process::Command::new(script)
-            .output()
-            .map_err(|e| format!("cannot run {script}: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{script} failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
+        run_script(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/ensure-runsc.sh"
+        ))
     })
     .clone()
     .map_err(|e| anyhow::anyhow!("gVisor cannot be set up on this machine: {e}"))

@@ -27,6 +27,24 @@ fn repo_and_tag(image: &str) -> (&str, &str) {
     }
 }
 
+/// The error of a build or import (`what`) the engine ended: its message when it refused or a step failed
+/// (the client's image or context is to blame, FAILED_PRECONDITION), else as any Docker error.
+fn refused(what: &str, e: bollard::errors::Error) -> Error {
+    use bollard::errors::Error as B;
+    match e {
+        B::DockerStreamError { error } => Error::new(
+            Reason::FailedPrecondition,
+            format!("{what} failed: {error}"),
+        ),
+        B::DockerResponseServerError { ref message, .. } => Error::new(
+            Reason::FailedPrecondition,
+            format!("the engine refused {what}: {message}"),
+        )
+        .with_source(e),
+        e => error::to_core("build or import an image", e),
+    }
+}
+
 impl DockerBackend {
     pub(crate) async fn has_image_inner(&self, image: &str) -> Result<bool> {
         match self
@@ -73,11 +91,9 @@ impl DockerBackend {
         while let Some(event) = events.next().await {
             match event {
                 Ok(info) => {
-                    if let Some(detail) = info.error_detail.and_then(|d| d.message) {
-                        return Err(Error::new(
-                            Reason::FailedPrecondition,
-                            format!("the build of {} failed: {detail}", build.image),
-                        ));
+                    if let Some(error) = info.error_detail.and_then(|d| d.message) {
+                        let failed = bollard::errors::Error::DockerStreamError { error };
+                        return Err(refused(&format!("the build of {}", build.image), failed));
                     }
                     if let Some(text) = info.stream.or(info.status)
                         && !text.is_empty()
@@ -85,26 +101,7 @@ impl DockerBackend {
                         output(text);
                     }
                 }
-                Err(bollard::errors::Error::DockerStreamError { error }) => {
-                    return Err(Error::new(
-                        Reason::FailedPrecondition,
-                        format!("the build of {} failed: {error}", build.image),
-                    ));
-                }
-                Err(e @ bollard::errors::Error::DockerResponseServerError { .. }) => {
-                    let message = match &e {
-                        bollard::errors::Error::DockerResponseServerError { message, .. } => {
-                            message.clone()
-                        }
-                        _ => String::new(),
-                    };
-                    return Err(Error::new(
-                        Reason::FailedPrecondition,
-                        format!("the engine refused the build of {}: {message}", build.image),
-                    )
-                    .with_source(e));
-                }
-                Err(e) => return Err(error::to_core("build an image", e)),
+                Err(e) => return Err(refused(&format!("the build of {}", build.image), e)),
             }
         }
         self.image_id(&build.image).await
@@ -128,26 +125,12 @@ impl DockerBackend {
         while let Some(event) = events.next().await {
             match event {
                 Ok(info) => {
-                    if let Some(detail) = info.error_detail.and_then(|d| d.message) {
-                        return Err(Error::new(
-                            Reason::FailedPrecondition,
-                            format!("the import of {image} failed: {detail}"),
-                        ));
+                    if let Some(error) = info.error_detail.and_then(|d| d.message) {
+                        let failed = bollard::errors::Error::DockerStreamError { error };
+                        return Err(refused(&format!("the import of {image}"), failed));
                     }
                 }
-                Err(bollard::errors::Error::DockerStreamError { error }) => {
-                    return Err(Error::new(
-                        Reason::FailedPrecondition,
-                        format!("the import of {image} failed: {error}"),
-                    ));
-                }
-                Err(e @ bollard::errors::Error::DockerResponseServerError { .. }) => {
-                    return Err(Error::new(
-                        Reason::FailedPrecondition,
-                        format!("the engine refused the import of {image}: {e}"),
-                    ));
-                }
-                Err(e) => return Err(error::to_core("import an image", e)),
+                Err(e) => return Err(refused(&format!("the import of {image}"), e)),
             }
         }
         self.image_id(image).await

@@ -83,23 +83,7 @@ impl Store {
         Ok(())
     }
 
-    #[allow(clippy::type_complexity)]
-    fn template_row(
-        &self,
-        t: &Template,
-    ) -> (
-        String,
-        String,
-        String,
-        String,
-        String,
-        String,
-        String,
-        String,
-        u32,
-        i64,
-        i64,
-    ) {
+    fn template_row(&self, t: &Template) -> Row {
         (
             t.space_id.to_string(),
             t.name.clone(),
