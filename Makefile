@@ -7,7 +7,13 @@ CARGO ?= cargo
 export MENTIS_EXECUTOR_IMAGE ?= mentis/executor:latest
 TOOLS := $(CURDIR)/.tools/bin
 
-.PHONY: help setup tools web executor image service-images bundle run demo bench soak sdk test test-unit test-e2e test-sdk test-deploy lint fmt clean-sandboxes
+# The runtime and the command line, always built together: cargo resolves the dependencies' features once per
+# set of packages, so building them apart (or in another set) compiles every shared dependency again. The
+# tests and scripts that need debug builds use the same set (tests/readme-walkthrough.sh, tests/e2e/cli.rs).
+RELEASE_BINS := $(CARGO) build --release -p mentis-runtime -p mentis-cli
+DEBUG_BINS := $(CARGO) build -p mentis-runtime -p mentis-cli
+
+.PHONY: help setup machine-tools tools web executor image service-images bundle run demo bench soak sdk test test-unit test-e2e test-sdk test-deploy lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
@@ -27,10 +33,13 @@ setup:
 	@deploy/ensure-docker.sh
 	@deploy/ensure-disks.sh
 
-# Machine tools (.tools/), and the `mentis` command line (docs/CLI.md) in target/release.
-tools:
+# Machine tools (.tools/), and the `mentis` command line (docs/CLI.md) in target/release (with the runtime:
+# see RELEASE_BINS).
+machine-tools:
 	@deploy/ensure-tools.sh
-	$(CARGO) build --release -p mentis-cli
+
+tools: machine-tools web
+	$(RELEASE_BINS)
 
 # The web terminal's npm packages (web/package-lock.json), which the runtime embeds when it is built.
 web:
@@ -49,7 +58,7 @@ image: setup executor
 
 # The runtime as a container (deploy/compose.yaml, the Helm chart): the runtime image carries the executor image.
 service-images: image web
-	$(CARGO) build --release -p mentis-runtime
+	$(RELEASE_BINS)
 	@deploy/build-service-images.sh target/release/mentis-runtime
 
 # One tarball to install from with no network (docs/DEPLOY.md): the images, the binaries, Compose, the chart.
@@ -57,7 +66,6 @@ bundle: service-images
 	@deploy/bundle.sh
 
 run: image tools
-	$(CARGO) build --release -p mentis-runtime
 	@echo "grpcurl is in $(TOOLS): export PATH=$(TOOLS):\$$PATH"
 	@echo "the mentis command line is $(CURDIR)/target/release/mentis (docs/CLI.md)"
 	exec target/release/mentis-runtime
@@ -85,19 +93,20 @@ test-unit: web
 test-e2e: image tools
 	$(CARGO) test -p mentis-e2e -- --test-threads=2
 
+# The soak is the binary `cargo test` built: building it again with `cargo build` would resolve other features
+# (no dev-dependencies) and compile most of the workspace a second time.
 test: image tools
+	$(DEBUG_BINS)
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=2
 	@tests/readme-walkthrough.sh
 	@tests/readme-walkthrough.sh --behind-nginx
 	@$(MAKE) --no-print-directory test-sdk
 	@$(MAKE) --no-print-directory test-deploy
-	$(CARGO) build -p mentis-e2e --bin mentis-soak --bin mentis-runtime-under-test
 	target/debug/mentis-soak --duration 4m --clients $(SOAK_CLIENTS)
 
 # The Python SDK: a wheel with the stubs generated from proto/ and the release runtime for embedded mode
 # (docs/SDK.md).
 sdk: tools
-	$(CARGO) build --release -p mentis-runtime
 	rm -rf target/sdk/*.whl
 	MENTIS_SDK_RUNTIME_BIN=$(CURDIR)/target/release/mentis-runtime \
 	  .tools/venv/bin/pip wheel -q --no-build-isolation --no-deps -w target/sdk sdk/python
@@ -106,7 +115,7 @@ sdk: tools
 # then its agent-framework tools (LangGraph, CrewAI) and the MCP server (`mentis mcp` and /mcp, with the Python MCP
 # client) from another one with the wheel and the pinned packages.
 test-sdk: image sdk
-	$(CARGO) build -p mentis-runtime -p mentis-cli
+	$(DEBUG_BINS)
 	@tests/sdk-check.sh
 	@tests/sdk-integrations-check.sh
 
@@ -119,7 +128,7 @@ test-deploy: service-images tools
 	@tests/readme-walkthrough.sh --compose dind
 	@tests/bundle-check.sh
 
-lint: tools
+lint: machine-tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	@# mentis-enter's root file is built by executor/build.rs, outside Cargo's targets (its logic, enter.rs, is

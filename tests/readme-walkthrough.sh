@@ -70,9 +70,10 @@ if grpcurl -plaintext -max-time 1 127.0.0.1:50051 list >/dev/null 2>&1; then
   exit 1
 fi
 listen=127.0.0.1:50051
-if [ -z "$compose" ]; then cargo build -q -p mentis-runtime; fi
-# The blocks that build images use the command line (`mentis template build`), as the README says.
-cargo build -q -p mentis-cli
+# The runtime, and the command line that the blocks building images use (`mentis template build`), as the
+# README says. Always the two together, as `make test` and the e2e tests build them: cargo resolves the
+# dependencies' features per set of packages, so another set would compile them all again.
+cargo build -q -p mentis-runtime -p mentis-cli
 export PATH=$repo/target/debug:$PATH
 if [ -n "$behind_nginx" ]; then
   listen=127.0.0.1:50052

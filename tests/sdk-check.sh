@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 wheel=$(ls target/sdk/mentis_sandbox-*.whl 2>/dev/null | head -n 1)
 [ -n "$wheel" ] || { echo "sdk-check: no wheel in target/sdk: make sdk builds it" >&2; exit 1; }
 runtime=${MENTIS_RUNTIME_BIN:-target/debug/mentis-runtime}
-[ -x "$runtime" ] || { echo "sdk-check: $runtime is missing: cargo build -p mentis-runtime" >&2; exit 1; }
+[ -x "$runtime" ] || { echo "sdk-check: $runtime is missing: cargo build -p mentis-runtime -p mentis-cli" >&2; exit 1; }
 venv=target/sdk/venv
 rm -rf "$venv"
 python3 -m venv "$venv"

@@ -11,9 +11,9 @@ cd "$(dirname "$0")/.."
 wheel=${MENTIS_SDK_WHEEL:-$(ls target/sdk/mentis_sandbox-*.whl 2>/dev/null | head -n 1)}
 [ -n "$wheel" ] && [ -f "$wheel" ] || { echo "sdk-integrations-check: no wheel (${wheel:-target/sdk}): make sdk builds it" >&2; exit 1; }
 runtime=${MENTIS_RUNTIME_BIN:-target/debug/mentis-runtime}
-[ -x "$runtime" ] || { echo "sdk-integrations-check: $runtime is missing: cargo build -p mentis-runtime" >&2; exit 1; }
+[ -x "$runtime" ] || { echo "sdk-integrations-check: $runtime is missing: cargo build -p mentis-runtime -p mentis-cli" >&2; exit 1; }
 cli=${MENTIS_CLI_BIN:-target/debug/mentis}
-[ -x "$cli" ] || { echo "sdk-integrations-check: $cli is missing: cargo build -p mentis-cli" >&2; exit 1; }
+[ -x "$cli" ] || { echo "sdk-integrations-check: $cli is missing: cargo build -p mentis-runtime -p mentis-cli" >&2; exit 1; }
 venv=target/sdk/venv-integrations
 rm -rf "$venv"
 python3 -m venv "$venv"

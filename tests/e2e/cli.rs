@@ -18,7 +18,9 @@ use mentis_runtime::config::AuthConfig;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-/// `target/debug/mentis`, built once per test process with the cargo that runs the tests.
+/// `target/debug/mentis`, built once per test process with the cargo that runs the tests: with the runtime,
+/// the set of packages `make test`, the README walk-through and the SDK checks build (cargo resolves the
+/// dependencies' features per set, so another set would compile them all again).
 fn mentis_bin() -> Result<PathBuf> {
     static BIN: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -27,13 +29,13 @@ fn mentis_bin() -> Result<PathBuf> {
             .ok_or("no workspace folder")?;
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         let out = std::process::Command::new(cargo)
-            .args(["build", "-q", "-p", "mentis-cli", "--bin", "mentis"])
+            .args(["build", "-q", "-p", "mentis-runtime", "-p", "mentis-cli"])
             .current_dir(workspace)
             .output()
-            .map_err(|e| format!("cargo build -p mentis-cli: {e}"))?;
+            .map_err(|e| format!("cargo build -p mentis-runtime -p mentis-cli: {e}"))?;
         if !out.status.success() {
             return Err(format!(
-                "cargo build -p mentis-cli failed: {}",
+                "cargo build -p mentis-runtime -p mentis-cli failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
