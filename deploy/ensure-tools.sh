@@ -10,7 +10,8 @@
 #   protoc               Debian's protobuf-compiler, protoc-gen-go and protoc-gen-go-grpc (system-wide), for
 #                        tests/proto-codegen.py (code generation in other languages, in `make lint`).
 #   nginx                Debian's nginx (system-wide, not started): the proxy of tests/e2e/proxy.rs.
-#   .tools/bin/s3s-fs    s3s-fs (crates.io, built with cargo install): the S3 server tests/e2e/snapshots.rs starts.
+#   .tools/bin/s3s-fs    s3s-fs (crates.io, built with cargo install once per machine, linked from
+#                        /var/tmp/mentis/tools): the S3 server tests/e2e/snapshots.rs starts.
 #   tmux                 Debian's tmux (system-wide): tests/e2e/cli.rs runs `mentis shell` in a tmux pane.
 #   docker-compose       Debian's Compose (1.29, system-wide): deploy/compose.yaml, run by the walk-through's
 #                        --compose modes.
@@ -173,13 +174,21 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 # --- s3s-fs (crates.io), the S3-compatible server tests/e2e/snapshots.rs stores snapshots in (started by the test) --
-# Built from source once per machine (about 3 minutes on 2 cores); 0.17 needs a newer rustc than ours.
-if [ ! -x "$tools/s3s/bin/s3s-fs" ] || [ "$("$tools/s3s/bin/s3s-fs" --version 2>/dev/null)" != "s3s-fs $S3S_FS_VERSION" ]; then
-  log "building s3s-fs $S3S_FS_VERSION (cargo install, once per machine)"
-  quiet cargo install --locked "s3s-fs@$S3S_FS_VERSION" --features binary --root "$tools/s3s"
+# Built from source once per machine (about 2 minutes on 2 cores; 0.17 needs a newer rustc than ours), into a
+# folder of the machine's, not of the clone's: a fresh clone (CI's) finds it built (MENTIS_TOOL_CACHE,
+# default /var/tmp/mentis/tools).
+s3s_root=${MENTIS_TOOL_CACHE:-/var/tmp/mentis/tools}/s3s-fs-$S3S_FS_VERSION
+if [ ! -x "$s3s_root/bin/s3s-fs" ] || [ "$("$s3s_root/bin/s3s-fs" --version 2>/dev/null)" != "s3s-fs $S3S_FS_VERSION" ]; then
+  log "building s3s-fs $S3S_FS_VERSION into $s3s_root (cargo install, once per machine)"
+  mkdir -p "$(dirname "$s3s_root")"
+  # Into a folder of its own, moved in place when whole: a run that stops half way leaves nothing to trust.
+  rm -rf "$s3s_root.partial"
+  quiet cargo install --locked "s3s-fs@$S3S_FS_VERSION" --features binary --root "$s3s_root.partial"
+  rm -rf "$s3s_root"
+  mv "$s3s_root.partial" "$s3s_root"
   installed+=("s3s-fs $S3S_FS_VERSION (crates.io)")
 fi
-ln -sfn ../s3s/bin/s3s-fs "$tools/bin/s3s-fs"
+ln -sfn "$s3s_root/bin/s3s-fs" "$tools/bin/s3s-fs"
 
 # --- the web terminal's npm packages (web/package-lock.json) ---------------------------------------------------
 command -v npm >/dev/null 2>&1 || apt_install npm
