@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use mentis_model::{CmdEnd, ObservationKind, ShellAction};
 use tokio::process::Command;
 use tokio::sync::mpsc;
@@ -84,7 +85,7 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
         Ok(dir) => dir,
         Err(message) => return CmdEnd::failed_to_start(message),
     };
-    let mut command = match command(&spec, &dir) {
+    let (mut command, stdin_first) = match command(&spec, &dir) {
         Ok(command) => command,
         Err(e) => {
             return CmdEnd::failed_to_start(format!("cannot start {}: {e}", Shell::get().path()));
@@ -144,7 +145,7 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
             &exited
         ),
         output::pump(stdout, stderr, sink, &exited, &detach),
-        stdin::feed(stdin_pipe, spec.action.stdin, ctx.stdin_writes, &exited),
+        stdin::feed(stdin_pipe, stdin_first, ctx.stdin_writes, &exited),
     );
     // On a normal exit background processes (servers started with `&`) keep running by design; on the
     // other paths supervise already killed the group.
@@ -176,37 +177,96 @@ pub(crate) fn work_dir(workspace: &Path, work_dir: &str) -> Result<PathBuf, Stri
     }
 }
 
+/// The longest argument Linux passes to a program (MAX_ARG_STRLEN, 32 pages, less its NUL): a longer
+/// command cannot be `bash -c`'s argument, and comes through stdin instead (see [`long_command`]).
+const LONGEST_ARGUMENT: usize = 32 * 4096 - 1;
+
 /// `bash -c COMMAND` (`sh -c` in an image without bash) as user code (see `enter`): the OOM killer's first choice from its start, at a lower
-/// CPU priority, as the sandbox user.
-fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<Command> {
+/// CPU priority, as the sandbox user. Also the bytes to write to its stdin before anything else: the
+/// action's stdin, after the command itself when it is too long for an argument.
+fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<(Command, Bytes)> {
     let path = enter::path_of([spec.action.env.get("PATH"), spec.sandbox_env.get("PATH")]);
+    let shell = Shell::get();
     let mut command = enter::command(
-        std::ffi::OsStr::new(Shell::get().path()),
+        std::ffi::OsStr::new(shell.path()),
         dir,
         path.as_deref(),
         Priority::Lowered,
     )?;
+    let has_stdin = spec.action.keep_stdin_open || !spec.action.stdin.is_empty();
+    let long = spec.action.command.len() > LONGEST_ARGUMENT;
+    let stdin_first = if long {
+        if spec.action.command.contains('\0') {
+            // As std refuses it in an argument; read would drop it and lose count.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "nul byte found in provided data",
+            ));
+        }
+        let (script, args, first) = long_command(shell, &spec.action.command, has_stdin);
+        command.arg("-c").arg(script).arg(shell.path()).args(args);
+        let mut bytes = first;
+        bytes.extend_from_slice(&spec.action.stdin);
+        Bytes::from(bytes)
+    } else {
+        command.arg("-c").arg(&spec.action.command);
+        spec.action.stdin.clone()
+    };
     command
-        .arg("-c")
-        .arg(&spec.action.command)
         // The image env is inherited; the token is ours alone, even if something put it back in our env.
         .env_remove(TOKEN_ENV)
         .envs(&spec.sandbox_env)
         .envs(&spec.action.env)
         // Its own group, so a timeout or cancel can kill everything the command started.
         .process_group(0)
-        .stdin(
-            if spec.action.keep_stdin_open || !spec.action.stdin.is_empty() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            },
-        )
+        .stdin(if has_stdin || long {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Killing is explicit (the whole group, not just bash): see ProcessGroup.
         .kill_on_drop(false);
-    Ok(command)
+    Ok((command, stdin_first))
+}
+
+/// A command longer than [`LONGEST_ARGUMENT`]: the shell's script (`$0` stays the shell's path, as with
+/// `-c COMMAND`), its arguments, and what to write to its stdin first. The shell reads the command from
+/// stdin (exactly its length: whatever follows is the action's own stdin), puts stdin back to /dev/null
+/// when the action has none, and `eval`s the command. It runs as `-c COMMAND` would, except that a syntax
+/// error is reported by `eval` and the last command is not exec'd in place of the shell.
+///
+/// bash reads the command in large reads (`read -N`, counting bytes under LC_ALL=C) into
+/// `BASH_EXECUTION_STRING`, which then holds the command as it does under `-c`. `/bin/sh` has no
+/// `read -N`: it reads the command's lines one by one (a byte a read, slower; only images without bash).
+fn long_command(
+    shell: Shell,
+    command: &str,
+    has_stdin: bool,
+) -> (&'static str, [String; 1], Vec<u8>) {
+    const BASH: &str = r#"LC_ALL=C IFS= read -r -N "$1" BASH_EXECUTION_STRING; set --; eval "$BASH_EXECUTION_STRING""#;
+    const BASH_NO_STDIN: &str = r#"LC_ALL=C IFS= read -r -N "$1" BASH_EXECUTION_STRING; set --; exec </dev/null; eval "$BASH_EXECUTION_STRING""#;
+    const SH: &str = r#"__mentis_n=$1; __mentis_c=; while [ "$__mentis_n" -gt 0 ] && IFS= read -r __mentis_l; do __mentis_c="$__mentis_c$__mentis_l
+"; __mentis_n=$((__mentis_n - 1)); done; unset __mentis_n __mentis_l; set --; eval "$__mentis_c""#;
+    const SH_NO_STDIN: &str = r#"__mentis_n=$1; __mentis_c=; while [ "$__mentis_n" -gt 0 ] && IFS= read -r __mentis_l; do __mentis_c="$__mentis_c$__mentis_l
+"; __mentis_n=$((__mentis_n - 1)); done; unset __mentis_n __mentis_l; set --; exec </dev/null; eval "$__mentis_c""#;
+    let mut first = command.as_bytes().to_vec();
+    match shell {
+        Shell::Bash => {
+            let script = if has_stdin { BASH } else { BASH_NO_STDIN };
+            (script, [command.len().to_string()], first)
+        }
+        Shell::Sh => {
+            // Every line ends with a newline, so each `read` returns it whole.
+            if !first.ends_with(b"\n") {
+                first.push(b'\n');
+            }
+            let lines = first.iter().filter(|&&b| b == b'\n').count();
+            let script = if has_stdin { SH } else { SH_NO_STDIN };
+            (script, [lines.to_string()], first)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -214,6 +274,67 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// Runs [`long_command`]'s script in `shell` as `command` would: stdin piped (or not), the first bytes
+    /// then `stdin` written to it. Returns stdout.
+    fn run_long(shell: Shell, program: &str, command: &str, stdin: Option<&[u8]>) -> String {
+        use std::io::Write;
+        let (script, args, mut first) = long_command(shell, command, stdin.is_some());
+        first.extend_from_slice(stdin.unwrap_or_default());
+        let mut child = std::process::Command::new(program)
+            .arg("-c")
+            .arg(script)
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut pipe = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || pipe.write_all(&first).unwrap());
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        assert!(out.status.success(), "{program}: {:?}", out.status);
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn a_command_too_long_for_an_argument_runs_as_it_would_with_dash_c() {
+        // Over the limit, with what a shell's reading could mangle: multibyte text, backslashes, quotes,
+        // leading blanks, a last line with no newline.
+        let filler = "  x\\y 'q' \"é\" ünïcode\n".repeat(LONGEST_ARGUMENT / 20);
+        let command = format!(
+            "echo \"$0 $#\"\ncat >/tmp/ignored-$$ <<'END'\n{filler}END\nwc -c </tmp/ignored-$$; rm /tmp/ignored-$$\n\
+             readlink /proc/self/fd/0\ncat"
+        );
+        assert!(command.len() > LONGEST_ARGUMENT);
+        let heredoc = filler.len();
+        for (shell, program) in [(Shell::Bash, "/bin/bash"), (Shell::Sh, "/bin/sh")] {
+            let with_stdin = run_long(shell, program, &command, Some(b"the action's stdin\n"));
+            let mut lines = with_stdin.lines();
+            assert_eq!(
+                lines.next(),
+                Some(format!("{program} 0").as_str()),
+                "{program}"
+            );
+            assert_eq!(
+                lines.next(),
+                Some(heredoc.to_string().as_str()),
+                "{program}"
+            );
+            assert!(lines.next().unwrap().starts_with("pipe:"), "{program}");
+            assert_eq!(lines.next(), Some("the action's stdin"), "{program}");
+            assert_eq!(lines.next(), None, "{program}");
+            // Without stdin, the command reads /dev/null, as when it is an argument.
+            let without = run_long(shell, program, &command, None);
+            assert!(without.ends_with("/dev/null\n"), "{program}: {without}");
+        }
+        // bash: the variable holds the command, as under -c.
+        let echo =
+            "echo \"${#BASH_EXECUTION_STRING}\" #".to_owned() + &"z".repeat(LONGEST_ARGUMENT);
+        let out = run_long(Shell::Bash, "/bin/bash", &echo, None);
+        assert_eq!(out.trim(), echo.len().to_string());
+    }
 
     #[test]
     fn work_dir_resolution() {

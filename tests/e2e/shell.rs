@@ -407,6 +407,47 @@ async fn stdin_inline_and_streamed_over_connect() -> anyhow::Result<()> {
     h.stop().await
 }
 
+/// A command longer than Linux lets one argument be (128 KiB; the API allows 4 MiB), as an agent writing a
+/// file with a heredoc sends: it runs, and the action's stdin still reaches it.
+#[tokio::test]
+async fn a_command_of_megabytes_runs_and_still_gets_its_stdin() -> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    let sb = h.create_default().await?;
+    let content: String = (0..50_000)
+        .map(|i| format!("line {i:05}: \\ 'single' \"double\" $HOME `date` é\n"))
+        .collect();
+    let command = format!(
+        "cat > big.txt <<'END'\n{content}END\nwc -c < big.txt\nsed -n '12346p' big.txt\ncat"
+    );
+    assert!(command.len() > 2 * 1024 * 1024, "{}", command.len());
+    let obs = h
+        .exec(
+            &sb.sandbox_id,
+            api::ShellAction {
+                command,
+                stdin: bytes::Bytes::from_static(b"and its stdin\n"),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let end = obs
+        .iter()
+        .find_map(|o| match &o.kind {
+            Some(Kind::CmdEnd(e)) => Some(e.clone()),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow::anyhow!("no cmd_end"))?;
+    assert_eq!((end.exit_code, end.message.as_str()), (0, ""), "{end:?}");
+    assert_eq!(
+        stdout(&obs),
+        format!(
+            "{}\nline 12345: \\ 'single' \"double\" $HOME `date` é\nand its stdin\n",
+            content.len()
+        )
+    );
+    h.stop().await
+}
+
 /// Reads a StreamObservations stream (filtered to one action, so it ends) to its end.
 pub async fn collect_stream(
     mut s: tonic::Streaming<api::StreamObservationsResponse>,
