@@ -1,7 +1,11 @@
 //! What `mentis-enter` does between the executor's spawn and the user program (docs/ARCHITECTURE.md,
 //! "Starting user code").
 //!
-//! `mentis-enter UID GID NICE PATH ARGV0 [ARGS...]` (UID, GID, NICE: decimal, or `-` to keep):
+//! `mentis-enter UID GID NICE DIR PATH ARGV0 [ARGS...]` (UID, GID, NICE: decimal, or `-` to keep; DIR: a
+//! folder, or `-` to keep):
+//! 0. into DIR, with the executor's ids (as the spawn's own change of folder would; the executor's spawn
+//!    does not change it itself, because std's posix_spawn path needs a libc function it looks up at run
+//!    time, which a static executor cannot, and falls back to fork);
 //! 1. OOM score adjustment 1000: user code is the OOM killer's first choice. The process is non-dumpable
 //!    (its real and effective uids differ at exec), so its /proc files belong to root: it takes its root
 //!    real uid as effective uid for the write and puts it back;
@@ -14,7 +18,7 @@
 //! 5. exec PATH with ARGV0 and ARGS, in the environment it was given.
 //!
 //! Refused steps 1 and 2 leave the program at the executor's score and priority, as they would be without
-//! this program; a refused step 4 or 5 ends it (126, or 127 when PATH does not exist) with a line on its
+//! this program; a refused step 0, 4 or 5 ends it (126, or 127 when PATH does not exist) with a line on its
 //! stderr, and user code never runs with the executor's ids.
 //!
 //! Every call here is a raw system call: no allocation, no libc. This file is the whole program's logic;
@@ -53,15 +57,21 @@ pub fn parse(arg: &[u8]) -> Option<Option<u32>> {
 /// of them (a process's initial stack).
 #[allow(unsafe_code)]
 pub unsafe fn main(argc: usize, argv: *const *const u8, envp: *const *const u8) -> ! {
-    const USAGE: &[u8] = b"usage: mentis-enter UID GID NICE PATH ARGV0 [ARGS...]";
-    if argc < 6 {
+    const USAGE: &[u8] = b"usage: mentis-enter UID GID NICE DIR PATH ARGV0 [ARGS...]";
+    if argc < 7 {
         fail(USAGE, b"", 0, EXIT_USAGE);
     }
-    // SAFETY: argc > 5, so argv[0..=5] are valid strings (the caller's contract).
+    // SAFETY: argc > 6, so argv[0..=6] are valid strings (the caller's contract).
     let arg = |i: usize| unsafe { c_bytes(*argv.add(i)) };
     let (Some(uid), Some(gid), Some(nice)) = (parse(arg(1)), parse(arg(2)), parse(arg(3))) else {
         fail(USAGE, b"", 0, EXIT_USAGE);
     };
+    if arg(4) != b"-" {
+        // SAFETY: argv[4] is a NUL-terminated string.
+        if let Err(e) = unsafe { sys::chdir(*argv.add(4)) } {
+            fail(b"cannot enter the folder ", arg(4), e, EXIT_CANNOT_EXECUTE);
+        }
+    }
     lower_oom_standing();
     if let Some(nice) = nice {
         // PRIO_PROCESS, this process. Refused (a niceness below the current one), it keeps its own.
@@ -89,14 +99,14 @@ pub unsafe fn main(argc: usize, argv: *const *const u8, envp: *const *const u8) 
     {
         fail(b"cannot take the sandbox user", b"", e, EXIT_CANNOT_EXECUTE);
     }
-    // SAFETY: argv[4] is a string and argv[5..] a null-terminated array of them, as is envp.
-    let e = unsafe { sys::execve(*argv.add(4), argv.add(5), envp) };
+    // SAFETY: argv[5] is a string and argv[6..] a null-terminated array of them, as is envp.
+    let e = unsafe { sys::execve(*argv.add(5), argv.add(6), envp) };
     let code = if e == ENOENT {
         EXIT_NOT_FOUND
     } else {
         EXIT_CANNOT_EXECUTE
     };
-    fail(b"cannot execute ", arg(4), e, code)
+    fail(b"cannot execute ", arg(5), e, code)
 }
 
 /// Step 1: OOM score adjustment 1000, written as root when the real or saved uid is root.
@@ -190,6 +200,7 @@ pub mod sys {
     mod nr {
         pub const WRITE: usize = 1;
         pub const CLOSE: usize = 3;
+        pub const CHDIR: usize = 80;
         pub const RT_SIGACTION: usize = 13;
         pub const RT_SIGPROCMASK: usize = 14;
         pub const EXECVE: usize = 59;
@@ -205,6 +216,7 @@ pub mod sys {
 
     #[cfg(target_arch = "aarch64")]
     mod nr {
+        pub const CHDIR: usize = 49;
         pub const OPENAT: usize = 56;
         pub const CLOSE: usize = 57;
         pub const WRITE: usize = 64;
@@ -288,6 +300,13 @@ pub mod sys {
                 0,
             )
         })
+    }
+
+    /// # Safety
+    /// `path` is a NUL-terminated string.
+    pub unsafe fn chdir(path: *const u8) -> Result<usize, isize> {
+        // SAFETY: the caller's contract.
+        check(unsafe { syscall4(nr::CHDIR, path as usize, 0, 0, 0) })
     }
 
     pub fn close(fd: usize) -> Result<usize, isize> {

@@ -13,9 +13,10 @@
 //!
 //! Why a program and not std's `pre_exec`: a `pre_exec` closure makes std fork the executor, and fork
 //! copies the page tables of a multi-threaded process and write-protects every page it has written, which
-//! then costs a fault each: about 0.6 ms a command here. Without closures or ids, std spawns with
-//! posix_spawn (clone with a shared address space, no copy), and the freestanding `mentis-enter` (a few KiB
-//! of system calls, no libc) costs about 0.05 ms to exec. All of it is done before the program runs, so
+//! then costs a fault each: about 0.6 ms a command here. Without closures, ids or a working folder (in a
+//! static executor std cannot find the libc function that sets one in the spawn, see [`command`]), std
+//! spawns with posix_spawn (clone with a shared address space, no copy), and the freestanding
+//! `mentis-enter` (a few KiB of system calls, no libc) costs about 0.05 ms to exec. All of it is done before the program runs, so
 //! the score and the niceness hold before it can fork anything (both are inherited).
 //!
 //! The program is embedded in the executor and run from a sealed memfd, through `/proc/self/fd/N`: one
@@ -80,13 +81,16 @@ pub(crate) fn command(
         Priority::Kept => OsString::from("-"),
     };
     let mut command = Command::new(&enter.path);
+    // mentis-enter changes into `dir`, not the spawn: std's posix_spawn path sets a folder with a libc
+    // function it looks up at run time (dlsym), which a static executor cannot do, so `current_dir` would
+    // make it fork the executor (about 0.5 ms a command; see the module's doc).
     command
         .arg(id(user.map(|u| u.uid.as_raw())))
         .arg(id(user.map(|u| u.gid.as_raw())))
         .arg(nice)
+        .arg(dir)
         .arg(resolved)
-        .arg(program)
-        .current_dir(dir);
+        .arg(program);
     if let Some(user) = user {
         // Before the caller's env, which may set HOME.
         command.env("HOME", &user.home);
@@ -300,6 +304,35 @@ mod tests {
         assert_eq!(program::reason(2), b"No such file or directory");
         assert_eq!(program::reason(13), b"Permission denied");
         assert_eq!(program::reason(9999), b"unexpected error");
+    }
+
+    #[tokio::test]
+    async fn the_program_starts_in_its_folder_and_a_missing_one_ends_it_with_126() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let out = command(OsStr::new("/bin/pwd"), &sub, None, Priority::Kept)
+            .unwrap()
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            format!("{}\n", sub.display())
+        );
+        // Gone between the check and the start: the process says so and runs nothing.
+        let mut command = command(OsStr::new("/bin/pwd"), &sub, None, Priority::Kept).unwrap();
+        std::fs::remove_dir(&sub).unwrap();
+        let out = command.stderr(Stdio::piped()).output().await.unwrap();
+        assert_eq!(out.status.code(), Some(126));
+        assert!(out.stdout.is_empty());
+        assert_eq!(
+            String::from_utf8(out.stderr).unwrap(),
+            format!(
+                "mentis-enter: cannot enter the folder {}: No such file or directory\n",
+                sub.display()
+            )
+        );
     }
 
     #[tokio::test]
