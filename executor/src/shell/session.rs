@@ -2,7 +2,9 @@
 //! run one after another in one bash, so `cd`, `export` and shell variables carry over. Each command still
 //! gets its own cmd_start, output and cmd_end.
 //!
-//! The session's bash reads NUL-terminated commands from its stdin and runs each inside a function,
+//! The session's bash reads commands from its stdin, each as a line with its length in bytes and then the
+//! command (read whole with `read -N` under LC_ALL=C: large reads, where reading up to a NUL would take
+//! a system call per byte), and runs each inside a function,
 //! `eval`'d, with stdin from /dev/null; after each it writes an end marker with the exit status to stdout
 //! and a marker to stderr (see `framer`). A timeout or cancel sends SIGINT to the session's process group:
 //! the foreground program dies, the shell's INT trap returns from the function (the rest of the command
@@ -70,7 +72,7 @@ pub(crate) const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 const LOOP: &str = r#"__mentis_t=$1
 __mentis_run() { eval "$1"; }
 trap 'return 130 2>/dev/null' INT
-while IFS= read -r -d '' __mentis_c; do
+while IFS= read -r __mentis_n && LC_ALL=C IFS= read -r -N "$__mentis_n" __mentis_c; do
   __mentis_run "$__mentis_c" </dev/null
   __mentis_s=$?
   printf '\036%s:%d\n' "$__mentis_t" "$__mentis_s"
@@ -247,11 +249,7 @@ fn script(action: &ShellAction, shell: process::Shell) -> Vec<u8> {
     }
     s.push_str(&action.command);
     match shell {
-        process::Shell::Bash => {
-            let mut bytes = s.into_bytes();
-            bytes.push(0);
-            bytes
-        }
+        process::Shell::Bash => format!("{}\n{s}", s.len()).into_bytes(),
         process::Shell::Sh => {
             // Read line by line: each gets its newline back, the last one too.
             let lines = s.split('\n').count();
@@ -562,12 +560,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_session_keeps_its_state_in_bash_and_in_sh() {
+        // Longer than an argument may be, with what reading could mangle (multibyte text, backslashes).
+        let filler = "  x\\y 'q' é \\\n".repeat(20_000);
+        let big = format!("cat <<'END' | wc -c\n{filler}END");
         let commands = [
             "mkdir sub && cd sub && x=5 && export Y=6",
             "basename \"$PWD\"; echo \"$x $Y $GREETING\"",
             "printf 'one\\n'\necho two\n\necho 'three\nfour'",
             "false",
             "exit_code_of() { return 3; }\nexit_code_of",
+            &big,
+            "echo after",
         ];
         let want = vec![
             (String::new(), 0),
@@ -575,6 +578,8 @@ mod tests {
             ("one\ntwo\nthree\nfour\n".to_owned(), 0),
             (String::new(), 1),
             (String::new(), 3),
+            (format!("{}\n", filler.len()), 0),
+            ("after\n".to_owned(), 0),
         ];
         for program in [process::Shell::Bash, process::Shell::Sh] {
             assert_eq!(run_in(program, &commands).await, want, "{program:?}");
