@@ -196,15 +196,8 @@ fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<(Command, Bytes)> {
     let has_stdin = spec.action.keep_stdin_open || !spec.action.stdin.is_empty();
     let long = spec.action.command.len() > LONGEST_ARGUMENT;
     let stdin_first = if long {
-        if spec.action.command.contains('\0') {
-            // As std refuses it in an argument; read would drop it and lose count.
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "nul byte found in provided data",
-            ));
-        }
-        let (script, args, first) = long_command(shell, &spec.action.command, has_stdin);
-        command.arg("-c").arg(script).arg(shell.path()).args(args);
+        let (script, length, first) = long_command(shell, &spec.action.command, has_stdin);
+        command.arg("-c").arg(script).arg(shell.path()).arg(length);
         let mut bytes = first;
         bytes.extend_from_slice(&spec.action.stdin);
         Bytes::from(bytes)
@@ -232,41 +225,40 @@ fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<(Command, Bytes)> {
 }
 
 /// A command longer than [`LONGEST_ARGUMENT`]: the shell's script (`$0` stays the shell's path, as with
-/// `-c COMMAND`), its arguments, and what to write to its stdin first. The shell reads the command from
+/// `-c COMMAND`), its one argument (the command's length), and what to write to its stdin first. The shell reads the command from
 /// stdin (exactly its length: whatever follows is the action's own stdin), puts stdin back to /dev/null
 /// when the action has none, and `eval`s the command. It runs as `-c COMMAND` would, except that a syntax
 /// error is reported by `eval` and the last command is not exec'd in place of the shell.
 ///
 /// bash reads the command in large reads (`read -N`, counting bytes under LC_ALL=C) into
 /// `BASH_EXECUTION_STRING`, which then holds the command as it does under `-c`. `/bin/sh` has no
-/// `read -N`: it reads the command's lines one by one (a byte a read, slower; only images without bash).
-fn long_command(
-    shell: Shell,
-    command: &str,
-    has_stdin: bool,
-) -> (&'static str, [String; 1], Vec<u8>) {
-    const BASH: &str = r#"LC_ALL=C IFS= read -r -N "$1" BASH_EXECUTION_STRING; set --; eval "$BASH_EXECUTION_STRING""#;
-    const BASH_NO_STDIN: &str = r#"LC_ALL=C IFS= read -r -N "$1" BASH_EXECUTION_STRING; set --; exec </dev/null; eval "$BASH_EXECUTION_STRING""#;
-    const SH: &str = r#"__mentis_n=$1; __mentis_c=; while [ "$__mentis_n" -gt 0 ] && IFS= read -r __mentis_l; do __mentis_c="$__mentis_c$__mentis_l
-"; __mentis_n=$((__mentis_n - 1)); done; unset __mentis_n __mentis_l; set --; eval "$__mentis_c""#;
-    const SH_NO_STDIN: &str = r#"__mentis_n=$1; __mentis_c=; while [ "$__mentis_n" -gt 0 ] && IFS= read -r __mentis_l; do __mentis_c="$__mentis_c$__mentis_l
-"; __mentis_n=$((__mentis_n - 1)); done; unset __mentis_n __mentis_l; set --; exec </dev/null; eval "$__mentis_c""#;
-    let mut first = command.as_bytes().to_vec();
-    match shell {
-        Shell::Bash => {
-            let script = if has_stdin { BASH } else { BASH_NO_STDIN };
-            (script, [command.len().to_string()], first)
-        }
+/// `read -N`: it reads the command's lines as a session in sh does (`process::sh_read_lines`; a byte a
+/// read, slower; only images without bash).
+fn long_command(shell: Shell, command: &str, has_stdin: bool) -> (String, String, Vec<u8>) {
+    let (read, length, first, text) = match shell {
+        Shell::Bash => (
+            r#"LC_ALL=C IFS= read -r -N "$1" BASH_EXECUTION_STRING"#,
+            command.len(),
+            command.as_bytes().to_vec(),
+            "$BASH_EXECUTION_STRING",
+        ),
         Shell::Sh => {
-            // Every line ends with a newline, so each `read` returns it whole.
-            if !first.ends_with(b"\n") {
-                first.push(b'\n');
-            }
-            let lines = first.iter().filter(|&&b| b == b'\n').count();
-            let script = if has_stdin { SH } else { SH_NO_STDIN };
-            (script, [lines.to_string()], first)
+            let (lines, first) = process::sh_lines(command);
+            (
+                concat!(
+                    "__mentis_n=$1\n",
+                    process::sh_read_lines!(),
+                    "unset __mentis_n __mentis_l"
+                ),
+                lines,
+                first,
+                "$__mentis_c",
+            )
         }
-    }
+    };
+    let no_stdin = if has_stdin { "" } else { "exec </dev/null; " };
+    let script = format!("{read}; set --; {no_stdin}eval \"{text}\"");
+    (script, length.to_string(), first)
 }
 
 #[cfg(test)]
@@ -279,13 +271,13 @@ mod tests {
     /// then `stdin` written to it. Returns stdout.
     fn run_long(shell: Shell, program: &str, command: &str, stdin: Option<&[u8]>) -> String {
         use std::io::Write;
-        let (script, args, mut first) = long_command(shell, command, stdin.is_some());
+        let (script, length, mut first) = long_command(shell, command, stdin.is_some());
         first.extend_from_slice(stdin.unwrap_or_default());
         let mut child = std::process::Command::new(program)
             .arg("-c")
             .arg(script)
             .arg(program)
-            .args(args)
+            .arg(length)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

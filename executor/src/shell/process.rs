@@ -52,6 +52,33 @@ impl Shell {
     }
 }
 
+/// `/bin/sh` has no `read -N`, so a command reaches an sh as its number of lines, then the lines: this
+/// snippet reads `$__mentis_n` lines into `$__mentis_c` (each with its newline back). Sessions
+/// (`session::SH_LOOP`) and long commands (`long_command`) use it, with [`sh_lines`] on the writing side.
+macro_rules! sh_read_lines {
+    () => {
+        r#"__mentis_c=
+while [ "$__mentis_n" -gt 0 ] && IFS= read -r __mentis_l; do
+  __mentis_c="$__mentis_c$__mentis_l
+"
+  __mentis_n=$((__mentis_n - 1))
+done
+"#
+    };
+}
+pub(crate) use sh_read_lines;
+
+/// `text` as [`sh_read_lines`] reads it: every line ends with a newline (the last one too, so each `read`
+/// returns it whole), and how many lines that makes.
+pub(crate) fn sh_lines(text: &str) -> (usize, Vec<u8>) {
+    let mut bytes = text.as_bytes().to_vec();
+    if !bytes.ends_with(b"\n") {
+        bytes.push(b'\n');
+    }
+    let lines = bytes.iter().filter(|&&b| b == b'\n').count();
+    (lines, bytes)
+}
+
 /// Why the executor stopped a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StopReason {

@@ -45,22 +45,20 @@ use crate::reclaim::{Processes, Role, Tracked};
 
 /// The loop of a session in `/bin/sh` (no `read -d`): a line with the command's number of lines, then the
 /// lines; otherwise as [`LOOP`].
-const SH_LOOP: &str = r#"__mentis_t=$1
+const SH_LOOP: &str = concat!(
+    r#"__mentis_t=$1
 __mentis_run() { eval "$1"; }
 trap 'return 130 2>/dev/null' INT
 while IFS= read -r __mentis_n; do
-  __mentis_c=
-  while [ "$__mentis_n" -gt 0 ] && IFS= read -r __mentis_l; do
-    __mentis_c="$__mentis_c$__mentis_l
-"
-    __mentis_n=$((__mentis_n - 1))
-  done
-  __mentis_run "$__mentis_c" </dev/null
+"#,
+    process::sh_read_lines!(),
+    r#"  __mentis_run "$__mentis_c" </dev/null
   __mentis_s=$?
   printf '\036%s:%d\n' "$__mentis_t" "$__mentis_s"
   printf '\036%s\n' "$__mentis_t" >&2
 done
-"#;
+"#
+);
 
 /// Sessions a sandbox may hold at once.
 pub(crate) const MAX_SESSIONS: usize = 32;
@@ -251,9 +249,10 @@ fn script(action: &ShellAction, shell: process::Shell) -> Vec<u8> {
     match shell {
         process::Shell::Bash => format!("{}\n{s}", s.len()).into_bytes(),
         process::Shell::Sh => {
-            // Read line by line: each gets its newline back, the last one too.
-            let lines = s.split('\n').count();
-            format!("{lines}\n{s}\n").into_bytes()
+            let (lines, text) = process::sh_lines(&s);
+            let mut bytes = format!("{lines}\n").into_bytes();
+            bytes.extend_from_slice(&text);
+            bytes
         }
     }
 }
