@@ -17,6 +17,12 @@
 //!    leaves no capability;
 //! 5. exec PATH with ARGV0 and ARGS, in the environment it was given.
 //!
+//! `mentis-enter UID GID NICE DIR --or SHELL COMMAND PATH ARGV0 [ARGS...]` is a simple command run without
+//! its shell (the executor's `shell::direct`): when the exec of PATH fails, for whatever reason, the
+//! variables the executor added for the program as bash would have (`PWD`, `SHLVL`, `_`) are taken out of
+//! the environment and `SHELL -c COMMAND` is executed instead, so that bash itself meets the failure and
+//! reports it as it always does.
+//!
 //! Refused steps 1 and 2 leave the program at the executor's score and priority, as they would be without
 //! this program; a refused step 0, 4 or 5 ends it (126, or 127 when PATH does not exist) with a line on its
 //! stderr, and user code never runs with the executor's ids.
@@ -57,12 +63,22 @@ pub fn parse(arg: &[u8]) -> Option<Option<u32>> {
 /// of them (a process's initial stack).
 #[allow(unsafe_code)]
 pub unsafe fn main(argc: usize, argv: *const *const u8, envp: *const *const u8) -> ! {
-    const USAGE: &[u8] = b"usage: mentis-enter UID GID NICE DIR PATH ARGV0 [ARGS...]";
+    const USAGE: &[u8] =
+        b"usage: mentis-enter UID GID NICE DIR [--or SHELL COMMAND] PATH ARGV0 [ARGS...]";
     if argc < 7 {
         fail(USAGE, b"", 0, EXIT_USAGE);
     }
     // SAFETY: argc > 6, so argv[0..=6] are valid strings (the caller's contract).
     let arg = |i: usize| unsafe { c_bytes(*argv.add(i)) };
+    // The index of SHELL (COMMAND follows), when given, and of PATH.
+    let (or_shell, program) = if arg(5) == b"--or" {
+        if argc < 10 {
+            fail(USAGE, b"", 0, EXIT_USAGE);
+        }
+        (Some(6), 8)
+    } else {
+        (None, 5)
+    };
     let (Some(uid), Some(gid), Some(nice)) = (parse(arg(1)), parse(arg(2)), parse(arg(3))) else {
         fail(USAGE, b"", 0, EXIT_USAGE);
     };
@@ -99,14 +115,54 @@ pub unsafe fn main(argc: usize, argv: *const *const u8, envp: *const *const u8) 
     {
         fail(b"cannot take the sandbox user", b"", e, EXIT_CANNOT_EXECUTE);
     }
-    // SAFETY: argv[5] is a string and argv[6..] a null-terminated array of them, as is envp.
-    let e = unsafe { sys::execve(*argv.add(5), argv.add(6), envp) };
+    // SAFETY: argv[program] is a string and argv[program + 1..] a null-terminated array of them, as is
+    // envp.
+    let mut e = unsafe { sys::execve(*argv.add(program), argv.add(program + 1), envp) };
+    let mut tried = program;
+    if let Some(shell) = or_shell {
+        // SAFETY: envp is the process's own, writable, null-terminated array.
+        unsafe { remove_vars(envp, &[b"PWD=", b"SHLVL=", b"_="]) };
+        // SAFETY: argv[shell] and argv[shell + 1] (COMMAND) are strings.
+        let (path, command) = unsafe { (*argv.add(shell), *argv.add(shell + 1)) };
+        let dash_c = b"-c\0";
+        let shell_argv = [path, dash_c.as_ptr(), command, core::ptr::null()];
+        // SAFETY: strings, and a null-terminated array of them.
+        e = unsafe { sys::execve(path, shell_argv.as_ptr(), envp) };
+        tried = shell;
+    }
     let code = if e == ENOENT {
         EXIT_NOT_FOUND
     } else {
         EXIT_CANNOT_EXECUTE
     };
-    fail(b"cannot execute ", arg(5), e, code)
+    fail(b"cannot execute ", arg(tried), e, code)
+}
+
+/// Takes the variables starting with one of `prefixes` (`NAME=`) out of `envp`, in place.
+///
+/// # Safety
+/// `envp` is a writable, null-terminated array of NUL-terminated strings.
+#[allow(unsafe_code)]
+pub unsafe fn remove_vars(envp: *const *const u8, prefixes: &[&[u8]]) {
+    let envp = envp.cast_mut();
+    let (mut read, mut write) = (0, 0);
+    // SAFETY: the caller's contract: every index up to the null is in the array, and writing back at or
+    // below the read index stays in it.
+    unsafe {
+        loop {
+            let var = *envp.add(read);
+            if var.is_null() {
+                break;
+            }
+            let bytes = c_bytes(var);
+            if !prefixes.iter().any(|p| bytes.starts_with(p)) {
+                *envp.add(write) = var;
+                write += 1;
+            }
+            read += 1;
+        }
+        *envp.add(write) = core::ptr::null();
+    }
 }
 
 /// Step 1: OOM score adjustment 1000, written as root when the real or saved uid is root.

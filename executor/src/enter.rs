@@ -73,6 +73,34 @@ pub(crate) fn command(
     priority: Priority,
 ) -> io::Result<Command> {
     let resolved = resolve(program, dir, path)?;
+    let mut command = entering(dir, priority)?;
+    command.arg(resolved).arg(program);
+    Ok(command)
+}
+
+/// A command that starts `program` (found as bash finds it, see `shell::direct`) as user code in `dir`,
+/// with `argv0` as its name, and `shell -c shell_command` instead if its exec fails. The caller adds the
+/// program's arguments, env and stdio.
+pub(crate) fn command_or_shell(
+    program: &OsStr,
+    argv0: &OsStr,
+    dir: &Path,
+    priority: Priority,
+    shell: &str,
+    shell_command: &str,
+) -> io::Result<Command> {
+    let mut command = entering(dir, priority)?;
+    command
+        .arg("--or")
+        .arg(shell)
+        .arg(shell_command)
+        .arg(program)
+        .arg(argv0);
+    Ok(command)
+}
+
+/// `mentis-enter` with the ids, niceness and folder of user code, and its HOME.
+fn entering(dir: &Path, priority: Priority) -> io::Result<Command> {
     let enter = Enter::get()?;
     let user = crate::identity::sandbox_user();
     let id = |id: Option<u32>| id.map_or_else(|| OsString::from("-"), |id| id.to_string().into());
@@ -88,9 +116,7 @@ pub(crate) fn command(
         .arg(id(user.map(|u| u.uid.as_raw())))
         .arg(id(user.map(|u| u.gid.as_raw())))
         .arg(nice)
-        .arg(dir)
-        .arg(resolved)
-        .arg(program);
+        .arg(dir);
     if let Some(user) = user {
         // Before the caller's env, which may set HOME.
         command.env("HOME", &user.home);
@@ -140,7 +166,7 @@ fn resolve(program: &OsStr, dir: &Path, path: Option<&OsStr>) -> io::Result<Path
 
 /// A regular file the sandbox user may execute (`AT_EACCESS`: by the effective ids, which are the sandbox
 /// user's when the executor supervises).
-fn runnable(path: &Path) -> io::Result<()> {
+pub(crate) fn runnable(path: &Path) -> io::Result<()> {
     if !std::fs::metadata(path)?.is_file() {
         return Err(Errno::EACCES.into());
     }
@@ -304,6 +330,30 @@ mod tests {
         assert_eq!(program::reason(2), b"No such file or directory");
         assert_eq!(program::reason(13), b"Permission denied");
         assert_eq!(program::reason(9999), b"unexpected error");
+    }
+
+    #[test]
+    fn the_fallback_takes_the_added_variables_out_of_the_environment_in_place() {
+        let vars = [
+            c"A=1",
+            c"PWD=/w",
+            c"SHLVL=0",
+            c"PWDX=2",
+            c"_=/bin/ls",
+            c"B=_=",
+        ];
+        let mut envp: Vec<*const u8> = vars.iter().map(|v| v.as_ptr().cast()).collect();
+        envp.push(std::ptr::null());
+        #[allow(unsafe_code)]
+        // SAFETY: a writable, null-terminated array of NUL-terminated strings that outlive the call.
+        let left: Vec<&str> = unsafe {
+            program::remove_vars(envp.as_ptr(), &[b"PWD=", b"SHLVL=", b"_="]);
+            envp.iter()
+                .take_while(|p| !p.is_null())
+                .map(|&p| std::ffi::CStr::from_ptr(p.cast()).to_str().unwrap())
+                .collect()
+        };
+        assert_eq!(left, ["A=1", "PWDX=2", "B=_="]);
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! Shell actions: `/bin/bash -c COMMAND` in its own process group, output streamed as it arrives, exactly one
 //! `cmd_end` whatever happens (exit, timeout, cancel, failure to start, shutdown).
 
+mod direct;
 mod framer;
 pub(crate) mod output;
 pub(crate) mod process;
@@ -185,8 +186,20 @@ const LONGEST_ARGUMENT: usize = 32 * 4096 - 1;
 /// CPU priority, as the sandbox user. Also the bytes to write to its stdin before anything else: the
 /// action's stdin, after the command itself when it is too long for an argument.
 fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<(Command, Bytes)> {
-    let path = enter::path_of([spec.action.env.get("PATH"), spec.sandbox_env.get("PATH")]);
     let shell = Shell::get();
+    if shell == Shell::Bash
+        && let Some(mut command) = direct::command(
+            &spec.action.command,
+            dir,
+            std::env::vars_os().filter(|(name, _)| name != TOKEN_ENV),
+            spec.sandbox_env.iter().chain(&spec.action.env),
+        )
+    {
+        let has_stdin = spec.action.keep_stdin_open || !spec.action.stdin.is_empty();
+        user_process(&mut command, has_stdin);
+        return Ok((command, spec.action.stdin.clone()));
+    }
+    let path = enter::path_of([spec.action.env.get("PATH"), spec.sandbox_env.get("PATH")]);
     let mut command = enter::command(
         std::ffi::OsStr::new(shell.path()),
         dir,
@@ -209,19 +222,21 @@ fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<(Command, Bytes)> {
         // The image env is inherited; the token is ours alone, even if something put it back in our env.
         .env_remove(TOKEN_ENV)
         .envs(&spec.sandbox_env)
-        .envs(&spec.action.env)
+        .envs(&spec.action.env);
+    user_process(&mut command, has_stdin || long);
+    Ok((command, stdin_first))
+}
+
+/// A command's process group and pipes.
+fn user_process(command: &mut Command, stdin: bool) {
+    command
         // Its own group, so a timeout or cancel can kill everything the command started.
         .process_group(0)
-        .stdin(if has_stdin || long {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Killing is explicit (the whole group, not just bash): see ProcessGroup.
         .kill_on_drop(false);
-    Ok((command, stdin_first))
 }
 
 /// A command longer than [`LONGEST_ARGUMENT`]: the shell's script (`$0` stays the shell's path, as with

@@ -11,7 +11,10 @@
 //! see the machine in the same state. `BENCH_TRACES=1` runs everything with traces on, every trace sampled,
 //! exported over OTLP to a receiver in this process (compare with a run without it). Snapshots of a 200 MB
 //! workspace of 10,000 files are measured beside `tar | zstd` (`BENCH_SNAPSHOT_RUNS`, default 3);
-//! `BENCH_ONLY=snapshots` measures only them (`BENCH_N` runs, default 3).
+//! `BENCH_ONLY=snapshots` measures only them (`BENCH_N` runs, default 3). `BENCH_ONLY=shell` measures only
+//! the plain shell round trip (`BENCH_N`, default 300), and with `BENCH_COMPARE_IMAGE` (another executor
+//! image, for example one built from a change) the same on a runtime serving that image, in blocks of 25
+//! taken in turn: an A/B of an executor change with both sides seeing the machine in the same state.
 #![allow(clippy::unwrap_used)]
 
 use std::process::{Command, Stdio};
@@ -250,6 +253,13 @@ async fn main() -> anyhow::Result<()> {
         )?;
         println!("results written to {path}");
         return h.stop().await;
+    }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("shell") {
+        let n = std::env::var("BENCH_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(300);
+        return shell_only(n).await;
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("throughput") {
         let runs = std::env::var("BENCH_N")
@@ -739,6 +749,59 @@ async fn ipython_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyh
         Ok(())
     })
     .await
+}
+
+/// `BENCH_ONLY=shell`: the plain shell round trip on the executor image, and on `BENCH_COMPARE_IMAGE` when
+/// set, in blocks taken in turn.
+async fn shell_only(n: usize) -> anyhow::Result<()> {
+    const BLOCK: usize = 25;
+    let compare = std::env::var("BENCH_COMPARE_IMAGE")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let mut sides = vec![(executor_image(), Harness::start().await?)];
+    if let Some(image) = compare {
+        let tagged = image.clone();
+        let h = Harness::start_with(move |c| c.executor_image = tagged)
+            .await
+            .with_context(|| format!("start a runtime serving {image}"))?;
+        sides.push((image, h));
+    }
+    let mut figures = Vec::new();
+    for (image, h) in &mut sides {
+        let id = h.create_default().await?.sandbox_id;
+        // Warm-up, not kept.
+        shell_round_trip(h, &id, 10, image).await?;
+        figures.push((
+            id,
+            Figure {
+                name: image.clone(),
+                samples: Vec::new(),
+            },
+        ));
+    }
+    while figures.iter().any(|(_, f)| f.samples.len() < n) {
+        for ((_, h), (id, figure)) in sides.iter().zip(figures.iter_mut()) {
+            let block = BLOCK.min(n - figure.samples.len());
+            let more = shell_round_trip(h, id, block, &figure.name).await?;
+            figure.samples.extend(more.samples);
+        }
+    }
+    println!("shell_round_trip_true, {n} each        median ms    p95 ms");
+    for (_, f) in &figures {
+        println!(
+            "{:<36} {:>10.2} {:>9.2}",
+            f.name,
+            ms(f.pct(0.5)),
+            ms(f.pct(0.95))
+        );
+    }
+    for ((_, h), (id, _)) in sides.iter().zip(&figures) {
+        delete(h, vec![id.clone()]).await?;
+    }
+    for (_, h) in sides {
+        h.stop().await?;
+    }
+    Ok(())
 }
 
 /// `BENCH_ONLY=throughput`: stdout throughput on a journaled and a memory-only runtime, runs taken in turn.
