@@ -12,7 +12,7 @@
 //! exported over OTLP to a receiver in this process (compare with a run without it). Snapshots of a 200 MB
 //! workspace of 10,000 files are measured beside `tar | zstd` (`BENCH_SNAPSHOT_RUNS`, default 3);
 //! `BENCH_ONLY=snapshots` measures only them (`BENCH_N` runs, default 3). `BENCH_ONLY=shell` measures only
-//! the plain shell round trip (`BENCH_N`, default 300), and with `BENCH_COMPARE_IMAGE` (another executor
+//! the plain shell and session round trips (`BENCH_N`, default 300), and with `BENCH_COMPARE_IMAGE` (another executor
 //! image, for example one built from a change) the same on a runtime serving that image, in blocks of 25
 //! taken in turn: an A/B of an executor change with both sides seeing the machine in the same state.
 #![allow(clippy::unwrap_used)]
@@ -408,20 +408,7 @@ async fn main() -> anyhow::Result<()> {
 
     // A command in a persistent session (no bash to start), beside the floor of any shell round trip: a
     // bash on this machine fed `true` through a pipe, with no network, gRPC or container in between.
-    let mut in_session = cmd("true");
-    in_session.session = "bench".into();
-    let session = round_trip(
-        &h,
-        &id,
-        n,
-        "session_round_trip_true",
-        shell_action(in_session),
-        |obs| {
-            anyhow::ensure!(cmd_end(obs)?.exit_code == 0);
-            Ok(())
-        },
-    )
-    .await?;
+    let session = session_round_trip(&h, &id, n, "session_round_trip_true").await?;
     let local_bash = local_bash_round_trip(n).await?;
     rows.push(Row {
         ours: session,
@@ -701,6 +688,17 @@ async fn shell_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyhow
     .await
 }
 
+/// `true` in the sandbox's persistent session "bench": the session round trip (no bash to start).
+async fn session_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyhow::Result<Figure> {
+    let mut in_session = cmd("true");
+    in_session.session = "bench".into();
+    round_trip(h, id, n, name, shell_action(in_session), |obs| {
+        anyhow::ensure!(cmd_end(obs)?.exit_code == 0);
+        Ok(())
+    })
+    .await
+}
+
 /// `true` sent to a local bash through a pipe and its end read back (a marker line): the floor of a shell
 /// round trip, for the session figure.
 async fn local_bash_round_trip(n: usize) -> anyhow::Result<Figure> {
@@ -751,8 +749,8 @@ async fn ipython_round_trip(h: &Harness, id: &str, n: usize, name: &str) -> anyh
     .await
 }
 
-/// `BENCH_ONLY=shell`: the plain shell round trip on the executor image, and on `BENCH_COMPARE_IMAGE` when
-/// set, in blocks taken in turn.
+/// `BENCH_ONLY=shell`: the plain shell and session round trips on the executor image, and on
+/// `BENCH_COMPARE_IMAGE` when set, in blocks taken in turn.
 async fn shell_only(n: usize) -> anyhow::Result<()> {
     const BLOCK: usize = 25;
     let compare = std::env::var("BENCH_COMPARE_IMAGE")
@@ -766,36 +764,40 @@ async fn shell_only(n: usize) -> anyhow::Result<()> {
             .with_context(|| format!("start a runtime serving {image}"))?;
         sides.push((image, h));
     }
+    // Per side: its sandbox, its plain shell figure and its session figure.
     let mut figures = Vec::new();
     for (image, h) in &mut sides {
         let id = h.create_default().await?.sandbox_id;
         // Warm-up, not kept.
         shell_round_trip(h, &id, 10, image).await?;
-        figures.push((
-            id,
-            Figure {
-                name: image.clone(),
-                samples: Vec::new(),
-            },
-        ));
+        session_round_trip(h, &id, 10, image).await?;
+        let named = |figure: &str| Figure {
+            name: format!("{figure} {image}"),
+            samples: Vec::new(),
+        };
+        figures.push((id, named("shell"), named("session")));
     }
-    while figures.iter().any(|(_, f)| f.samples.len() < n) {
-        for ((_, h), (id, figure)) in sides.iter().zip(figures.iter_mut()) {
-            let block = BLOCK.min(n - figure.samples.len());
-            let more = shell_round_trip(h, id, block, &figure.name).await?;
-            figure.samples.extend(more.samples);
+    while figures.iter().any(|(_, f, _)| f.samples.len() < n) {
+        for ((_, h), (id, shell, session)) in sides.iter().zip(figures.iter_mut()) {
+            let block = BLOCK.min(n - shell.samples.len());
+            let more = shell_round_trip(h, id, block, &shell.name).await?;
+            shell.samples.extend(more.samples);
+            let more = session_round_trip(h, id, block, &session.name).await?;
+            session.samples.extend(more.samples);
         }
     }
-    println!("shell_round_trip_true, {n} each        median ms    p95 ms");
-    for (_, f) in &figures {
-        println!(
-            "{:<36} {:>10.2} {:>9.2}",
-            f.name,
-            ms(f.pct(0.5)),
-            ms(f.pct(0.95))
-        );
+    println!("true, {n} round trips each                      median ms    p95 ms");
+    for (_, shell, session) in &figures {
+        for f in [shell, session] {
+            println!(
+                "{:<46} {:>10.2} {:>9.2}",
+                f.name,
+                ms(f.pct(0.5)),
+                ms(f.pct(0.95))
+            );
+        }
     }
-    for ((_, h), (id, _)) in sides.iter().zip(&figures) {
+    for ((_, h), (id, _, _)) in sides.iter().zip(&figures) {
         delete(h, vec![id.clone()]).await?;
     }
     for (_, h) in sides {
