@@ -188,11 +188,14 @@ const LONGEST_ARGUMENT: usize = 32 * 4096 - 1;
 fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<(Command, Bytes)> {
     let shell = Shell::get();
     if shell == Shell::Bash
+        && direct::words(&spec.action.command).is_some()
+        && let Some(shlvl) = direct::passed_shlvl()
         && let Some(mut command) = direct::command(
             &spec.action.command,
             dir,
             std::env::vars_os().filter(|(name, _)| name != TOKEN_ENV),
             spec.sandbox_env.iter().chain(&spec.action.env),
+            shlvl,
         )
     {
         let has_stdin = spec.action.keep_stdin_open || !spec.action.stdin.is_empty();

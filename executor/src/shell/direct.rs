@@ -11,10 +11,12 @@
 //! - [`find`]: the program found as bash finds it: a word with a `/` as it is, else the first PATH entry
 //!   holding an executable regular file, named `ENTRY/WORD` as bash names it;
 //! - the environment bash would give it: what it was given, and `PWD` (the folder, symlinks resolved, as
-//!   bash's `getcwd`), `SHLVL=0` (bash counts itself, then counts itself out before the exec in its place)
-//!   and `_` (the program's path). Only when nothing in it changes what bash does or passes on (see
-//!   [`plain_env`]: `BASH_ENV`, exported functions, `SHELLOPTS`, the variables bash sets itself, a locale
-//!   bash would warn about...).
+//!   bash's `getcwd`), `SHLVL` and `_` (the program's path). Only when nothing in it changes what bash
+//!   does or passes on (see [`plain_env`]: `BASH_ENV`, exported functions, `SHELLOPTS`, the variables bash
+//!   sets itself, a locale bash would warn about...). `SHLVL` is what this image's bash passes on, asked
+//!   once ([`passed_shlvl`]): bash 5.2 counts itself in at its start and out again before an exec in its
+//!   place (0), and a bash that does not count itself out would pass 1. Until the answer is in, and if
+//!   it is neither, commands run in bash.
 //!
 //! Anything else runs in bash as before. So does a program that fails to exec (a script without `#!`, a
 //! missing interpreter, another machine's binary): `mentis-enter` then runs `bash -c COMMAND` in the
@@ -26,6 +28,10 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::process::Command;
 
@@ -214,15 +220,66 @@ fn find(word: &str, dir: &Path, path: Option<&OsStr>) -> Option<OsString> {
     None
 }
 
+/// The `SHLVL` this image's bash gives a program it execs in its own place, once known (see the module's
+/// doc). The first call starts finding out, in the background; until then, and when bash's answer is not
+/// one this understands, `None`.
+pub(crate) fn passed_shlvl() -> Option<&'static str> {
+    static SHLVL: OnceLock<Option<&'static str>> = OnceLock::new();
+    static ASKED: AtomicBool = AtomicBool::new(false);
+    if let Some(shlvl) = SHLVL.get() {
+        return *shlvl;
+    }
+    if let Ok(runtime) = tokio::runtime::Handle::try_current()
+        && !ASKED.swap(true, Ordering::Relaxed)
+    {
+        runtime.spawn(async {
+            let shlvl = ask_bash().await;
+            tracing::debug!(?shlvl, "SHLVL bash passes to a program in its place");
+            let _ = SHLVL.set(shlvl);
+        });
+    }
+    None
+}
+
+/// Asks bash: it execs a second bash in its own place, which prints the `SHLVL` it then has, one more
+/// than it was given (bash 5.2: `1`).
+async fn ask_bash() -> Option<&'static str> {
+    let mut command = enter::command(
+        OsStr::new(super::process::Shell::BASH),
+        Path::new("/"),
+        None,
+        Priority::Lowered,
+    )
+    .ok()?;
+    command
+        .arg("-c")
+        .arg(r#"/bin/bash -c 'echo "$SHLVL"'"#)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(10), command.output())
+        .await
+        .ok()?
+        .ok()?;
+    match out.stdout.as_slice() {
+        b"1\n" => Some("0"),
+        b"2\n" => Some("1"),
+        _ => None,
+    }
+}
+
 /// A simple command's process, as bash would have started it (see the module's doc), or `None` when the
 /// command needs bash. `inherited` is the environment the shell would inherit (the executor's own, less
 /// what is private to it), `layers` the variables that go over it, in order (the sandbox's env, then the
-/// action's).
+/// action's); `shlvl` the `SHLVL` bash would pass ([`passed_shlvl`]).
 pub(crate) fn command<'a>(
     shell_command: &str,
     dir: &Path,
     inherited: impl IntoIterator<Item = (OsString, OsString)>,
     layers: impl IntoIterator<Item = (&'a String, &'a String)>,
+    shlvl: &str,
 ) -> Option<Command> {
     let words = words(shell_command)?;
     let mut env: HashMap<OsString, OsString> = inherited.into_iter().collect();
@@ -241,7 +298,7 @@ pub(crate) fn command<'a>(
     )?;
     let pwd = std::fs::canonicalize(dir).ok()?;
     env.insert("PWD".into(), pwd.into());
-    env.insert("SHLVL".into(), "0".into());
+    env.insert("SHLVL".into(), shlvl.into());
     env.insert("_".into(), program.clone());
     let shell = super::process::Shell::BASH;
     let mut command = enter::command_or_shell(
@@ -383,6 +440,9 @@ mod tests {
             .map(|(k, v)| (OsString::from(k), OsString::from(v)))
         };
         let none: [(&String, &String); 0] = [];
+        // This machine's bash (5.2) counts itself out before an exec in its place.
+        let shlvl = ask_bash().await.unwrap();
+        assert_eq!(shlvl, "0");
         for (command, direct) in [
             ("env -0", true),
             ("./probe a  b\t--c=d", true),
@@ -401,7 +461,7 @@ mod tests {
             ("./notexec", false),
             ("echo $0", false),
         ] {
-            let fast = super::command(command, &dir, inherited(), none);
+            let fast = super::command(command, &dir, inherited(), none, shlvl);
             assert_eq!(fast.is_some(), direct, "{command:?}");
             let mut bash = enter::command(
                 OsStr::new(super::super::process::Shell::BASH),
