@@ -173,6 +173,11 @@ pub(crate) async fn run(session: &Session, ctx: &Context<'_>, sink: &mut EventSi
         gone.group.kill();
         let _ = gone.child.wait().await;
     }
+    // A command that ended well is not blamed on a limit: the counters are read again only otherwise (as
+    // for a plain command).
+    if end.reason == EndReason::Exited && end.exit_code == 0 && end.signal == 0 {
+        return end;
+    }
     let hits = cgroup.hits_since(counters).await;
     blame_limits_of(end, hits)
 }

@@ -525,18 +525,20 @@ impl Store {
     /// Updates the parts of a record that change while it lives.
     pub fn update_sandbox(&self, s: &Sandbox, last_seq: u64) -> Result<()> {
         self.conn()
-            .execute(
+            .prepare_cached(
                 "UPDATE sandboxes SET state = ?2, state_reason = ?3, updated_ms = ?4, activity_ms = ?5,
                  last_seq = ?6 WHERE id = ?1",
-                params![
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
                     s.id.to_string(),
                     state_key(s.state),
                     s.state_reason,
                     ms(s.updated_at),
                     ms(s.last_activity),
                     i64::try_from(last_seq).unwrap_or(i64::MAX),
-                ],
-            )
+                ])
+            })
             .map_err(db_err("update a sandbox"))?;
         Ok(())
     }

@@ -56,12 +56,16 @@ fn stored((id, kind, fingerprint, after_seq, finished): Row) -> Option<StoredAct
 impl Store {
     /// Records an accepted action (running).
     pub fn put_action(&self, sandbox: SandboxId, a: &StoredAction) -> Result<()> {
+        // Cached statements (here and in finish_action): every action runs them, and preparing one (parsing
+        // its SQL) cost as much as running it.
         self.conn()
-            .execute(
+            .prepare_cached(
                 "INSERT OR REPLACE INTO actions
                  (sandbox_id, action_id, kind, fingerprint, after_seq, finished)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
                     sandbox.to_string(),
                     a.id.to_string(),
                     match a.kind {
@@ -71,8 +75,8 @@ impl Store {
                     to_sql(a.fingerprint),
                     to_sql(a.after_seq),
                     a.finished,
-                ],
-            )
+                ])
+            })
             .map_err(db_err("write an action"))?;
         Ok(())
     }
@@ -85,23 +89,30 @@ impl Store {
         id: &ActionId,
         keep: Option<usize>,
     ) -> Result<()> {
+        const FINISH: &str =
+            "UPDATE actions SET finished = 1 WHERE sandbox_id = ?1 AND action_id = ?2";
         let mut conn = self.conn();
-        let tx = conn.transaction().map_err(db_err("end an action"))?;
         let sandbox = sandbox.to_string();
-        tx.execute(
-            "UPDATE actions SET finished = 1 WHERE sandbox_id = ?1 AND action_id = ?2",
-            params![sandbox, id.to_string()],
+        let Some(keep) = keep else {
+            // One statement is a transaction of its own.
+            conn.prepare_cached(FINISH)
+                .and_then(|mut stmt| stmt.execute(params![sandbox, id.to_string()]))
+                .map_err(db_err("end an action"))?;
+            return Ok(());
+        };
+        let tx = conn.transaction().map_err(db_err("end an action"))?;
+        tx.prepare_cached(FINISH)
+            .and_then(|mut stmt| stmt.execute(params![sandbox, id.to_string()]))
+            .map_err(db_err("end an action"))?;
+        tx.prepare_cached(
+            "DELETE FROM actions WHERE rowid IN (
+                 SELECT rowid FROM actions WHERE sandbox_id = ?1 AND finished = 1
+                 ORDER BY after_seq DESC, rowid DESC LIMIT -1 OFFSET ?2)",
         )
-        .map_err(db_err("end an action"))?;
-        if let Some(keep) = keep {
-            tx.execute(
-                "DELETE FROM actions WHERE rowid IN (
-                     SELECT rowid FROM actions WHERE sandbox_id = ?1 AND finished = 1
-                     ORDER BY after_seq DESC, rowid DESC LIMIT -1 OFFSET ?2)",
-                params![sandbox, i64::try_from(keep).unwrap_or(i64::MAX)],
-            )
-            .map_err(db_err("forget old actions"))?;
-        }
+        .and_then(|mut stmt| {
+            stmt.execute(params![sandbox, i64::try_from(keep).unwrap_or(i64::MAX)])
+        })
+        .map_err(db_err("forget old actions"))?;
         tx.commit().map_err(db_err("end an action"))?;
         Ok(())
     }
