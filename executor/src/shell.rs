@@ -187,18 +187,16 @@ const LONGEST_ARGUMENT: usize = 32 * 4096 - 1;
 /// action's stdin, after the command itself when it is too long for an argument.
 fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<(Command, Bytes)> {
     let shell = Shell::get();
+    let has_stdin = spec.action.keep_stdin_open || !spec.action.stdin.is_empty();
     if shell == Shell::Bash
-        && direct::words(&spec.action.command).is_some()
-        && let Some(shlvl) = direct::passed_shlvl()
         && let Some(mut command) = direct::command(
             &spec.action.command,
             dir,
             std::env::vars_os().filter(|(name, _)| name != TOKEN_ENV),
             spec.sandbox_env.iter().chain(&spec.action.env),
-            shlvl,
+            direct::passed_shlvl,
         )
     {
-        let has_stdin = spec.action.keep_stdin_open || !spec.action.stdin.is_empty();
         user_process(&mut command, has_stdin);
         return Ok((command, spec.action.stdin.clone()));
     }
@@ -209,7 +207,6 @@ fn command(spec: &ShellSpec, dir: &Path) -> std::io::Result<(Command, Bytes)> {
         path.as_deref(),
         Priority::Lowered,
     )?;
-    let has_stdin = spec.action.keep_stdin_open || !spec.action.stdin.is_empty();
     let long = spec.action.command.len() > LONGEST_ARGUMENT;
     let stdin_first = if long {
         let (script, length, first) = long_command(shell, &spec.action.command, has_stdin);

@@ -234,13 +234,18 @@ fn mem_available_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// A count from the environment, or `default`.
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     if std::env::var("BENCH_ONLY").as_deref() == Ok("snapshots") {
-        let runs = std::env::var("BENCH_N")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(3);
+        let runs = env_num("BENCH_N", 3);
         let mut h = Harness::start().await.context("start the runtime")?;
         let (rows, sizes) = snapshot_rows(&mut h, runs).await?;
         let mut out = table(&rows);
@@ -255,25 +260,11 @@ async fn main() -> anyhow::Result<()> {
         return h.stop().await;
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("shell") {
-        let n = std::env::var("BENCH_N")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(300);
-        return shell_only(n).await;
+        return shell_only(env_num("BENCH_N", 300)).await;
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("throughput") {
-        let runs = std::env::var("BENCH_N")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(9);
-        return throughput_only(runs).await;
+        return throughput_only(env_num("BENCH_N", 9)).await;
     }
-    let env_num = |k: &str, default: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
     // Kept alive for the whole run: the receiver of the traces and the provider that exports them.
     let _traces = if std::env::var("BENCH_TRACES").as_deref() == Ok("1") {
         Some(traces_on().await?)
@@ -465,10 +456,29 @@ async fn main() -> anyhow::Result<()> {
     let plain = memory_only.create_default().await?.sandbox_id;
     settle(&h).await?;
     // The round trips on both, in blocks taken in turn, so both see the machine in the same state.
-    let (shell_journaled, shell_memory) =
-        in_turn(RoundTrip::Shell, (&h, &id), (&memory_only, &plain), n).await?;
-    let (ipython_journaled, ipython_memory) =
-        in_turn(RoundTrip::IPython, (&h, &id), (&memory_only, &plain), n).await?;
+    let durability_rows = |name: &'static str| {
+        [
+            (&h, id.as_str(), name),
+            (&memory_only, plain.as_str(), "memory-only log"),
+        ]
+    };
+    let two = |figures: Vec<Figure>| -> anyhow::Result<[Figure; 2]> {
+        figures
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("in_turn gives a figure a side"))
+    };
+    let [shell_journaled, shell_memory] = two(in_turn(
+        RoundTrip::Shell,
+        &durability_rows("shell_round_trip_journaled"),
+        n,
+    )
+    .await?)?;
+    let [ipython_journaled, ipython_memory] = two(in_turn(
+        RoundTrip::IPython,
+        &durability_rows("ipython_round_trip_journaled"),
+        n,
+    )
+    .await?)?;
     let durability = [
         (shell_journaled, shell_memory, None),
         (ipython_journaled, ipython_memory, None),
@@ -764,98 +774,89 @@ async fn settle(h: &Harness) -> anyhow::Result<()> {
 #[derive(Clone, Copy)]
 enum RoundTrip {
     Shell,
+    Session,
     IPython,
 }
 
-/// `n` round trips of `kind` on the journaled runtime (`ours`) and on the memory-only one (`base`), in
-/// blocks of 25 taken in turn: the durability rows.
+/// `n` round trips of `kind` on each of `sides` (a runtime, its sandbox, the figure's name), in blocks of
+/// 25 taken in turn, so that every side sees the machine in the same state: the durability rows, and
+/// `BENCH_ONLY=shell`'s A/B.
 async fn in_turn(
     kind: RoundTrip,
-    ours: (&Harness, &str),
-    base: (&Harness, &str),
+    sides: &[(&Harness, &str, &str)],
     n: usize,
-) -> anyhow::Result<(Figure, Figure)> {
+) -> anyhow::Result<Vec<Figure>> {
     const BLOCK: usize = 25;
-    let name = match kind {
-        RoundTrip::Shell => "shell_round_trip_journaled",
-        RoundTrip::IPython => "ipython_round_trip_journaled",
-    };
-    let mut figures = [
-        Figure {
-            name: name.to_owned(),
+    let mut figures: Vec<Figure> = sides
+        .iter()
+        .map(|(_, _, name)| Figure {
+            name: (*name).to_owned(),
             samples: Vec::new(),
-        },
-        Figure {
-            name: "memory-only log".to_owned(),
-            samples: Vec::new(),
-        },
-    ];
-    while figures[0].samples.len() < n {
-        let block = BLOCK.min(n - figures[0].samples.len());
-        for (figure, (h, id)) in figures.iter_mut().zip([ours, base]) {
+        })
+        .collect();
+    let mut done = 0;
+    while done < n {
+        let block = BLOCK.min(n - done);
+        for (figure, (h, id, _)) in figures.iter_mut().zip(sides) {
             let more = match kind {
                 RoundTrip::Shell => shell_round_trip(h, id, block, &figure.name).await?,
+                RoundTrip::Session => session_round_trip(h, id, block, &figure.name).await?,
                 RoundTrip::IPython => ipython_round_trip(h, id, block, &figure.name).await?,
             };
             figure.samples.extend(more.samples);
         }
+        done += block;
     }
-    let [ours, base] = figures;
-    Ok((ours, base))
+    Ok(figures)
 }
 
 /// `BENCH_ONLY=shell`: the plain shell and session round trips on the executor image, and on
-/// `BENCH_COMPARE_IMAGE` when set, in blocks taken in turn.
+/// `BENCH_COMPARE_IMAGE` when set, taken in turn.
 async fn shell_only(n: usize) -> anyhow::Result<()> {
-    const BLOCK: usize = 25;
     let compare = std::env::var("BENCH_COMPARE_IMAGE")
         .ok()
         .filter(|s| !s.is_empty());
-    let mut sides = vec![(executor_image(), Harness::start().await?)];
+    let mut runtimes = vec![(executor_image(), Harness::start().await?)];
     if let Some(image) = compare {
         let tagged = image.clone();
         let h = Harness::start_with(move |c| c.executor_image = tagged)
             .await
             .with_context(|| format!("start a runtime serving {image}"))?;
-        sides.push((image, h));
+        runtimes.push((image, h));
     }
-    // Per side: its sandbox, its plain shell figure and its session figure.
+    let mut ids = Vec::new();
+    for (_, h) in &mut runtimes {
+        ids.push(h.create_default().await?.sandbox_id);
+    }
     let mut figures = Vec::new();
-    for (image, h) in &mut sides {
-        let id = h.create_default().await?.sandbox_id;
+    for (kind, label) in [(RoundTrip::Shell, "shell"), (RoundTrip::Session, "session")] {
+        let names: Vec<String> = runtimes
+            .iter()
+            .map(|(image, _)| format!("{label} {image}"))
+            .collect();
+        let sides: Vec<(&Harness, &str, &str)> = runtimes
+            .iter()
+            .zip(&ids)
+            .zip(&names)
+            .map(|(((_, h), id), name)| (h, id.as_str(), name.as_str()))
+            .collect();
         // Warm-up, not kept.
-        shell_round_trip(h, &id, 10, image).await?;
-        session_round_trip(h, &id, 10, image).await?;
-        let named = |figure: &str| Figure {
-            name: format!("{figure} {image}"),
-            samples: Vec::new(),
-        };
-        figures.push((id, named("shell"), named("session")));
-    }
-    while figures.iter().any(|(_, f, _)| f.samples.len() < n) {
-        for ((_, h), (id, shell, session)) in sides.iter().zip(figures.iter_mut()) {
-            let block = BLOCK.min(n - shell.samples.len());
-            let more = shell_round_trip(h, id, block, &shell.name).await?;
-            shell.samples.extend(more.samples);
-            let more = session_round_trip(h, id, block, &session.name).await?;
-            session.samples.extend(more.samples);
-        }
+        in_turn(kind, &sides, 10).await?;
+        figures.extend(in_turn(kind, &sides, n).await?);
     }
     println!("true, {n} round trips each                      median ms    p95 ms");
-    for (_, shell, session) in &figures {
-        for f in [shell, session] {
-            println!(
-                "{:<46} {:>10.2} {:>9.2}",
-                f.name,
-                ms(f.pct(0.5)),
-                ms(f.pct(0.95))
-            );
-        }
+    for f in &figures {
+        println!(
+            "{:<46} {:>10.2} {:>9.2}",
+            f.name,
+            ms(f.pct(0.5)),
+            ms(f.pct(0.95))
+        );
     }
-    for ((_, h), (id, _, _)) in sides.iter().zip(&figures) {
-        delete(h, vec![id.clone()]).await?;
+    for ((_, h), id) in runtimes.iter().zip(ids) {
+        delete(h, vec![id]).await?;
     }
-    for (_, h) in sides {
+    for (_, h) in runtimes {
         h.stop().await?;
     }
     Ok(())

@@ -130,7 +130,7 @@ const NEEDS_BASH: &[&str] = &[
 ];
 
 /// The words of `command` when it is one program and its plain words (see the module's doc).
-pub(crate) fn words(command: &str) -> Option<Vec<&str>> {
+fn words(command: &str) -> Option<Vec<&str>> {
     if !command.bytes().all(plain_char) {
         return None;
     }
@@ -211,10 +211,10 @@ fn find(word: &str, dir: &Path, path: Option<&OsStr>) -> Option<OsString> {
         let mut candidate = OsString::from(OsStr::from_bytes(entry));
         candidate.push("/");
         candidate.push(word);
-        match std::fs::metadata(&candidate) {
+        match enter::runnable(Path::new(&candidate)) {
+            Ok(()) => return Some(candidate),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Ok(_) if enter::runnable(Path::new(&candidate)).is_ok() => return Some(candidate),
-            _ => return None,
+            Err(_) => return None,
         }
     }
     None
@@ -273,15 +273,17 @@ async fn ask_bash() -> Option<&'static str> {
 /// A simple command's process, as bash would have started it (see the module's doc), or `None` when the
 /// command needs bash. `inherited` is the environment the shell would inherit (the executor's own, less
 /// what is private to it), `layers` the variables that go over it, in order (the sandbox's env, then the
-/// action's); `shlvl` the `SHLVL` bash would pass ([`passed_shlvl`]).
+/// action's); `shlvl` gives the `SHLVL` bash would pass ([`passed_shlvl`]), asked only for a simple
+/// command.
 pub(crate) fn command<'a>(
     shell_command: &str,
     dir: &Path,
     inherited: impl IntoIterator<Item = (OsString, OsString)>,
     layers: impl IntoIterator<Item = (&'a String, &'a String)>,
-    shlvl: &str,
+    shlvl: impl FnOnce() -> Option<&'static str>,
 ) -> Option<Command> {
     let words = words(shell_command)?;
+    let shlvl = shlvl()?;
     let mut env: HashMap<OsString, OsString> = inherited.into_iter().collect();
     if let Some(user) = crate::identity::sandbox_user() {
         // As `enter::command` does, under the layers.
@@ -461,7 +463,7 @@ mod tests {
             ("./notexec", false),
             ("echo $0", false),
         ] {
-            let fast = super::command(command, &dir, inherited(), none, shlvl);
+            let fast = super::command(command, &dir, inherited(), none, || Some(shlvl));
             assert_eq!(fast.is_some(), direct, "{command:?}");
             let mut bash = enter::command(
                 OsStr::new(super::super::process::Shell::BASH),
