@@ -148,6 +148,8 @@ lint: machine-tools
 	@# Kubernetes 1.34's schemas (strict), bad values refused. No cluster is involved (helm/mentis/README.md).
 	@.tools/venv/bin/python tests/helm-check.py
 	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/backend-docker/src services/telemetry/src services/runtime/src executor/src cli/src tests
+	@# Every file and test docs/ARCHITECTURE.md names exists (a test renamed or moved leaves the text naming nothing).
+	@python3 tests/arch-docs-check.py
 
 fmt:
 	$(CARGO) fmt --all
