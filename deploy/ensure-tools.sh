@@ -126,7 +126,7 @@ if ! command -v jq >/dev/null 2>&1; then
   installed+=("jq (Debian)")
 fi
 
-# --- curl (Debian), used by the README's observability block to scrape /metrics -------------------------------------
+# --- curl (Debian), used by the observability block of docs/OBSERVABILITY.md to scrape /metrics ---------------------
 if ! command -v curl >/dev/null 2>&1; then
   apt_install curl ca-certificates
   installed+=("curl (Debian)")

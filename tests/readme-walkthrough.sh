@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs the README's grpcurl walk-through exactly as written (the block between the walkthrough markers)
-# against a freshly started mentis-runtime on 127.0.0.1:50051, and checks what it printed. This keeps the
-# front door honest: if the README's commands stop working, `make test` fails. With --show (`make demo`) it
+# Runs the README's grpcurl walk-through and the guides' marked blocks (docs/*.md) exactly as written
+# against a freshly started mentis-runtime on 127.0.0.1:50051, and checks what they printed. This keeps the
+# front door honest: if the documented commands stop working, `make test` fails. With --show (`make demo`) it
 # also prints what the walk-through printed. With --behind-nginx the runtime serves on 127.0.0.1:50052 and
 # Debian's nginx, with the settings block of docs/PROXY.md, passes gRPC to it from 127.0.0.1:50051 (HTTP/2
 # without TLS, so the README's commands run unchanged; tests/e2e/proxy.rs covers nginx with TLS).
@@ -149,36 +149,51 @@ fi
 # The README reads the admin key from the data folder; blocks after the first get $AUTH from here.
 export MENTIS_DATA_DIR=$work/data
 export AUTH="authorization: Bearer $(cat "$MENTIS_DATA_DIR/admin.key")"
-# Runs one README block (between <!-- NAME:begin --> and <!-- NAME:end -->), between an optional prelude
-# and epilogue, and appends what it printed to $work/out.
+# Prints block NAME of FILE: the lines between <!-- NAME:begin --> and <!-- NAME:end -->, without the code
+# fences and markers. Fails, saying so, unless FILE has each marker exactly once, begin first.
+block() {
+  local file=$1 name=$2 begin end
+  begin=$(grep -nxF -- "<!-- $name:begin -->" "$file" | cut -d: -f1 | paste -sd, - || true)
+  end=$(grep -nxF -- "<!-- $name:end -->" "$file" | cut -d: -f1 | paste -sd, - || true)
+  if ! [[ $begin =~ ^[0-9]+$ && $end =~ ^[0-9]+$ ]] || [ "$begin" -ge "$end" ]; then
+    echo "readme-walkthrough: $file needs <!-- $name:begin --> and <!-- $name:end --> once each, begin first" \
+      "(begin at line ${begin:-none}, end at line ${end:-none})" >&2
+    return 1
+  fi
+  sed -n "$((begin + 1)),$((end - 1))p" "$file" | sed '/^```/d; /^<!--/d'
+}
+# Runs block NAME of FILE (README.md or a guide in docs/), between an optional prelude and epilogue, and
+# appends what it printed to $work/out.
 run_block() {
-  local name=$1 prelude=${2:-} epilogue=${3:-}
+  local file=$1 name=$2 prelude=${3:-} epilogue=${4:-}
+  block "$file" "$name" >"$work/$name.code" || exit 1
+  grep -q . "$work/$name.code" || { echo "readme-walkthrough: the $name block of $file is empty" >&2; exit 1; }
   {
     printf '%s\n' "$prelude"
-    sed -n "/<!-- $name:begin -->/,/<!-- $name:end -->/p" README.md | sed '/^```/d; /^<!--/d'
+    cat "$work/$name.code"
     printf '%s\n' "$epilogue"
   } >"$work/$name.sh"
   if ! bash -euo pipefail "$work/$name.sh" >"$work/$name.out" 2>&1; then
-    echo "readme-walkthrough: the README's $name block failed:" >&2
+    echo "readme-walkthrough: the $name block of $file failed:" >&2
     cat "$work/$name.out" "$work/runtime.log" >&2
     exit 1
   fi
   cat "$work/$name.out" >>"$work/out"
 }
 : >"$work/out"
-run_block walkthrough
-run_block python
-run_block lifecycle
-run_block keys
-run_block limits
-run_block observability
-run_block terminals
-run_block snapshots
-run_block snapshot-policy
-run_block preview
-run_block own-image
-run_block templates
-run_block files \
+run_block README.md walkthrough
+run_block docs/API.md python
+run_block docs/SANDBOXES.md lifecycle
+run_block docs/SECURITY.md keys
+run_block docs/SECURITY.md limits
+run_block docs/OBSERVABILITY.md observability
+run_block docs/TERMINALS.md terminals
+run_block docs/SNAPSHOTS.md snapshots
+run_block docs/SNAPSHOTS.md snapshot-policy
+run_block docs/PREVIEW.md preview
+run_block docs/SANDBOXES.md own-image
+run_block docs/SANDBOXES.md templates
+run_block docs/FILES.md files \
   'SANDBOX=$(grpcurl -plaintext -H "$AUTH" -d "{}" 127.0.0.1:50051 mentis.v1.SandboxService/CreateSandbox | jq -r .sandbox.sandboxId)' \
   'grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\", \"path\": \"notes/hello.txt\"}" 127.0.0.1:50051 mentis.v1.FileService/ReadFile | jq -r .data | base64 -d
 grpcurl -plaintext -H "$AUTH" -d "{\"sandbox_id\": \"$SANDBOX\"}" 127.0.0.1:50051 mentis.v1.SandboxService/DeleteSandbox'
