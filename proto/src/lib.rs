@@ -20,6 +20,15 @@ pub use mentis::v1 as api;
 pub const PUBLIC_FILE_DESCRIPTOR_SET: &[u8] =
     tonic::include_file_descriptor_set!("mentis_v1_descriptor");
 
+/// The reason a status names in its `google.rpc.ErrorInfo`, when that is of `domain`: the one reading of
+/// error details, for the runtime's clients of the executor and of its own API alike.
+pub fn error_reason(s: &tonic::Status, domain: &str) -> Option<String> {
+    use tonic_types::StatusExt;
+    let details = s.get_error_details();
+    let info = details.error_info()?;
+    (info.domain == domain).then(|| info.reason.clone())
+}
+
 /// The name of a status code as the gRPC specification spells it (`NOT_FOUND`, ...), for messages people read.
 pub fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;

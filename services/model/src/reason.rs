@@ -267,18 +267,18 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_and_the_architecture_list_every_reason() {
-        let readme = include_str!("../../../README.md");
+    fn the_errors_guide_and_the_architecture_list_every_reason() {
+        let guide = include_str!("../../../docs/ERRORS.md");
         let architecture = include_str!("../../../docs/ARCHITECTURE.md");
         for r in Reason::ALL {
             let name = format!("`{r}`");
-            assert!(readme.contains(&name), "README.md does not list {r}");
+            assert!(guide.contains(&name), "docs/ERRORS.md does not list {r}");
             assert!(
                 architecture.contains(r.as_str()),
                 "docs/ARCHITECTURE.md does not list {r}"
             );
         }
-        assert!(readme.contains(DOMAIN) && architecture.contains(DOMAIN));
+        assert!(guide.contains(DOMAIN) && architecture.contains(DOMAIN));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod access;
 mod action_service;
+pub mod authenticate;
 mod connect;
 pub mod decode;
 mod file_service;

@@ -3,7 +3,6 @@
 //! store holds only a SHA-256; it tells who a caller is ([`Caller`]), and the caller says what it may do.
 //! Keys are 256 random bits, so a fast hash is enough: there is nothing to brute-force.
 
-pub mod layer;
 pub mod link;
 
 use std::collections::{BTreeSet, HashMap};

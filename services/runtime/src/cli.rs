@@ -12,7 +12,7 @@ use crate::telemetry::{self, Traces};
 use crate::{Runtime, RuntimeConfig};
 
 const USAGE: &str = "usage: mentis-runtime [healthcheck | --version | --help]
-  (no argument)  serve the API; every setting comes from MENTIS_* environment variables (see the README)
+  (no argument)  serve the API; every setting comes from MENTIS_* environment variables (docs/CONFIGURATION.md)
   healthcheck    ask the runtime configured by this environment whether it serves: exit 0 SERVING, 1 not";
 
 /// The `mentis-runtime` command line: no argument serves, `healthcheck` checks a running runtime.

@@ -25,7 +25,6 @@ pub use limits::DiskLimits;
 pub use snapshots::SnapshotStoreConfig;
 pub use transport::{DEFAULT_MAX_MESSAGE_BYTES, TlsFiles};
 
-use crate::api::outbound::StreamPolicy;
 use crate::observations::LogLimits;
 
 /// Default address of the public gRPC API.
@@ -542,6 +541,27 @@ fn positive(var: &'static str, value: &str) -> Result<usize, ConfigError> {
     match parse::<usize>(var, value)? {
         0 => Err(err(var, value, "must be at least 1")),
         n => Ok(n),
+    }
+}
+
+/// Timing and bounds of outgoing streams.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamPolicy {
+    /// Idle time after which a keepalive is sent.
+    pub keepalive: Duration,
+    /// How long a client may leave a full buffer unread before it is cut off.
+    pub stall: Duration,
+    /// Messages buffered per stream.
+    pub buffer: usize,
+}
+
+impl Default for StreamPolicy {
+    fn default() -> Self {
+        Self {
+            keepalive: Duration::from_secs(15),
+            stall: Duration::from_secs(60),
+            buffer: 64,
+        }
     }
 }
 

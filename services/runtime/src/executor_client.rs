@@ -21,7 +21,6 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
-use crate::api::status::reason_of;
 use crate::convert::action_to_proto;
 
 mod files;
@@ -376,7 +375,8 @@ pub fn status_to_error(s: tonic::Status) -> Error {
     use tonic::Code;
     // The executor may quote a request's field whole; the client gets a bounded message.
     let msg = mentis_core::quote::bounded(s.message());
-    let told = reason_of(&s);
+    let told = mentis_proto::error_reason(&s, mentis_core::error::DOMAIN)
+        .and_then(|name| Reason::from_name(&name));
     let e = match s.code() {
         Code::InvalidArgument => Error::invalid(msg),
         Code::OutOfRange => Error::new(Reason::OutOfRange, msg),

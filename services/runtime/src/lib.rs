@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod convert;
 pub mod executor_client;
+pub mod images;
 pub mod metrics;
 pub mod observations;
 pub mod preview;

@@ -40,8 +40,10 @@ pub use spaces::SpaceView;
 
 use crate::config::RuntimeConfig;
 use crate::executor_client::ExecutorClient;
+use crate::images::Images;
 use crate::snapshots::Snapshots;
 use crate::store::Store;
+pub use crate::store::snapshots::{SnapshotFilter, SnapshotRecord};
 
 /// How often changed records are written to the store.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -58,6 +60,7 @@ pub struct Manager {
     provisioner: Arc<Provisioner>,
     lifecycle: Arc<Lifecycle>,
     actions: Actions,
+    images: Images,
     /// Owns the runtime-wide tasks (creates, deletes, the sweeper, the reaper, the pools).
     tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -126,7 +129,14 @@ impl Manager {
             Arc::clone(&lifecycle),
             Arc::clone(&config),
         );
+        let images = Images::new(
+            Arc::clone(&backend),
+            config.data_dir.join("uploads"),
+            tasks.clone(),
+            shutdown.clone(),
+        );
         Arc::new(Self {
+            images,
             config,
             store,
             snapshots,
@@ -164,9 +174,9 @@ impl Manager {
         &self.store
     }
 
-    /// Where sandboxes run (image builds go straight to it).
-    pub fn backend(&self) -> &Arc<dyn SandboxBackend> {
-        &self.backend
+    /// Image builds and imports on the sandboxes' backend.
+    pub fn images(&self) -> &Images {
+        &self.images
     }
 
     /// The runtime's configuration.
@@ -242,9 +252,50 @@ impl Manager {
 
     // Sandboxes.
 
-    /// Creates a sandbox and returns it RUNNING.
-    pub async fn create(&self, req: SandboxRequest) -> Result<Sandbox> {
-        self.provisioner.create(req).await
+    /// Creates a sandbox and returns it RUNNING; with `snapshot`, its workspace is the snapshot's, and a
+    /// sandbox that cannot get it is deleted (the create fails with the restore's error).
+    pub async fn create(
+        &self,
+        req: SandboxRequest,
+        snapshot: Option<&SnapshotRecord>,
+    ) -> Result<Sandbox> {
+        if let Some(record) = snapshot {
+            let space = req.space()?;
+            if record.space_id != space.as_str() {
+                return Err(Error::invalid(format!(
+                    "snapshot {} is of space {}, not of the sandbox's space {space}",
+                    record.id, record.space_id
+                ))
+                .at("spec.snapshot_id"));
+            }
+        }
+        let sandbox = self.provisioner.create(req).await?;
+        if let Some(record) = snapshot {
+            self.restore_into(sandbox.id, record).await?;
+        }
+        Ok(sandbox)
+    }
+
+    /// Restores snapshot `record` into the new sandbox `id`; a sandbox that cannot get it is deleted.
+    async fn restore_into(&self, id: SandboxId, record: &SnapshotRecord) -> Result<()> {
+        let restored = async {
+            let executor = self.lifecycle.executor_for(id).await?;
+            self.snapshots.restore(&executor, record).await
+        }
+        .await;
+        if let Err(e) = restored {
+            tracing::warn!(sandbox = %id, snapshot = %record.id, error = %e, "restore failed: the sandbox is deleted");
+            if let Err(d) = self
+                .provisioner
+                .delete(id, "its workspace could not be restored", None)
+                .await
+            {
+                tracing::warn!(sandbox = %id, error = %d, "deleting the sandbox whose restore failed");
+            }
+            return Err(e);
+        }
+        tracing::info!(sandbox = %id, snapshot = %record.id, "workspace restored");
+        Ok(())
     }
 
     /// The handle of a sandbox (its log, for followers); NotFound when unknown.
@@ -278,13 +329,6 @@ impl Manager {
     pub async fn delete(&self, id: SandboxId) -> Result<()> {
         self.provisioner
             .delete(id, "deleted", Some(Cause::Request))
-            .await
-    }
-
-    /// Deletes a sandbox that never served a client (its workspace could not be restored): no snapshot.
-    pub async fn discard(&self, id: SandboxId) -> Result<()> {
-        self.provisioner
-            .delete(id, "its workspace could not be restored", None)
             .await
     }
 
@@ -416,6 +460,47 @@ impl Manager {
         // Its templates go with it (a space made again later starts without them), and their pools.
         self.pools.retire_space(id);
         self.store.delete_templates_of(id)
+    }
+
+    // Snapshots (docs/ARCHITECTURE.md, "Snapshots").
+
+    /// The record of snapshot `id`; SNAPSHOT_NOT_FOUND when there is none.
+    pub fn snapshot(&self, id: &str) -> Result<SnapshotRecord> {
+        self.store
+            .snapshot(id)?
+            .ok_or_else(|| Error::new(Reason::SnapshotNotFound, format!("snapshot {id} not found")))
+    }
+
+    /// Up to `page_size` snapshots that `filter` selects (its `limit` is set here), and whether more
+    /// follow.
+    pub fn list_snapshots(
+        &self,
+        mut filter: SnapshotFilter<'_>,
+        page_size: usize,
+    ) -> Result<(Vec<SnapshotRecord>, bool)> {
+        filter.limit = page_size + 1;
+        let mut found = self.store.snapshots(&filter)?;
+        let more = found.len() > page_size;
+        found.truncate(page_size);
+        Ok((found, more))
+    }
+
+    /// Takes a snapshot of a sandbox's workspace (a call that counts as activity) and records it.
+    pub async fn take_snapshot(
+        &self,
+        sandbox: SandboxId,
+        labels: std::collections::BTreeMap<String, String>,
+    ) -> Result<SnapshotRecord> {
+        let space = self.space_of(sandbox)?;
+        let executor = self.lifecycle.executor_for(sandbox).await?;
+        self.snapshots
+            .take(&executor, sandbox, &space, labels)
+            .await
+    }
+
+    /// Deletes a snapshot: its archive, then its record.
+    pub async fn delete_snapshot(&self, record: &SnapshotRecord) -> Result<()> {
+        self.snapshots.delete(record).await
     }
 
     // Templates (docs/ARCHITECTURE.md, "Templates").

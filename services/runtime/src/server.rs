@@ -26,10 +26,10 @@ use tonic::codec::CompressionEncoding;
 use tonic::server::NamedService;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
+use crate::api::authenticate::AuthLayer;
 use crate::api::{
     ActionApi, FileApi, KeyApi, SandboxApi, SnapshotApi, SpaceApi, TemplateApi, TerminalApi,
 };
-use crate::auth::layer::AuthLayer;
 use crate::auth::{self, Keyring};
 use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, SnapshotStoreConfig, TlsFiles};
 use crate::preview::{Previews, Proxy};
@@ -422,7 +422,7 @@ async fn serve(
         .layer(mentis_telemetry::GrpcTraceLayer)
         // A request tonic cannot decode is the client's mistake, not INTERNAL (see `api::decode`).
         .layer(crate::api::decode::DecodeErrorLayer)
-        // Every call but health and reflection needs a key (see `auth::layer`).
+        // Every call but health and reflection needs a key (see `api::authenticate`).
         .layer(AuthLayer::new(Arc::clone(&keyring)))
         .add_service(health_service)
         .add_service(reflection_v1)

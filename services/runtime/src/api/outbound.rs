@@ -14,27 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use super::status::expected_status;
-
-/// Timing and bounds of outgoing streams.
-#[derive(Debug, Clone, Copy)]
-pub struct StreamPolicy {
-    /// Idle time after which a keepalive is sent.
-    pub keepalive: Duration,
-    /// How long a client may leave a full buffer unread before it is cut off.
-    pub stall: Duration,
-    /// Messages buffered per stream.
-    pub buffer: usize,
-}
-
-impl Default for StreamPolicy {
-    fn default() -> Self {
-        Self {
-            keepalive: Duration::from_secs(15),
-            stall: Duration::from_secs(60),
-            buffer: 64,
-        }
-    }
-}
+pub use crate::config::StreamPolicy;
 
 /// The sending half, owned by the task that produces the stream.
 pub struct Outbound<T> {

@@ -15,7 +15,6 @@ use super::status::to_status;
 use crate::convert::{request_from_proto, sandbox_to_proto, state_from_proto};
 use crate::preview::{self, Previews};
 use crate::sandboxes::{ListQuery, Manager, SandboxHandle};
-use crate::store::snapshots::SnapshotRecord;
 
 /// Implementation of `mentis.v1.SandboxService`.
 #[derive(Debug, Clone)]
@@ -60,24 +59,6 @@ impl SandboxApi {
         }
         Ok((h, port))
     }
-
-    /// Restores snapshot `record` into the new sandbox `id`; a sandbox that cannot get it is deleted.
-    async fn restore(&self, id: SandboxId, record: &SnapshotRecord) -> Result<(), Error> {
-        let restored = async {
-            let executor = self.manager.executor_for(id).await?;
-            self.manager.snapshots().restore(&executor, record).await
-        }
-        .await;
-        if let Err(e) = restored {
-            tracing::warn!(sandbox = %id, snapshot = %record.id, error = %e, "restore failed: the sandbox is deleted");
-            if let Err(d) = self.manager.discard(id).await {
-                tracing::warn!(sandbox = %id, error = %d, "deleting the sandbox whose restore failed");
-            }
-            return Err(e);
-        }
-        tracing::info!(sandbox = %id, snapshot = %record.id, "workspace restored");
-        Ok(())
-    }
 }
 
 #[tonic::async_trait]
@@ -98,24 +79,16 @@ impl SandboxService for SandboxApi {
         let snapshot = if snapshot_id.is_empty() {
             None
         } else {
-            let record =
+            Some(
                 snapshot_service::find(&self.manager, &caller, &snapshot_id, "spec.snapshot_id")
-                    .map_err(to_status)?;
-            if record.space_id != space.as_str() {
-                return Err(to_status(
-                    Error::invalid(format!(
-                        "snapshot {} is of space {}, not of the sandbox's space {space}",
-                        record.id, record.space_id
-                    ))
-                    .at("spec.snapshot_id"),
-                ));
-            }
-            Some(record)
+                    .map_err(to_status)?,
+            )
         };
-        let sandbox = self.manager.create(request).await.map_err(to_status)?;
-        if let Some(record) = &snapshot {
-            self.restore(sandbox.id, record).await.map_err(to_status)?;
-        }
+        let sandbox = self
+            .manager
+            .create(request, snapshot.as_ref())
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(api::CreateSandboxResponse {
             sandbox: Some(sandbox_to_proto(&sandbox, 0)),
         }))

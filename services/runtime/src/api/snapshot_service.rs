@@ -14,7 +14,7 @@ use super::status::to_status;
 use crate::auth::Caller;
 use crate::convert::timestamp;
 use crate::sandboxes::Manager;
-use crate::store::snapshots::{SnapshotFilter, SnapshotRecord};
+use crate::sandboxes::{SnapshotFilter, SnapshotRecord};
 
 /// Implementation of `mentis.v1.SnapshotService`.
 #[derive(Debug, Clone)]
@@ -47,9 +47,7 @@ pub fn find(
     field: &str,
 ) -> Result<SnapshotRecord, Error> {
     let id = parse_id(raw, field)?;
-    let record = manager.store().snapshot(&id)?.ok_or_else(|| {
-        Error::new(Reason::SnapshotNotFound, format!("snapshot {id} not found")).at(field)
-    })?;
+    let record = manager.snapshot(&id).map_err(|e| e.at(field))?;
     caller.require_space(&SpaceId::parse(&record.space_id)?)?;
     Ok(record)
 }
@@ -79,16 +77,9 @@ impl SnapshotService for SnapshotApi {
         let labels: BTreeMap<String, String> = r.labels.into_iter().collect();
         mentis_core::check_labels(&labels, "labels").map_err(to_status)?;
         let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
-        let space = self.manager.space_of(sandbox).map_err(to_status)?;
-        let executor = self
-            .manager
-            .executor_for(sandbox)
-            .await
-            .map_err(to_status)?;
         let record = self
             .manager
-            .snapshots()
-            .take(&executor, sandbox, &space, labels)
+            .take_snapshot(sandbox, labels)
             .await
             .map_err(to_status)?;
         Ok(Response::new(api::CreateSnapshotResponse {
@@ -146,11 +137,12 @@ impl SnapshotService for SnapshotApi {
             spaces,
             labels: Some(&labels),
             before: before.as_deref(),
-            limit: limit + 1,
+            limit: 0,
         };
-        let mut found = self.manager.store().snapshots(&filter).map_err(to_status)?;
-        let more = found.len() > limit;
-        found.truncate(limit);
+        let (found, more) = self
+            .manager
+            .list_snapshots(filter, limit)
+            .map_err(to_status)?;
         let next_page_token = match found.last() {
             Some(last) if more => last.id.clone(),
             _ => String::new(),
@@ -170,8 +162,7 @@ impl SnapshotService for SnapshotApi {
         match find(&self.manager, &caller, &raw, "snapshot_id") {
             Ok(record) => {
                 self.manager
-                    .snapshots()
-                    .delete(&record)
+                    .delete_snapshot(&record)
                     .await
                     .map_err(to_status)?;
                 Ok(Response::new(api::DeleteSnapshotResponse {}))

@@ -109,11 +109,7 @@ fn details(e: &Error, message: &str, error_id: Option<String>) -> ErrorDetails {
 /// The reason a status names in its ErrorInfo, when it is one of ours (an executor's status names its
 /// reason the same way).
 pub fn reason_of(s: &Status) -> Option<Reason> {
-    let details = s.get_error_details();
-    let info = details.error_info()?;
-    (info.domain == DOMAIN)
-        .then(|| Reason::from_name(&info.reason))
-        .flatten()
+    Reason::from_name(&mentis_proto::error_reason(s, DOMAIN)?)
 }
 
 #[cfg(test)]

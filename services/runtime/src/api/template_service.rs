@@ -39,12 +39,7 @@ impl TemplateService for TemplateApi {
         req: Request<tonic::Streaming<api::BuildImageRequest>>,
     ) -> Result<Response<Self::BuildImageStream>, Status> {
         access::admin(&req, "BuildImage")?;
-        let stream = super::images::build(
-            std::sync::Arc::clone(self.manager.backend()),
-            self.manager.config().data_dir.join("uploads"),
-            req.into_inner(),
-        )
-        .await?;
+        let stream = super::images::build(self.manager.images(), req.into_inner()).await?;
         Ok(Response::new(stream))
     }
 
@@ -53,12 +48,7 @@ impl TemplateService for TemplateApi {
         req: Request<tonic::Streaming<api::ImportImageRequest>>,
     ) -> Result<Response<api::ImportImageResponse>, Status> {
         access::admin(&req, "ImportImage")?;
-        let response = super::images::import(
-            self.manager.backend().as_ref(),
-            &self.manager.config().data_dir.join("uploads"),
-            req.into_inner(),
-        )
-        .await?;
+        let response = super::images::import(self.manager.images(), req.into_inner()).await?;
         Ok(Response::new(response))
     }
 

@@ -7,8 +7,8 @@ use std::task::{Context, Poll};
 
 use futures::future::Either;
 
-use super::{Caller, Keyring};
-use crate::api::status::to_status;
+use super::status::to_status;
+use crate::auth::{Caller, Keyring};
 
 /// Paths that need no key.
 fn is_open(path: &str) -> bool {
