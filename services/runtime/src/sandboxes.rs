@@ -6,6 +6,7 @@
 //! lifecycle").
 
 mod actions;
+mod gauges;
 mod handle;
 mod health;
 mod keep;
@@ -71,7 +72,7 @@ use keep::Keeper;
 use lifecycle::Lifecycle;
 use pool::Pools;
 use provision::Provisioner;
-pub use registry::Registry;
+use registry::Registry;
 use spaces::Spaces;
 
 impl std::fmt::Debug for Manager {
@@ -159,19 +160,9 @@ impl Manager {
         }
     }
 
-    /// Every snapshot of this runtime.
-    pub fn snapshots(&self) -> &Arc<Snapshots> {
-        &self.snapshots
-    }
-
-    /// Every sandbox this runtime knows (for the metrics' gauges).
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
-    /// The durable store (the web terminal signs its links with the store's key).
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
+    /// Registers the metrics' gauges of this manager's sandboxes and pools with `export`.
+    pub fn observe(self: &Arc<Self>, export: &crate::metrics::MetricsExport) {
+        gauges::observe(export, self);
     }
 
     /// Image builds and imports on the sandboxes' backend.

@@ -30,6 +30,7 @@ use crate::api::authenticate::AuthLayer;
 use crate::api::{
     ActionApi, FileApi, KeyApi, SandboxApi, SnapshotApi, SpaceApi, TemplateApi, TerminalApi,
 };
+use crate::auth::link::Links;
 use crate::auth::{self, Keyring};
 use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, SnapshotStoreConfig, TlsFiles};
 use crate::preview::{Previews, Proxy};
@@ -183,6 +184,12 @@ impl Runtime {
             }
         };
         let snapshots = Arc::new(Snapshots::new(archives, Arc::clone(&store)));
+        let links = Links::new(Arc::clone(&store));
+        let previews = Arc::new(Previews::new(
+            &config,
+            http_listener.as_ref().and_then(|l| l.local_addr().ok()),
+            Arc::clone(&store),
+        ));
         let manager = Manager::new(
             Arc::clone(&config),
             Arc::clone(&backend),
@@ -192,7 +199,7 @@ impl Runtime {
         );
         manager.start().await?;
         if let Some(export) = crate::metrics::export() {
-            observe_manager(export, &manager);
+            manager.observe(export);
             if let Some(listener) = metrics_listener {
                 if let Ok(at) = listener.local_addr() {
                     tracing::info!(%at, "metrics served at /metrics");
@@ -211,9 +218,13 @@ impl Runtime {
             Some(_) => "TLS",
         };
         let task = tokio::spawn(serve(
-            manager,
+            App {
+                manager,
+                keyring,
+                links,
+                previews,
+            },
             backend,
-            keyring,
             listener,
             SideListeners {
                 health: health_listener,
@@ -308,10 +319,17 @@ struct SideListeners {
     http: Option<TcpListener>,
 }
 
-async fn serve(
+/// The application services the API is served over.
+struct App {
     manager: Arc<Manager>,
-    backend: Arc<dyn SandboxBackend>,
     keyring: Arc<Keyring>,
+    links: Links,
+    previews: Arc<Previews>,
+}
+
+async fn serve(
+    app: App,
+    backend: Arc<dyn SandboxBackend>,
     listener: TcpListener,
     side: SideListeners,
     tls: Option<ServerTlsConfig>,
@@ -345,12 +363,13 @@ async fn serve(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
+    let App {
+        manager,
+        keyring,
+        links,
+        previews,
+    } = app;
     let sessions = TaskTracker::new();
-    let previews = Arc::new(Previews::new(
-        manager.config(),
-        side.http.as_ref().and_then(|l| l.local_addr().ok()),
-        Arc::clone(manager.store()),
-    ));
     let sandbox_api = SandboxApi::new(Arc::clone(&manager), Arc::clone(&previews));
     let action_api = ActionApi::new(
         Arc::clone(&manager),
@@ -363,6 +382,7 @@ async fn serve(
         shutdown.clone(),
         sessions.clone(),
         manager.config().stream,
+        links.clone(),
     );
     if let Some(listener) = side.http {
         // MCP's tools call the API in-process: the same services behind the same key check, with the key
@@ -387,7 +407,7 @@ async fn serve(
         crate::web::serve(
             listener,
             terminal_api.clone(),
-            Arc::clone(manager.store()),
+            links,
             mcp,
             Arc::new(Proxy::new(previews, Arc::clone(&manager))),
             shutdown.clone(),
@@ -486,86 +506,4 @@ async fn serve(
     manager.shutdown().await;
     tracing::info!("mentis-runtime stopped");
     result.map_err(ServeError::from)
-}
-
-/// Registers the metrics' gauges read from `manager` at each collection: sandboxes by state and space, and each
-/// pool's idle members, hits and misses.
-fn observe_manager(export: &crate::metrics::MetricsExport, manager: &Arc<Manager>) {
-    use crate::metrics::kv;
-    use std::collections::{BTreeMap, BTreeSet};
-    use std::sync::{Mutex, PoisonError};
-    let meter = export.meter();
-    let m = Arc::downgrade(manager);
-    // Every (state, space) ever reported: one that has no sandbox any more reports 0 rather than its
-    // last count (the SDK keeps a series' last value).
-    let seen: Mutex<BTreeSet<(&'static str, String)>> = Mutex::default();
-    let _ = meter
-        .u64_observable_gauge("mentis.sandboxes")
-        .with_description("Sandboxes by state and space")
-        .with_callback(move |o| {
-            let Some(manager) = m.upgrade() else { return };
-            let mut counts: BTreeMap<(&'static str, String), u64> = BTreeMap::new();
-            for h in manager.registry().handles() {
-                let s = h.snapshot();
-                *counts
-                    .entry((s.state.name(), s.space_id.to_string()))
-                    .or_default() += 1;
-            }
-            let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
-            seen.extend(counts.keys().cloned());
-            for (state, space) in seen.iter() {
-                let n = counts.get(&(*state, space.clone())).copied().unwrap_or(0);
-                o.observe(n, &[kv("state", *state), kv("space", space.clone())]);
-            }
-        })
-        .build();
-    let m = Arc::downgrade(manager);
-    let _ = meter
-        .u64_observable_gauge("mentis.pool.idle")
-        .with_description("Idle members of each warm pool, by image")
-        .with_callback(move |o| {
-            let Some(manager) = m.upgrade() else { return };
-            for p in manager.pool_stats() {
-                o.observe(p.idle as u64, &[kv("image", p.image)]);
-            }
-        })
-        .build();
-    let m = Arc::downgrade(manager);
-    let _ = meter
-        .u64_observable_counter("mentis.pool.claims")
-        .with_description("Creates that found an idle pool member (hit) or not (miss), by image")
-        .with_callback(move |o| {
-            let Some(manager) = m.upgrade() else { return };
-            for p in manager.pool_stats() {
-                o.observe(p.hits, &[kv("image", p.image.clone()), kv("result", "hit")]);
-                o.observe(p.misses, &[kv("image", p.image), kv("result", "miss")]);
-            }
-        })
-        .build();
-    let m = Arc::downgrade(manager);
-    match crate::metrics::SandboxUsage::new(move || {
-        let Some(manager) = m.upgrade() else {
-            return Vec::new();
-        };
-        manager
-            .registry()
-            .handles()
-            .into_iter()
-            .filter_map(|h| {
-                let s = h.snapshot();
-                let u = h.usage()?;
-                (s.state == mentis_core::SandboxState::Running).then(|| {
-                    (
-                        s.id.to_string(),
-                        s.space_id.to_string(),
-                        u.memory_bytes,
-                        u.cpu_usec,
-                    )
-                })
-            })
-            .collect()
-    }) {
-        Ok(collector) => export.register(Box::new(collector)),
-        Err(e) => tracing::warn!(error = %e, "metrics: cannot make the per-sandbox collector"),
-    }
 }

@@ -26,9 +26,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use crate::api::TerminalApi;
-use crate::auth::link::{Link, LinkError};
+use crate::auth::link::{Link, LinkError, Links};
 use crate::auth::{Caller, Keyring};
-use crate::store::Store;
 
 /// The WebSocket subprotocol the page speaks (the server picks it among those the page offers).
 pub const SUBPROTOCOL: &str = "mentis-terminal";
@@ -53,7 +52,7 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsa
 #[derive(Clone)]
 struct Web {
     terminals: TerminalApi,
-    store: Arc<Store>,
+    links: Links,
 }
 
 /// The MCP tools over streamable HTTP (`mentis-mcp`), and the keys its requests must present.
@@ -66,7 +65,7 @@ pub struct Mcp {
 pub fn serve(
     listener: TcpListener,
     terminals: TerminalApi,
-    store: Arc<Store>,
+    links: Links,
     mcp: Mcp,
     previews: Arc<crate::preview::Proxy>,
     shutdown: CancellationToken,
@@ -75,7 +74,7 @@ pub fn serve(
         tracing::info!(%at, "web terminal served at /terminal, MCP at /mcp, preview URLs at /preview/ (plaintext HTTP)");
     }
     // Preview requests (by path or by host) go to the preview proxy before any route is looked at.
-    let app = router(Web { terminals, store })
+    let app = router(Web { terminals, links })
         .nest_service(
             "/mcp",
             tower::ServiceBuilder::new()
@@ -237,7 +236,7 @@ async fn socket(
             "no link token: open the page from a link (TerminalService.CreateTerminalLink)",
         );
     };
-    let mut link = match Link::verify(web.store.sealer(), token, crate::clock::now()) {
+    let mut link = match web.links.open(token) {
         Ok(link) => link,
         Err(e @ (LinkError::Forged | LinkError::Expired)) => {
             tracing::info!(error = %e, "web terminal: a link was refused");

@@ -24,7 +24,7 @@ use super::follow;
 use super::outbound::{Guarded, Outbound, StreamPolicy};
 use super::status::to_status;
 use crate::auth::Caller;
-use crate::auth::link::{self, Link};
+use crate::auth::link::{self, Link, Links};
 use crate::config::TerminalPolicy;
 use crate::sandboxes::{Manager, SandboxHandle};
 
@@ -40,6 +40,7 @@ pub struct TerminalApi {
     sessions: TaskTracker,
     policy: StreamPolicy,
     terminals: TerminalPolicy,
+    links: Links,
 }
 
 impl TerminalApi {
@@ -48,6 +49,7 @@ impl TerminalApi {
         shutdown: CancellationToken,
         sessions: TaskTracker,
         policy: StreamPolicy,
+        links: Links,
     ) -> Self {
         let terminals = manager.config().terminals;
         Self {
@@ -56,6 +58,7 @@ impl TerminalApi {
             sessions,
             policy,
             terminals,
+            links,
         }
     }
 
@@ -329,7 +332,7 @@ impl terminal_service_server::TerminalService for TerminalApi {
     ) -> Result<Response<api::CreateTerminalLinkResponse>, Status> {
         let caller = caller(&req)?;
         let link = self.link(&caller, req.get_ref())?;
-        let token = link.token(self.manager.store().sealer());
+        let token = self.links.sign(&link);
         Ok(Response::new(api::CreateTerminalLinkResponse {
             path: format!("/terminal#token={token}"),
             token,

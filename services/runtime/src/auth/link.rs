@@ -7,9 +7,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::sync::Arc;
+
 use mentis_core::SandboxId;
 
-use crate::store::{Sealer, Signed};
+use crate::store::{Sealer, Signed, Store};
 
 /// A link's lifetime when the request names none.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
@@ -32,6 +34,29 @@ pub enum LinkError {
     Forged,
     #[error("the link has expired; ask for a new one (TerminalService.CreateTerminalLink)")]
     Expired,
+}
+
+/// Signs links and opens their tokens with the data folder's key (the application's side of links: the API
+/// and the web terminal never see the key).
+#[derive(Debug, Clone)]
+pub struct Links {
+    store: Arc<Store>,
+}
+
+impl Links {
+    pub fn new(store: Arc<Store>) -> Self {
+        Self { store }
+    }
+
+    /// The signed token of `link`.
+    pub fn sign(&self, link: &Link) -> String {
+        link.token(self.store.sealer())
+    }
+
+    /// The link `token` stands for, if its signature holds and it has not expired now.
+    pub fn open(&self, token: &str) -> Result<Link, LinkError> {
+        Link::verify(self.store.sealer(), token, crate::clock::now())
+    }
 }
 
 /// Unix seconds of `t` (0 before the epoch).
