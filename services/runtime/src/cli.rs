@@ -4,6 +4,7 @@
 //! it with SIGKILL and start it again).
 
 use anyhow::Context;
+use tokio_util::sync::CancellationToken;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tracing_subscriber::EnvFilter;
 
@@ -74,30 +75,13 @@ pub async fn run_from_env() -> anyhow::Result<()> {
     let mut runtime = Runtime::start(config)
         .await
         .context("cannot start mentis-runtime")?;
+    // The signals are watched beside the runtime, in this task: the first drains, a second exits at once.
     let stop = runtime.shutdown_token();
-    tokio::spawn(async move {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot listen for SIGTERM");
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        tracing::info!("draining (a second SIGTERM or SIGINT exits at once)");
-        stop.cancel();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        tracing::warn!("second signal: exiting now");
-        std::process::exit(130);
-    });
-    let result = runtime.wait().await.context("mentis-runtime failed");
+    let result = tokio::select! {
+        served = runtime.wait() => served,
+        never = on_signals(stop) => match never {},
+    };
+    let result = result.context("mentis-runtime failed");
     if let Some(metrics) = metrics {
         let _ = tokio::task::spawn_blocking(move || metrics.shutdown()).await;
     }
@@ -106,6 +90,29 @@ pub async fn run_from_env() -> anyhow::Result<()> {
         let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
     }
     result
+}
+
+/// The first SIGTERM or SIGINT cancels `stop` (the drain); a second exits the process at once.
+async fn on_signals(stop: CancellationToken) -> std::convert::Infallible {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM");
+            return std::future::pending().await;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("draining (a second SIGTERM or SIGINT exits at once)");
+    stop.cancel();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::warn!("second signal: exiting now");
+    std::process::exit(130);
 }
 
 /// `mentis-runtime healthcheck`: asks the running runtime's `grpc.health.v1` (on `MENTIS_HEALTH_LISTEN`, or

@@ -13,6 +13,8 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 /// The instrumentation scope of our metrics.
 const SCOPE: &str = "mentis-runtime";
@@ -183,12 +185,20 @@ impl MetricsExport {
         }
     }
 
-    /// Serves `GET /metrics` (Prometheus text format) on `listener` until `shutdown`.
-    pub fn serve(&self, listener: tokio::net::TcpListener, shutdown: CancellationToken) {
+    /// Serves `GET /metrics` (Prometheus text format) on `listener` until `shutdown`, in a task of `tasks`.
+    pub fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: CancellationToken,
+        tasks: &TaskTracker,
+    ) {
         let Some(registry) = self.prometheus.clone() else {
             return;
         };
-        tokio::spawn(serve_prometheus(listener, registry, shutdown));
+        tasks.spawn(
+            serve_prometheus(listener, registry, shutdown)
+                .instrument(tracing::info_span!("metrics listener")),
+        );
     }
 
     /// Pushes what is left and stops.
@@ -218,9 +228,11 @@ async fn serve_prometheus(
     use hyper::body::Bytes;
     use hyper::{Response, StatusCode};
 
+    // Each connection's task, ended and awaited when the listener stops.
+    let connections = TaskTracker::new();
     loop {
         let (stream, _) = tokio::select! {
-            () = shutdown.cancelled() => return,
+            () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -246,16 +258,21 @@ async fn serve_prometheus(
                     }
                 }
             });
-        tokio::spawn(async move {
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
             let io = hyper_util::rt::TokioIo::new(stream);
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, service)
-                .await
-            {
-                tracing::debug!(error = %e, "metrics: connection ended with an error");
+            let connection =
+                hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+            tokio::select! {
+                served = connection => if let Err(e) = served {
+                    tracing::debug!(error = %e, "metrics: connection ended with an error");
+                },
+                () = shutdown.cancelled() => {}
             }
         });
     }
+    connections.close();
+    connections.wait().await;
 }
 
 /// Per-sandbox memory and CPU time, for the Prometheus endpoint only: made afresh at each scrape from the

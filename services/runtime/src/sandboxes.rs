@@ -185,6 +185,7 @@ impl Manager {
             registry: &self.registry,
             spaces: &self.spaces,
             pools: &self.pools,
+            tasks: &self.tasks,
         }
         .run()
         .await?;

@@ -25,6 +25,7 @@ use tokio_util::task::TaskTracker;
 use tonic::codec::CompressionEncoding;
 use tonic::server::NamedService;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tracing::Instrument as _;
 
 use crate::api::authenticate::AuthLayer;
 use crate::api::{
@@ -40,6 +41,8 @@ use crate::store::Store;
 
 /// How long open calls get to finish once the drain has begun.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
+/// How long stopping waits for the listeners beside the API (each ends within twice the drain's grace).
+const LISTENERS_GRACE: Duration = Duration::from_secs(15);
 
 /// Why the runtime could not start or serve.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +95,8 @@ pub struct Runtime {
     pub addr: SocketAddr,
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), ServeError>>,
+    /// Owns the server and the listeners beside it (health, HTTP, metrics), each stopped by `shutdown`.
+    tasks: TaskTracker,
 }
 
 impl Runtime {
@@ -198,13 +203,14 @@ impl Runtime {
             shutdown.child_token(),
         );
         manager.start().await?;
+        let tasks = TaskTracker::new();
         if let Some(export) = crate::metrics::export() {
             manager.observe(export);
             if let Some(listener) = metrics_listener {
                 if let Ok(at) = listener.local_addr() {
                     tracing::info!(%at, "metrics served at /metrics");
                 }
-                export.serve(listener, shutdown.clone());
+                export.serve(listener, shutdown.clone(), &tasks);
             }
         }
         let auth = if keyring.enabled() {
@@ -217,7 +223,7 @@ impl Runtime {
             Some(t) if t.client_ca.is_some() => "mutual TLS",
             Some(_) => "TLS",
         };
-        let task = tokio::spawn(serve(
+        let task = tasks.spawn(serve(
             App {
                 manager,
                 keyring,
@@ -232,36 +238,45 @@ impl Runtime {
             },
             tls,
             shutdown.clone(),
+            tasks.clone(),
         ));
+        tasks.close();
         tracing::info!(%addr, image = %config.executor_image, instance = %config.docker.instance, auth, transport = scheme, "mentis-runtime serving");
         Ok(Self {
             addr,
             shutdown,
             task,
+            tasks,
         })
     }
 
     /// Stops accepting calls, ends open streams and waits for the server to finish.
-    pub async fn stop(self) -> Result<(), ServeError> {
+    pub async fn stop(mut self) -> Result<(), ServeError> {
         self.shutdown.cancel();
-        match self.task.await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "server task panicked");
-                Ok(())
-            }
-        }
+        self.wait().await
     }
 
-    /// Serves until `stop` is called or the server fails.
+    /// Serves until `stop` is called or the server fails; then waits for the listeners beside it.
     pub async fn wait(&mut self) -> Result<(), ServeError> {
-        match (&mut self.task).await {
+        let served = match (&mut self.task).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "server task panicked");
                 Ok(())
             }
+        };
+        // The server stops only after shutdown (or failing, when it cancels nothing): stop the rest too.
+        self.shutdown.cancel();
+        if tokio::time::timeout(LISTENERS_GRACE, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grace_secs = LISTENERS_GRACE.as_secs(),
+                "listeners still open after the grace are left to the process's end"
+            );
         }
+        served
     }
 
     /// A token that stops the runtime when cancelled.
@@ -276,6 +291,7 @@ fn serve_health<T: tonic_health::pb::health_server::Health>(
     listener: TcpListener,
     health: tonic_health::pb::health_server::HealthServer<T>,
     shutdown: CancellationToken,
+    tasks: &TaskTracker,
 ) {
     if let Ok(at) = listener.local_addr() {
         tracing::info!(%at, "grpc.health.v1 served in plaintext");
@@ -286,7 +302,7 @@ fn serve_health<T: tonic_health::pb::health_server::Health>(
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     let (v1, v1alpha) = (reflection().build_v1(), reflection().build_v1alpha());
-    tokio::spawn(async move {
+    let serving = async move {
         let (v1, v1alpha) = match (v1, v1alpha) {
             (Ok(v1), Ok(v1alpha)) => (v1, v1alpha),
             (Err(e), _) | (_, Err(e)) => {
@@ -294,23 +310,32 @@ fn serve_health<T: tonic_health::pb::health_server::Health>(
                 return;
             }
         };
-        let served = tonic::transport::Server::builder()
+        let stopping = shutdown.clone();
+        let server = tonic::transport::Server::builder()
             .add_service(health)
             .add_service(v1)
             .add_service(v1alpha)
             .serve_with_incoming_shutdown(
                 tonic::transport::server::TcpIncoming::from(listener),
                 async move {
-                    shutdown.cancelled().await;
+                    stopping.cancelled().await;
                     // Probes see NOT_SERVING during the drain's grace, like the API port's health.
                     tokio::time::sleep(DRAIN_GRACE).await;
                 },
-            )
-            .await;
+            );
+        // An open Health/Watch stream never ends by itself: after the grace the listener stops regardless.
+        let served = tokio::select! {
+            served = server => served,
+            () = async {
+                shutdown.cancelled().await;
+                tokio::time::sleep(2 * DRAIN_GRACE).await;
+            } => Ok(()),
+        };
         if let Err(e) = served {
             tracing::error!(error = %e, "the health listener failed");
         }
-    });
+    };
+    tasks.spawn(serving.instrument(tracing::info_span!("health listener")));
 }
 
 /// The listeners beside the API's: `MENTIS_HEALTH_LISTEN` and `MENTIS_HTTP_LISTEN` (the web terminal).
@@ -334,6 +359,7 @@ async fn serve(
     side: SideListeners,
     tls: Option<ServerTlsConfig>,
     shutdown: CancellationToken,
+    tasks: TaskTracker,
 ) -> Result<(), ServeError> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let health = health::Health::new(
@@ -350,9 +376,13 @@ async fn serve(
         ],
     );
     health.serving(true).await;
-    tokio::spawn(Arc::clone(&health).watch(backend, shutdown.clone()));
+    tasks.spawn(
+        Arc::clone(&health)
+            .watch(backend, shutdown.clone())
+            .instrument(tracing::info_span!("health watch")),
+    );
     if let Some(listener) = side.health {
-        serve_health(listener, health_service.clone(), shutdown.clone());
+        serve_health(listener, health_service.clone(), shutdown.clone(), &tasks);
     }
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(mentis_proto::PUBLIC_FILE_DESCRIPTOR_SET)
@@ -409,8 +439,14 @@ async fn serve(
             terminal_api.clone(),
             links,
             mcp,
-            Arc::new(Proxy::new(previews, Arc::clone(&manager))),
+            Arc::new(Proxy::new(
+                previews,
+                Arc::clone(&manager),
+                tasks.clone(),
+                shutdown.clone(),
+            )),
             shutdown.clone(),
+            &tasks,
         );
     }
 

@@ -23,7 +23,9 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::Status;
+use tracing::Instrument as _;
 
 use crate::api::TerminalApi;
 use crate::auth::link::{Link, LinkError, Links};
@@ -69,6 +71,7 @@ pub fn serve(
     mcp: Mcp,
     previews: Arc<crate::preview::Proxy>,
     shutdown: CancellationToken,
+    tasks: &TaskTracker,
 ) {
     if let Ok(at) = listener.local_addr() {
         tracing::info!(%at, "web terminal served at /terminal, MCP at /mcp, preview URLs at /preview/ (plaintext HTTP)");
@@ -85,14 +88,23 @@ pub fn serve(
             previews,
             crate::preview::middleware,
         ));
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
+    let listening = async move {
+        let stopping = shutdown.clone();
+        let server = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stopping.cancelled().await });
+        // An open WebSocket or MCP stream may outlast the shutdown: after a grace the listener stops regardless.
+        let served = tokio::select! {
+            served = server => served,
+            () = async {
+                shutdown.cancelled().await;
+                tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            } => Ok(()),
+        };
         if let Err(e) = served {
             tracing::error!(error = %e, "the web terminal's listener failed");
         }
-    });
+    };
+    tasks.spawn(listening.instrument(tracing::info_span!("http listener")));
 }
 
 fn router(web: Web) -> Router {

@@ -19,6 +19,9 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
 use mentis_core::SandboxId;
 use mentis_core::error::Code;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use super::previews::{Previews, Refusal, TOKEN_HEADER, TOKEN_PARAM};
 use super::token::TicketError;
@@ -35,11 +38,24 @@ const PREFIX: &str = "/preview/";
 pub struct Proxy {
     previews: Arc<Previews>,
     manager: Arc<Manager>,
+    /// Owns each connection to an app and each tunnel, all ended at shutdown.
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
 }
 
 impl Proxy {
-    pub fn new(previews: Arc<Previews>, manager: Arc<Manager>) -> Self {
-        Self { previews, manager }
+    pub fn new(
+        previews: Arc<Previews>,
+        manager: Arc<Manager>,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            previews,
+            manager,
+            tasks,
+            shutdown,
+        }
     }
 }
 
@@ -347,11 +363,18 @@ impl Proxy {
                 Ok(pair) => pair,
                 Err(_) => return refused_here("no HTTP/1.1 on"),
             };
-        tokio::spawn(async move {
-            if let Err(e) = connection.with_upgrades().await {
-                tracing::debug!(error = %e, "a preview connection ended with an error");
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(
+            async move {
+                tokio::select! {
+                    ended = connection.with_upgrades() => if let Err(e) = ended {
+                        tracing::debug!(error = %e, "a preview connection ended with an error");
+                    },
+                    () = shutdown.cancelled() => {}
+                }
             }
-        });
+            .instrument(tracing::debug_span!("preview connection", sandbox = %target.sandbox, port = target.port)),
+        );
         let mut response = match sender.send_request(upstream).await {
             Ok(r) => r,
             Err(_) => return refused_here("no answer from"),
@@ -361,9 +384,16 @@ impl Proxy {
             let app_side = hyper::upgrade::on(&mut response);
             let manager = Arc::clone(&self.manager);
             let sandbox = target.sandbox;
-            tokio::spawn(async move {
-                tunnel(client_side, app_side, manager, sandbox).await;
-            });
+            let shutdown = self.shutdown.clone();
+            self.tasks.spawn(
+                async move {
+                    tokio::select! {
+                        () = tunnel(client_side, app_side, manager, sandbox) => {}
+                        () = shutdown.cancelled() => {}
+                    }
+                }
+                .instrument(tracing::debug_span!("preview tunnel", %sandbox)),
+            );
         }
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers, switched);

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use mentis_core::{Error, SandboxBackend, SandboxState};
 
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::handle::SandboxHandle;
@@ -21,14 +22,21 @@ const FAILURES_BEFORE_UNHEALTHY: u32 = 2;
 /// Upper bound of one health check.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Starts watching `h`, in a task the sandbox owns (it ends when the sandbox is deleted).
+/// Starts watching `h`, in a task the sandbox owns (it ends when the sandbox is deleted). The end of a
+/// sandbox that is gone runs on `runtime` (the manager's tasks): it waits for the sandbox's own.
 pub(super) fn spawn(
     h: &Arc<SandboxHandle>,
     backend: &Arc<dyn SandboxBackend>,
     config: &Arc<RuntimeConfig>,
+    runtime: &TaskTracker,
 ) {
     h.tasks.spawn(
-        watch(Arc::clone(h), Arc::clone(backend), Arc::clone(config))
+        watch(
+            Arc::clone(h),
+            Arc::clone(backend),
+            Arc::clone(config),
+            runtime.clone(),
+        )
             .instrument(tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "health", sandbox_id = %h.id)),
     );
 }
@@ -38,6 +46,7 @@ async fn watch(
     h: Arc<SandboxHandle>,
     backend: Arc<dyn SandboxBackend>,
     config: Arc<RuntimeConfig>,
+    runtime: TaskTracker,
 ) {
     let mut failures = 0u32;
     loop {
@@ -96,7 +105,7 @@ async fn watch(
                 match recovered {
                     Ok(()) => failures = 0,
                     Err(e @ Error::NotFound(_)) => {
-                        end_gone(&h, backend, e.to_string()).await;
+                        end_gone(&h, backend, e.to_string(), &runtime).await;
                         return;
                     }
                     Err(e) => tracing::debug!(error = %e.chain(), "executor not back yet"),
@@ -108,7 +117,12 @@ async fn watch(
 
 /// A sandbox whose container vanished: TERMINATING (under the lifecycle lock, so a delete beside it waits),
 /// its running actions end LOST, its leftovers (the workspace volume) go, then TERMINATED.
-async fn end_gone(h: &Arc<SandboxHandle>, backend: Arc<dyn SandboxBackend>, reason: String) {
+async fn end_gone(
+    h: &Arc<SandboxHandle>,
+    backend: Arc<dyn SandboxBackend>,
+    reason: String,
+    runtime: &TaskTracker,
+) {
     let lifecycle = tokio::select! {
         () = h.cancel.cancelled() => return,
         g = Arc::clone(&h.lifecycle).lock_owned() => g,
@@ -119,18 +133,22 @@ async fn end_gone(h: &Arc<SandboxHandle>, backend: Arc<dyn SandboxBackend>, reas
     }
     tracing::warn!(%reason, "sandbox gone");
     h.stop_tasks();
-    // This watch is one of the tasks: the rest waits for them from outside.
+    // This watch is one of the sandbox's tasks: the rest waits for them from the runtime's.
     let h = Arc::clone(h);
-    tokio::spawn(async move {
-        let _lifecycle = lifecycle;
-        h.tasks_stopped().await;
-        if let Err(e) = backend.delete(h.id).await {
-            tracing::warn!(error = %e.chain(), "could not remove the leftovers of a vanished sandbox");
+    let span = tracing::info_span!("end of a vanished sandbox", sandbox_id = %h.id);
+    runtime.spawn(
+        async move {
+            let _lifecycle = lifecycle;
+            h.tasks_stopped().await;
+            if let Err(e) = backend.delete(h.id).await {
+                tracing::warn!(error = %e.chain(), "could not remove the leftovers of a vanished sandbox");
+            }
+            if let Err(e) = h.enter(SandboxState::Terminated, &reason) {
+                tracing::warn!(error = %e.chain(), "could not end a vanished sandbox");
+            }
         }
-        if let Err(e) = h.enter(SandboxState::Terminated, &reason) {
-            tracing::warn!(error = %e.chain(), "could not end a vanished sandbox");
-        }
-    });
+        .instrument(span),
+    );
 }
 
 /// Brings the executor back: its container running, a client for its (possibly new) address, healthy.

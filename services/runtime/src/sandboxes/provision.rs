@@ -331,7 +331,7 @@ impl Provisioner {
     /// A new sandbox whose executor answers: RUNNING, its health watched.
     fn running(&self, h: &Arc<SandboxHandle>) -> Result<()> {
         h.enter(SandboxState::Running, "")?;
-        health::spawn(h, &self.backend, &self.config);
+        health::spawn(h, &self.backend, &self.config, &self.tasks);
         Ok(())
     }
 

@@ -13,6 +13,7 @@ use mentis_core::SandboxBackend;
 
 use mentis_core::ActionId;
 use mentis_core::observation::ActionKind;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::handle::SandboxHandle;
@@ -46,6 +47,8 @@ pub(super) struct Restore<'a> {
     pub registry: &'a Registry,
     pub spaces: &'a Spaces,
     pub pools: &'a Arc<Pools>,
+    /// The manager's tasks (a watch ends a vanished sandbox on them).
+    pub tasks: &'a TaskTracker,
 }
 
 impl Restore<'_> {
@@ -262,7 +265,7 @@ impl Restore<'_> {
                     "sandbox taken over after a runtime restart",
                 );
                 tracing::info!(sandbox_id = %id, "took over a paused sandbox");
-                health::spawn(&h, self.backend, self.config);
+                health::spawn(&h, self.backend, self.config, self.tasks);
             }
             (_, Some(BackendState::Running | BackendState::Stopped)) => {
                 let within = TAKEOVER_READY.min(self.config.ready_timeout);
@@ -288,7 +291,7 @@ impl Restore<'_> {
                         );
                     }
                 }
-                health::spawn(&h, self.backend, self.config);
+                health::spawn(&h, self.backend, self.config, self.tasks);
             }
         }
         // Last activity counts from the takeover, not from before the downtime.

@@ -144,7 +144,8 @@ pub async fn restore(
     let expected = sha256.to_owned();
     let key_name = key.to_owned();
     // The producer: decompress, send chunks; the commit only after the checksum matched at the end.
-    let producer = tokio::spawn(async move {
+    // Beside the upload in the same task (joined below): it ends when the upload stops taking chunks.
+    let producer = async move {
         let header = exec::UploadRequest {
             kind: Some(exec::upload_request::Kind::Header(exec::UploadHeader {
                 path: String::new(),
@@ -188,14 +189,12 @@ pub async fn restore(
             commit: true,
         };
         let _ = tx.send(commit).await;
-        Ok(())
-    });
-    let uploaded = executor
-        .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await;
-    let produced = producer
-        .await
-        .map_err(|e| Error::internal(format!("snapshots: the restore's reader failed: {e}")))?;
+        Ok::<(), Error>(())
+    };
+    let (uploaded, produced) = tokio::join!(
+        executor.upload(tokio_stream::wrappers::ReceiverStream::new(rx)),
+        producer
+    );
     // A corrupt archive explains the upload's failure (it ended without its commit).
     produced?;
     uploaded.map(|_| ())
