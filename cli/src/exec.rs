@@ -66,6 +66,8 @@ async fn execute(
         .await?
         .into_inner();
     let mut interrupted = false;
+    // The CancelAction sent at Ctrl-C, beside the stream it ends (aborted if the action ends first).
+    let mut cancels = tokio::task::JoinSet::new();
     loop {
         let msg = tokio::select! {
             msg = stream.next() => msg,
@@ -80,7 +82,7 @@ async fn execute(
                     sandbox_id: sandbox.clone(),
                     action_id: action_id.clone(),
                 };
-                tokio::spawn(async move {
+                cancels.spawn(async move {
                     if let Err(s) = actions.cancel_action(cancel).await {
                         eprintln!("mentis: {}: {}", crate::error::code_name(s.code()), s.message());
                     }

@@ -120,11 +120,14 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let shutdown = CancellationToken::new();
-    // Ends at the first signal; dropped with the runtime otherwise.
-    tokio::spawn(stop_on_signal(shutdown.clone()).instrument(tracing::info_span!("signals")));
-    mentis_executor::serve(config, listener, shutdown)
-        .await
-        .context("serving")?;
+    // The signals are watched beside the server, in this task: the first one stops it.
+    let serving = mentis_executor::serve(config, listener, shutdown.clone());
+    tokio::pin!(serving);
+    let served = tokio::select! {
+        served = &mut serving => served,
+        () = stop_on_signal(shutdown).instrument(tracing::info_span!("signals")) => serving.await,
+    };
+    served.context("serving")?;
     Ok(())
 }
 

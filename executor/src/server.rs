@@ -23,10 +23,12 @@ use mentis_proto::executor::{
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_health::ServingStatus;
+use tracing::Instrument as _;
 
 use crate::actions::Actions;
 use crate::auth::BearerAuth;
@@ -66,9 +68,12 @@ pub async fn serve(
     health
         .set_service_status(SERVICE_NAME, ServingStatus::Serving)
         .await;
+    // The tasks beside the calls' streams, awaited after the server stops (they end with their streams).
+    let streams = TaskTracker::new();
     let executor = ExecutorServiceServer::new(ExecutorApi {
         actions: Arc::clone(&actions),
         terminals: Arc::clone(&terminals),
+        streams: streams.clone(),
         spans: config.spans.clone(),
     })
     .max_decoding_message_size(MAX_REQUEST_BYTES);
@@ -79,8 +84,9 @@ pub async fn serve(
 
     // File chunks are at most 256 KiB from our runtime; a client's own chunks may be larger, up to the
     // same bound as other requests.
-    let workspace = WorkspaceServiceServer::new(WorkspaceApi::new(Workspace::new(&config)))
-        .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let workspace =
+        WorkspaceServiceServer::new(WorkspaceApi::new(Workspace::new(&config), streams.clone()))
+            .max_decoding_message_size(MAX_REQUEST_BYTES);
     let workspace = tonic::service::interceptor::InterceptedService::new(
         workspace,
         BearerAuth::new(config.token.clone()),
@@ -123,9 +129,21 @@ pub async fn serve(
             Ok(())
         }
     };
+    streams.close();
+    let streams_ended = async {
+        if tokio::time::timeout(ACTIONS_GRACE, streams.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "tasks of streams still open after the grace are left to the process's end"
+            );
+        }
+    };
     tokio::join!(
         actions.shutdown(ACTIONS_GRACE),
-        terminals.shutdown(ACTIONS_GRACE)
+        terminals.shutdown(ACTIONS_GRACE),
+        streams_ended
     );
     tracing::info!("executor stopped");
     result
@@ -135,6 +153,8 @@ pub async fn serve(
 struct ExecutorApi {
     actions: Arc<Actions>,
     terminals: Arc<Terminals>,
+    /// Owns the tasks beside a call's stream (Attach's acknowledgements, a terminal's relay).
+    streams: TaskTracker,
     /// Finished spans for TakeSpans (None when traces are off).
     spans: Option<mentis_telemetry::SpanBuffer>,
 }
@@ -216,14 +236,16 @@ impl ExecutorService for ExecutorApi {
         let acks = Arc::clone(&outbox);
         let actions = Arc::clone(&self.actions);
         let id = action_id.clone();
-        tokio::spawn(async move {
+        let span = tracing::debug_span!("attach acknowledgements", action_id = %id);
+        let acknowledging = async move {
             while let Ok(Some(request)) = requests.message().await {
                 if let Some(attach_request::Kind::Ack(index)) = request.kind {
                     acks.ack(index);
                     actions.release_if_done(&id, &acks);
                 }
             }
-        });
+        };
+        self.streams.spawn(acknowledging.instrument(span));
         let responses = self
             .events(action_id, reader)
             .map(|event| Ok(AttachResponse { event: Some(event) }));
@@ -302,7 +324,7 @@ impl ExecutorService for ExecutorApi {
         &self,
         request: Request<Streaming<TerminalRequest>>,
     ) -> Result<Response<Self::TerminalStream>, Status> {
-        let stream = terminal::open(&self.terminals, request.into_inner()).await?;
+        let stream = terminal::open(&self.terminals, request.into_inner(), &self.streams).await?;
         Ok(Response::new(stream))
     }
 

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use crate::cgroup::{Cgroup, LimitHits};
 use crate::config::TOKEN_ENV;
@@ -86,6 +87,13 @@ async fn execute(spec: ShellSpec, ctx: ShellContext, sink: &mut EventSink) -> Cm
         Ok(dir) => dir,
         Err(message) => return CmdEnd::failed_to_start(message),
     };
+    // Simple commands run through bash until bash has said what it passes on (asked once, beside).
+    if Shell::get() == Shell::Bash
+        && let Some(asking) = direct::ask_shlvl_once()
+    {
+        ctx.tracker
+            .spawn(asking.instrument(tracing::debug_span!(parent: None, "shlvl")));
+    }
     let (mut command, stdin_first) = match command(&spec, &dir) {
         Ok(command) => command,
         Err(e) => {

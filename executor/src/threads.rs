@@ -55,10 +55,12 @@ pub fn runtime() -> io::Result<Runtime> {
 /// own thread. Returns how many met (fewer when a thread could not start within the bound).
 fn warm_up(runtime: &Runtime, count: usize) -> usize {
     let met = Arc::new((Mutex::new(0usize), Condvar::new()));
-    let tasks: Vec<_> = (0..count)
-        .map(|_| {
-            let met = Arc::clone(&met);
-            runtime.spawn_blocking(move || {
+    // Joined below: none outlives this call.
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..count {
+        let met = Arc::clone(&met);
+        tasks.spawn_blocking_on(
+            move || {
                 let (arrived, all) = &*met;
                 let mut arrived = arrived.lock().unwrap_or_else(PoisonError::into_inner);
                 *arrived += 1;
@@ -67,13 +69,14 @@ fn warm_up(runtime: &Runtime, count: usize) -> usize {
                     .wait_timeout_while(arrived, WARM_UP_TIMEOUT, |n| *n < count)
                     .unwrap_or_else(PoisonError::into_inner);
                 *arrived
-            })
-        })
-        .collect();
+            },
+            runtime.handle(),
+        );
+    }
     runtime.block_on(async {
         let mut met = 0;
-        for task in tasks {
-            met = met.max(task.await.unwrap_or(0));
+        while let Some(task) = tasks.join_next().await {
+            met = met.max(task.unwrap_or(0));
         }
         met
     })

@@ -17,6 +17,7 @@ use mentis_proto::executor::{
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::pipe::{ChannelReader, ChannelWriter, Feed};
@@ -26,11 +27,16 @@ use crate::error::Error;
 /// The gRPC face of [`Workspace`].
 pub(crate) struct WorkspaceApi {
     ws: Arc<Workspace>,
+    readers: TaskTracker,
 }
 
 impl WorkspaceApi {
-    pub(crate) fn new(ws: Workspace) -> Self {
-        Self { ws: Arc::new(ws) }
+    /// `readers` owns the blocking tasks that send a ReadFile's or a Download's bytes.
+    pub(crate) fn new(ws: Workspace, readers: TaskTracker) -> Self {
+        Self {
+            ws: Arc::new(ws),
+            readers,
+        }
     }
 }
 
@@ -112,7 +118,8 @@ impl WorkspaceService for WorkspaceApi {
         let (file, _) = blocking(move || ws.open_read(&p)).await?;
         let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
         // Ends when the range is sent or the receiver (the client) is gone.
-        tokio::task::spawn_blocking(move || read::send_range(file, &shown, offset, length, &tx));
+        self.readers
+            .spawn_blocking(move || read::send_range(file, &shown, offset, length, &tx));
         Ok(Response::new(chunk_stream(rx, |data| ReadFileResponse {
             data,
         })))
@@ -328,7 +335,7 @@ impl WorkspaceService for WorkspaceApi {
         blocking(move || ws.stat(&checked)).await?;
         let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
         let ws = Arc::clone(&self.ws);
-        tokio::task::spawn_blocking(move || {
+        self.readers.spawn_blocking(move || {
             let errors = tx.clone();
             if let Err(e) = ws.archive(&p, ChannelWriter::new(tx)) {
                 // The client may be gone (that is how most downloads that fail here end).

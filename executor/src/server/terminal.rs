@@ -15,7 +15,9 @@ use mentis_proto::executor::{
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::{Status, Streaming};
+use tracing::Instrument as _;
 
 use crate::error::Error;
 use crate::terminal::{Attached, Event, Settings, Terminal, Terminals};
@@ -32,6 +34,7 @@ const OUTBOUND: usize = 16;
 pub(super) async fn open(
     terminals: &Arc<Terminals>,
     mut requests: Streaming<TerminalRequest>,
+    streams: &TaskTracker,
 ) -> Result<TerminalStream, Status> {
     let first = requests
         .message()
@@ -79,8 +82,9 @@ pub(super) async fn open(
     };
     // Cannot fail: the channel is new.
     let _ = tx.try_send(Ok(wrap(started)));
-    tokio::spawn(forward_output(attached, tx.clone(), done.clone()));
-    tokio::spawn(apply_requests(terminal, requests, tx, done));
+    let span = tracing::debug_span!("terminal stream", terminal_id = %terminal.id);
+    streams.spawn(forward_output(attached, tx.clone(), done.clone()).instrument(span.clone()));
+    streams.spawn(apply_requests(terminal, requests, tx, done).instrument(span));
     Ok(Box::pin(ReceiverStream::new(rx)))
 }
 

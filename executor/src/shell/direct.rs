@@ -220,25 +220,27 @@ fn find(word: &str, dir: &Path, path: Option<&OsStr>) -> Option<OsString> {
     None
 }
 
+/// What this image's bash says of `SHLVL` (see [`passed_shlvl`]), once asked.
+static SHLVL: OnceLock<Option<&'static str>> = OnceLock::new();
+
 /// The `SHLVL` this image's bash gives a program it execs in its own place, once known (see the module's
-/// doc). The first call starts finding out, in the background; until then, and when bash's answer is not
-/// one this understands, `None`.
+/// doc); until then, and when bash's answer is not one this understands, `None`.
 pub(crate) fn passed_shlvl() -> Option<&'static str> {
-    static SHLVL: OnceLock<Option<&'static str>> = OnceLock::new();
+    SHLVL.get().copied().flatten()
+}
+
+/// The question to bash that [`passed_shlvl`] waits for, to the first caller (who runs it on a task it
+/// owns); `None` to every later one.
+pub(crate) fn ask_shlvl_once() -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
     static ASKED: AtomicBool = AtomicBool::new(false);
-    if let Some(shlvl) = SHLVL.get() {
-        return *shlvl;
+    if SHLVL.get().is_some() || ASKED.swap(true, Ordering::Relaxed) {
+        return None;
     }
-    if let Ok(runtime) = tokio::runtime::Handle::try_current()
-        && !ASKED.swap(true, Ordering::Relaxed)
-    {
-        runtime.spawn(async {
-            let shlvl = ask_bash().await;
-            tracing::debug!(?shlvl, "SHLVL bash passes to a program in its place");
-            let _ = SHLVL.set(shlvl);
-        });
-    }
-    None
+    Some(async {
+        let shlvl = ask_bash().await;
+        tracing::debug!(?shlvl, "SHLVL bash passes to a program in its place");
+        let _ = SHLVL.set(shlvl);
+    })
 }
 
 /// Asks bash: it execs a second bash in its own place, which prints the `SHLVL` it then has, one more
