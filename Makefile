@@ -21,8 +21,9 @@ help:
 	@echo "make demo   - set everything up, start a runtime, run the README walk-through and show its output"
 	@echo "make bench  - measure round trips through the whole chain (median, p95; JSON in target/bench.json)"
 	@echo "make soak   - chaos soak: clients and random faults for SOAK_DURATION (30m), invariants checked (target/soak.json)"
-	@echo "make lint   - cargo fmt --check, clippy -D warnings, buf lint and breaking, code generation in other languages,"
-	@echo "              the Helm chart rendered, linted and checked against Kubernetes' schemas (offline)"
+	@echo "make lint   - cargo fmt --check, clippy -D warnings, cargo-deny (licences, duplicates, sources), buf lint and"
+	@echo "              breaking, code generation in other languages, the Helm chart rendered, linted and checked against"
+	@echo "              Kubernetes' schemas (offline), import cycles, detached spawns, ARCHITECTURE.md's names"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
 	@echo "make sdk    - build the Python SDK's wheel (sdk/python, stubs generated from proto/) into target/sdk"
 	@echo "make service-images - build the runtime and Docker-in-Docker images (mentis/runtime, mentis/dind; docs/DEPLOY.md)"
@@ -136,6 +137,10 @@ lint: machine-tools
 	rustfmt --edition 2024 --check executor/enter/main.rs
 	clippy-driver --edition 2024 --crate-type bin -C panic=abort -D warnings --emit=metadata \
 	  -o $(CURDIR)/target/mentis-enter.rmeta executor/enter/main.rs
+	@# The dependency tree against deny.toml: licences, duplicate crates (warnings; `cargo-deny check bans`
+	@# without --hide-inclusion-graph shows what pulls each in), sources (crates.io only).
+	@# Advisories are not checked: their database cannot be fetched here (deny.toml says why).
+	$(TOOLS)/cargo-deny --locked check --hide-inclusion-graph licenses bans sources
 	.tools/venv/bin/ruff check sdk/python
 	.tools/venv/bin/ruff format --check sdk/python
 	$(TOOLS)/buf lint

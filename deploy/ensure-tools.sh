@@ -12,6 +12,9 @@
 #   nginx                Debian's nginx (system-wide, not started): the proxy of tests/e2e/proxy.rs.
 #   .tools/bin/s3s-fs    s3s-fs (crates.io, built with cargo install once per machine, linked from
 #                        /var/tmp/mentis/tools): the S3 server tests/e2e/snapshots.rs starts.
+#   .tools/bin/cargo-deny
+#                        cargo-deny (crates.io, built and kept the same way): `make lint` checks the dependency
+#                        tree's licences, duplicate crates and sources against deny.toml.
 #   tmux                 Debian's tmux (system-wide): tests/e2e/cli.rs runs `mentis shell` in a tmux pane.
 #   docker-compose       Debian's Compose (1.29, system-wide): deploy/compose.yaml, run by the walk-through's
 #                        --compose modes.
@@ -46,6 +49,8 @@ KERNEL_REQS=("ipykernel==7.4.0" "numpy==2.4.6" "pandas==3.1.1" "matplotlib==3.11
 HELM_REQS=("helm-python-sdk==0.2.2" "kubernetes-validate==1.37.0")
 # The S3-compatible server of the snapshot tests.
 S3S_FS_VERSION=0.14.1
+# The dependency tree's check (make lint, deny.toml).
+CARGO_DENY_VERSION=0.20.2
 # The Python SDK's lint and format check (make lint).
 LINT_REQS=("ruff==0.17.6")
 
@@ -190,6 +195,21 @@ if [ ! -x "$s3s_root/bin/s3s-fs" ] || [ "$("$s3s_root/bin/s3s-fs" --version 2>/d
 fi
 ln -sfn "$s3s_root/bin/s3s-fs" "$tools/bin/s3s-fs"
 
+# --- cargo-deny (crates.io), the dependency tree's licences, duplicates and sources (make lint, deny.toml) -------
+# Built like s3s-fs, once per machine into the machine's tool cache (about 6 minutes on 2 cores).
+deny_root=${MENTIS_TOOL_CACHE:-/var/tmp/mentis/tools}/cargo-deny-$CARGO_DENY_VERSION
+if [ ! -x "$deny_root/bin/cargo-deny" ] ||
+  [ "$("$deny_root/bin/cargo-deny" --version 2>/dev/null)" != "cargo-deny $CARGO_DENY_VERSION" ]; then
+  log "building cargo-deny $CARGO_DENY_VERSION into $deny_root (cargo install, once per machine)"
+  mkdir -p "$(dirname "$deny_root")"
+  rm -rf "$deny_root.partial"
+  quiet cargo install --locked "cargo-deny@$CARGO_DENY_VERSION" --root "$deny_root.partial"
+  rm -rf "$deny_root"
+  mv "$deny_root.partial" "$deny_root"
+  installed+=("cargo-deny $CARGO_DENY_VERSION (crates.io)")
+fi
+ln -sfn "$deny_root/bin/cargo-deny" "$tools/bin/cargo-deny"
+
 # --- the web terminal's npm packages (web/package-lock.json) ---------------------------------------------------
 command -v npm >/dev/null 2>&1 || apt_install npm
 deploy/ensure-web.sh
@@ -198,6 +218,7 @@ deploy/ensure-web.sh
 grpcurl_version=$("$tools/bin/grpcurl" -version 2>&1) || die "$tools/bin/grpcurl does not run: $grpcurl_version"
 [ -x "$tools/bin/buf" ] || die "$tools/bin/buf does not point to an executable"
 [ "$buf_version" = "$BUF_VERSION" ] || die "$tools/bin/buf reports $buf_version, expected $BUF_VERSION"
+deny_version=$("$tools/bin/cargo-deny" --version 2>&1) || die "$tools/bin/cargo-deny does not run: $deny_version"
 
 if [ "${#installed[@]}" -gt 0 ]; then
   for item in "${installed[@]}"; do log "installed $item"; done
@@ -210,4 +231,4 @@ print("grpcio", grpc.__version__, "grpcio-tools", v("grpcio-tools"), "protobuf",
     die "grpcio / grpcio-tools / ipykernel / pandas / matplotlib / helm-python-sdk / kubernetes-validate do not import in $venv"
   log "$versions"
 fi
-log "ready in $tools/bin: ${grpcurl_version#grpcurl }, buf $buf_version; $venv: grpcio $GRPCIO_VERSION"
+log "ready in $tools/bin: ${grpcurl_version#grpcurl }, buf $buf_version, $deny_version; $venv: grpcio $GRPCIO_VERSION"
