@@ -10,7 +10,9 @@ called as paths (`tokio::task::spawn_blocking(`, `task::spawn_blocking(`), `std:
 `thread::spawn`, and a bare `spawn(`, `spawn_blocking(` or `spawn_local(` in a file that imports it from
 tokio or std::thread, and `.spawn(`/`.spawn_blocking(` on a tokio runtime or handle (a name the file binds
 to `Handle::current()`/`Handle::try_current()` or declares `: Runtime`/`: Handle`, or `Handle::current()`
-itself). Not counted: other method calls (`tasks.spawn(`, `set.spawn(`, `tracker.spawn_blocking(`),
+itself). A blocking task awaited where it is spawned (`spawn_blocking(...).await`, also after `?` or a
+`.map_err(...)`-style chain that ends in `.await` before the statement ends) is owned by the task that awaits
+it: it cannot be cancelled anyway, and nothing outlives the await. Not counted: other method calls (`tasks.spawn(`, `set.spawn(`, `tracker.spawn_blocking(`),
 definitions (`fn spawn(`), other paths (`health::spawn(` is the project's own function, checked in its own
 file), comments and strings. Production code only: files under a `tests` or `benches` folder, `build.rs`, and
 test code are skipped; test code is the item after `#[cfg(test)]` (a `mod tests { ... }` block, a function)
@@ -102,6 +104,24 @@ def blank(text: str) -> str:
             else:
                 i += 1  # a lifetime
     return "".join(out)
+
+
+def matching_paren(text: str, open_at: int) -> int:
+    depth = 0
+    for k in range(open_at, len(text)):
+        if text[k] == "(":
+            depth += 1
+        elif text[k] == ")":
+            depth -= 1
+            if depth == 0:
+                return k
+    return len(text) - 1
+
+
+def awaited_at_once(text: str, call_open: int) -> bool:
+    """Whether the call whose `(` is at `call_open` is awaited as it is made: `.await` right after it."""
+    after = text[matching_paren(text, call_open) + 1 :]
+    return re.match(r"\s*\.\s*await\b", after) is not None
 
 
 def matching_brace(text: str, open_at: int) -> int:
@@ -240,6 +260,8 @@ def detached_spawns(text: str):
         if before.endswith(("fn", ".")):  # a definition, or a method split before its name
             continue
         path = re.sub(r"\s+", "", m.group(1))
+        if m.group(2) == "spawn_blocking" and awaited_at_once(text, m.end() - 1):
+            continue
         if path.removeprefix("::") in DETACHED_PATHS or (not path and m.group(2) in imported):
             yield m.start(), path + m.group(2)
     # A tokio runtime or its handle spawns onto the runtime, owned by nobody.

@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod error;
+pub mod files;
 pub mod ids;
 pub mod image;
 pub mod kernel;

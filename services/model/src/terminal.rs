@@ -54,6 +54,76 @@ impl Size {
     }
 }
 
+/// What the client of a terminal stream sends: first a start or an attach, then input, resizes and signals.
+/// Fields are as the client sent them; [`TerminalSpec::validate`] and [`Size::validate`] check them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminalInput {
+    Start(TerminalStart),
+    Attach { terminal_id: String, after_seq: u64 },
+    Input(bytes::Bytes),
+    Resize { cols: u32, rows: u32 },
+    Signal(String),
+}
+
+/// A start as the client sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TerminalStart {
+    pub command: Vec<String>,
+    pub cols: u32,
+    pub rows: u32,
+    pub env: BTreeMap<String, String>,
+    pub work_dir: String,
+    pub idle_timeout_seconds: u32,
+}
+
+/// What a terminal stream says: its start, its output (numbered), and the program's end, last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminalOutput {
+    Started {
+        terminal_id: String,
+        last_seq: u64,
+        cols: u32,
+        rows: u32,
+    },
+    Output {
+        seq: u64,
+        data: bytes::Bytes,
+    },
+    Exited {
+        exit_code: i32,
+        signal: i32,
+    },
+}
+
+/// What the runtime adds to a start: the sandbox's env and its terminal policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TerminalSettings {
+    /// The sandbox's env, under the terminal's own.
+    pub env: BTreeMap<String, String>,
+    /// A start that would make more running terminals than this is refused.
+    pub max_terminals: u32,
+    /// The idle timeout of a start that names none.
+    pub default_idle_timeout: Duration,
+    /// Output kept for re-attaching clients, per terminal.
+    pub scrollback_bytes: u64,
+}
+
+/// One terminal of a sandbox, as ListTerminals describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminalInfo {
+    pub terminal_id: String,
+    pub command: Vec<String>,
+    pub cols: u32,
+    pub rows: u32,
+    pub pid: i32,
+    pub created_at: Option<std::time::SystemTime>,
+    pub last_seq: u64,
+    /// Streams attached now.
+    pub attached: u32,
+    /// Set once the program ended.
+    pub exit_code: Option<i32>,
+}
+
 /// A checked terminal start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TerminalSpec {

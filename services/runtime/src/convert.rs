@@ -2,13 +2,16 @@
 //! client. Validation happens here too: a proto value that converts is a valid domain value.
 
 mod action;
+mod file;
 mod kernel;
 mod observation;
 mod sandbox;
 mod space;
 mod template;
+mod terminal;
 
 pub use action::{action_from_proto, action_to_proto};
+pub use file::{file_to_proto, unpacked_to_proto};
 pub use kernel::{summary_from_proto, summary_to_proto};
 pub use observation::{
     kind_from_executor, kind_to_proto, observation_from_proto, observation_to_proto,
@@ -17,3 +20,4 @@ pub use observation::{
 pub use sandbox::{request_from_proto, sandbox_to_proto, state_from_proto};
 pub use space::{space_from_proto, space_to_proto, update_from_proto};
 pub use template::{template_from_proto, template_to_proto, template_update_from_proto};
+pub use terminal::{terminal_info_to_proto, terminal_input_from_proto, terminal_output_to_proto};

@@ -8,10 +8,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use mentis_core::{Action, ActionId, Endpoint, Error, Reason, VariableSummary};
 use mentis_proto::executor::{
-    AttachRequest, AttachResponse, CancelRequest, CloseTerminalRequest, GetUsageRequest,
-    InspectVariablesRequest, ListTerminalsRequest, ResetKernelRequest, Resume, RunRequest,
-    RunResponse, TakeSpansRequest, TakeSpansResponse, TerminalRequest, WriteStdinRequest,
-    attach_request, executor_service_client::ExecutorServiceClient,
+    AttachRequest, AttachResponse, CancelRequest, GetUsageRequest, InspectVariablesRequest,
+    ResetKernelRequest, Resume, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse,
+    WriteStdinRequest, attach_request, executor_service_client::ExecutorServiceClient,
     workspace_service_client::WorkspaceServiceClient,
 };
 use tokio::sync::mpsc;
@@ -24,6 +23,20 @@ use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 use crate::convert::action_to_proto;
 
 mod files;
+mod terminals;
+
+/// A file's or an archive's bytes as they come from the executor.
+pub type ByteStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, Error>> + Send + 'static>>;
+
+/// A terminal stream's outputs as the executor sends them; it ends after `Exited`.
+pub type TerminalOutputs = std::pin::Pin<
+    Box<
+        dyn futures::Stream<Item = Result<mentis_core::terminal::TerminalOutput, Error>>
+            + Send
+            + 'static,
+    >,
+>;
 
 /// Adds `authorization: Bearer <token>` to every call, and the caller's trace context when traces are on.
 #[derive(Clone)]
@@ -270,38 +283,6 @@ impl ExecutorClient {
             action_id: action_id.to_string(),
             data,
             eof,
-        }))
-        .await
-        .map(drop)
-    }
-}
-
-impl ExecutorClient {
-    /// Opens a terminal stream (see mentis.v1.TerminalService.Open): `requests` go to the executor as they
-    /// come, its responses are for the client as they are.
-    pub async fn terminal(
-        &self,
-        requests: impl futures::Stream<Item = TerminalRequest> + Send + 'static,
-    ) -> Result<tonic::Streaming<mentis_proto::executor::TerminalResponse>, Error> {
-        let mut rpc = self.rpc.clone();
-        self.timed(rpc.terminal(requests))
-            .await
-            .map(tonic::Response::into_inner)
-    }
-
-    /// The sandbox's terminals.
-    pub async fn list_terminals(&self) -> Result<Vec<mentis_proto::api::TerminalInfo>, Error> {
-        let mut rpc = self.rpc.clone();
-        self.timed(rpc.list_terminals(ListTerminalsRequest {}))
-            .await
-            .map(|r| r.into_inner().terminals)
-    }
-
-    /// Hangs a terminal up (or forgets an exited one).
-    pub async fn close_terminal(&self, terminal_id: &str) -> Result<(), Error> {
-        let mut rpc = self.rpc.clone();
-        self.timed(rpc.close_terminal(CloseTerminalRequest {
-            terminal_id: terminal_id.to_owned(),
         }))
         .await
         .map(drop)

@@ -6,6 +6,7 @@
 //! lifecycle").
 
 mod actions;
+mod files;
 mod gauges;
 mod handle;
 mod health;
@@ -20,12 +21,14 @@ mod registry;
 mod restore;
 mod setup;
 mod spaces;
+mod terminals;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use mentis_core::files::{Chunk, Edit, Edited, FileInfo, FilePage, ListFiles, Unpacked};
 use mentis_core::{
     Action, ActionId, Cause, Error, Reason, Resource, Result, Sandbox, SandboxBackend, SandboxId,
     SandboxRequest, Space, SpaceId, SpaceUpdate, Template, TemplateUpdate,
@@ -40,8 +43,8 @@ pub use registry::ListQuery;
 pub use spaces::SpaceView;
 
 use crate::config::RuntimeConfig;
-use crate::executor_client::ExecutorClient;
 use crate::images::Images;
+use crate::observations::ObservationLog;
 use crate::snapshots::Snapshots;
 use crate::store::Store;
 pub use crate::store::snapshots::{SnapshotFilter, SnapshotRecord};
@@ -61,6 +64,8 @@ pub struct Manager {
     provisioner: Arc<Provisioner>,
     lifecycle: Arc<Lifecycle>,
     actions: Actions,
+    files: Files,
+    terminals: Terminals,
     images: Images,
     /// Owns the runtime-wide tasks (creates, deletes, the sweeper, the reaper, the pools).
     tasks: TaskTracker,
@@ -68,12 +73,16 @@ pub struct Manager {
 }
 
 use actions::Actions;
+pub use files::ByteStream;
+use files::Files;
 use keep::Keeper;
 use lifecycle::Lifecycle;
 use pool::Pools;
 use provision::Provisioner;
 use registry::Registry;
 use spaces::Spaces;
+pub use terminals::TerminalSession;
+use terminals::Terminals;
 
 impl std::fmt::Debug for Manager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -136,7 +145,15 @@ impl Manager {
             tasks.clone(),
             shutdown.clone(),
         );
+        let files = Files::new(Arc::clone(&lifecycle));
+        let terminals = Terminals::new(
+            Arc::clone(&registry),
+            Arc::clone(&lifecycle),
+            config.terminals,
+        );
         Arc::new(Self {
+            files,
+            terminals,
             images,
             config,
             store,
@@ -161,8 +178,8 @@ impl Manager {
     }
 
     /// Registers the metrics' gauges of this manager's sandboxes and pools with `export`.
-    pub fn observe(self: &Arc<Self>, export: &crate::metrics::MetricsExport) {
-        gauges::observe(export, self);
+    pub fn observe(&self, export: &crate::metrics::MetricsExport) {
+        gauges::observe(export, &self.registry, &self.pools);
     }
 
     /// Image builds and imports on the sandboxes' backend.
@@ -290,9 +307,9 @@ impl Manager {
         Ok(())
     }
 
-    /// The handle of a sandbox (its log, for followers); NotFound when unknown.
-    pub fn handle(&self, id: SandboxId) -> Result<Arc<SandboxHandle>> {
-        self.registry.handle(id)
+    /// A sandbox's observation log, for followers; NotFound when unknown.
+    pub fn log(&self, id: SandboxId) -> Result<Arc<ObservationLog>> {
+        Ok(Arc::clone(&self.registry.handle(id)?.log))
     }
 
     /// The space of a sandbox.
@@ -336,9 +353,123 @@ impl Manager {
         self.lifecycle.resume(id).await
     }
 
-    /// The executor of a sandbox for a call that counts as activity (file calls).
-    pub async fn executor_for(&self, id: SandboxId) -> Result<ExecutorClient> {
-        self.lifecycle.executor_for(id).await
+    /// Where port `port` of a sandbox is reached (its address on the executor network), for a preview:
+    /// resumed first when PAUSED with auto_resume, counted as activity. PERMISSION_DENIED for the
+    /// executor's own port, which no preview reaches.
+    pub async fn app_address(&self, sandbox: SandboxId, port: u16) -> Result<(String, u16)> {
+        let executor = self.lifecycle.executor_for(sandbox).await?;
+        if port == executor.port() {
+            return Err(Error::new(
+                Reason::PermissionDenied,
+                "the sandbox's executor port is not previewable",
+            ));
+        }
+        Ok((executor.host().to_owned(), port))
+    }
+
+    /// Whether `port` is the sandbox's executor's (which no preview reaches).
+    pub fn is_executor_port(&self, sandbox: SandboxId, port: u16) -> Result<bool> {
+        let h = self.registry.handle(sandbox)?;
+        Ok(h.executor().is_some_and(|e| e.port() == port))
+    }
+
+    // Terminals: each call resumes a PAUSED sandbox with auto_resume and counts as activity.
+
+    /// Opens a terminal stream on a sandbox with `first`, a start or an attach (checked by the caller).
+    pub async fn open_terminal(
+        &self,
+        sandbox: SandboxId,
+        first: mentis_core::terminal::TerminalInput,
+    ) -> Result<TerminalSession> {
+        self.terminals.open(sandbox, first).await
+    }
+
+    /// A sandbox's terminals.
+    pub async fn list_terminals(
+        &self,
+        sandbox: SandboxId,
+    ) -> Result<Vec<mentis_core::terminal::TerminalInfo>> {
+        self.terminals.list(sandbox).await
+    }
+
+    /// Hangs a terminal up (or forgets an exited one).
+    pub async fn close_terminal(&self, sandbox: SandboxId, terminal_id: &str) -> Result<()> {
+        self.terminals.close(sandbox, terminal_id).await
+    }
+
+    // Files: each call resumes a PAUSED sandbox with auto_resume and counts as activity.
+
+    /// Starts reading `length` bytes (0: to the end) of a workspace file from `offset`.
+    pub async fn read_file(
+        &self,
+        sandbox: SandboxId,
+        path: String,
+        offset: u64,
+        length: u64,
+    ) -> Result<ByteStream> {
+        self.files.read(sandbox, path, offset, length).await
+    }
+
+    /// Writes a workspace file from `chunks`, kept only after [`Chunk::Commit`] and their clean end.
+    pub async fn write_file(
+        &self,
+        sandbox: SandboxId,
+        path: String,
+        mode: u32,
+        chunks: impl futures::Stream<Item = Chunk> + Send + 'static,
+    ) -> Result<FileInfo> {
+        self.files.write(sandbox, path, mode, chunks).await
+    }
+
+    /// One page of a workspace directory's entries.
+    pub async fn list_files(&self, sandbox: SandboxId, q: ListFiles) -> Result<FilePage> {
+        self.files.list(sandbox, q).await
+    }
+
+    /// Describes one workspace entry.
+    pub async fn stat_file(&self, sandbox: SandboxId, path: String) -> Result<FileInfo> {
+        self.files.stat(sandbox, path).await
+    }
+
+    /// Replaces a string in a workspace file.
+    pub async fn edit_file(&self, sandbox: SandboxId, edit: Edit) -> Result<Edited> {
+        self.files.edit(sandbox, edit).await
+    }
+
+    /// Deletes a workspace entry (a directory with its contents when `recursive`).
+    pub async fn delete_file(
+        &self,
+        sandbox: SandboxId,
+        path: String,
+        recursive: bool,
+    ) -> Result<()> {
+        self.files.delete(sandbox, path, recursive).await
+    }
+
+    /// Creates a workspace directory with its parents.
+    pub async fn make_directory(
+        &self,
+        sandbox: SandboxId,
+        path: String,
+        mode: u32,
+    ) -> Result<FileInfo> {
+        self.files.make_directory(sandbox, path, mode).await
+    }
+
+    /// Unpacks the tar stream `chunks` into the workspace directory `path`, kept only after
+    /// [`Chunk::Commit`] and their clean end.
+    pub async fn upload(
+        &self,
+        sandbox: SandboxId,
+        path: String,
+        chunks: impl futures::Stream<Item = Chunk> + Send + 'static,
+    ) -> Result<Unpacked> {
+        self.files.upload(sandbox, path, chunks).await
+    }
+
+    /// Starts a tar download of the workspace path `path`.
+    pub async fn download(&self, sandbox: SandboxId, path: String) -> Result<ByteStream> {
+        self.files.download(sandbox, path).await
     }
 
     /// Every pool's figures.

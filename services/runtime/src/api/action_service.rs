@@ -16,8 +16,8 @@ use super::follow::{self, FollowMessage, only_action};
 use super::outbound::{Guarded, StreamPolicy};
 use super::status::to_status;
 use crate::convert::{action_from_proto, summary_to_proto};
-use crate::observations::LogItem;
-use crate::sandboxes::{Manager, SandboxHandle};
+use crate::observations::{LogItem, ObservationLog};
+use crate::sandboxes::Manager;
 
 /// Implementation of `mentis.v1.ActionService`.
 #[derive(Debug, Clone)]
@@ -48,15 +48,15 @@ impl ActionApi {
 }
 
 impl ActionApi {
-    /// Follows `items` of `handle`'s log to the client (see `follow`).
-    fn follow<T, S>(&self, items: S, handle: &SandboxHandle) -> Guarded<T>
+    /// Follows `items` of `log` to the client (see `follow`).
+    fn follow<T, S>(&self, items: S, log: &Arc<ObservationLog>) -> Guarded<T>
     where
         T: FollowMessage,
         S: Stream<Item = LogItem> + Send + 'static,
     {
         follow::spawn(
             items,
-            Arc::clone(&handle.log),
+            Arc::clone(log),
             self.policy,
             &self.sessions,
             self.shutdown.clone(),
@@ -108,15 +108,15 @@ impl ActionService for ActionApi {
         let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
         let action = action_from_proto(r.action).map_err(to_status)?;
         let action_id = parse_action_id(&r.action_id).map_err(to_status)?;
-        let handle = self.manager.handle(sandbox).map_err(to_status)?;
+        let log = self.manager.log(sandbox).map_err(to_status)?;
         let sub = self
             .manager
             .submit(sandbox, action_id, action)
             .await
             .map_err(to_status)?;
         // A retry of an accepted submission replays the same action's observations from its start.
-        let items = only_action(handle.log.follow(sub.after_seq), sub.id);
-        Ok(Response::new(self.follow(items, &handle)))
+        let items = only_action(log.follow(sub.after_seq), sub.id);
+        Ok(Response::new(self.follow(items, &log)))
     }
 
     async fn stream_observations(
@@ -127,19 +127,19 @@ impl ActionService for ActionApi {
         let r = req.into_inner();
         let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
         let action = parse_action_id(&r.action_id).map_err(to_status)?;
-        let handle = self.manager.handle(sandbox).map_err(to_status)?;
-        follow::check_after_seq(&handle.log, r.after_seq).map_err(to_status)?;
+        let log = self.manager.log(sandbox).map_err(to_status)?;
+        follow::check_after_seq(&log, r.after_seq).map_err(to_status)?;
         if let Some(id) = &action {
             self.manager
                 .require_action(sandbox, id)
                 .map_err(to_status)?;
         }
-        let items = handle.log.follow(r.after_seq);
+        let items = log.follow(r.after_seq);
         let items: Pin<Box<dyn Stream<Item = LogItem> + Send>> = match action {
             Some(id) => Box::pin(only_action(items, id)),
             None => Box::pin(items),
         };
-        Ok(Response::new(self.follow(items, &handle)))
+        Ok(Response::new(self.follow(items, &log)))
     }
 
     async fn cancel_action(

@@ -76,21 +76,22 @@ impl ActionApi {
             }
         };
         // The caller may act on this sandbox (its space); the session never leaves it.
-        let handle = match SandboxId::parse(&attach.sandbox_id)
-            .and_then(|id| self.manager.handle(id))
-            .and_then(|h| caller.require_space(&h.space_id()).map(|()| h))
-            .and_then(|h| match attach.after_seq {
-                Some(after) => follow::check_after_seq(&h.log, after).map(|()| h),
-                None => Ok(h),
-            }) {
-            Ok(h) => h,
+        let attached = SandboxId::parse(&attach.sandbox_id).and_then(|id| {
+            caller.require_space(&self.manager.space_of(id)?)?;
+            let log = self.manager.log(id)?;
+            if let Some(after) = attach.after_seq {
+                follow::check_after_seq(&log, after)?;
+            }
+            Ok((id, log))
+        });
+        let (sandbox, log) = match attached {
+            Ok(attached) => attached,
             Err(e) => {
                 tx.send(Err(to_status(e))).await;
                 return;
             }
         };
-        let sandbox = handle.id;
-        let last_seq = handle.log.last_seq();
+        let last_seq = log.last_seq();
         let attached = connect_response::Attached {
             sandbox_id: sandbox.to_string(),
             last_seq,
@@ -103,10 +104,10 @@ impl ActionApi {
         }
         // The same follow as Execute and StreamObservations (gaps, keepalives, the stall cut-off of `tx`),
         // interleaved with the answers to the client's messages.
-        let items = handle.log.follow(attach.after_seq.unwrap_or(last_seq));
+        let items = log.follow(attach.after_seq.unwrap_or(last_seq));
         let mut follow = pin!(with_keepalives(
             items,
-            Arc::clone(&handle.log),
+            Arc::clone(&log),
             self.policy.keepalive
         ));
         let mut inbound_open = true;

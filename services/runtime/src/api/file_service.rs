@@ -1,6 +1,6 @@
-//! FileService: each call is forwarded to the executor of a RUNNING sandbox, streams chunk by chunk (a
-//! chunk is pulled from one side only when the other has taken the previous one, plus a few in a bounded
-//! channel), errors mapped in `status`. A WriteFile or Upload is committed only when its client ended the
+//! FileService: each call goes to the manager's file calls (the executor of a RUNNING sandbox), streams
+//! chunk by chunk (a chunk is pulled from one side only when the other has taken the previous one, plus a
+//! few in a bounded channel), errors mapped in `status`. A WriteFile or Upload is committed only when its client ended the
 //! stream cleanly (`forward`, `client_end`).
 
 mod client_end;
@@ -10,19 +10,18 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt as _};
+use mentis_core::files::{Chunk, Edit, ListFiles};
 use mentis_core::{Error, quoted};
 use mentis_proto::api::{
     self, file_service_server::FileService, file_service_server::FileServiceServer,
 };
-use mentis_proto::executor as exec;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::access::{self, caller};
 use super::decode;
 use super::status::to_status;
-use crate::auth::Caller;
-use crate::executor_client::{ExecutorClient, status_to_error};
-use crate::sandboxes::Manager;
+use crate::convert::{file_to_proto, unpacked_to_proto};
+use crate::sandboxes::{ByteStream, Manager};
 use client_end::ClientEnd;
 pub use client_end::Watch;
 use forward::forward_client_stream;
@@ -49,24 +48,16 @@ impl FileApi {
                 .accept_compressed(tonic::codec::CompressionEncoding::Gzip),
         )
     }
-
-    /// The executor of a RUNNING sandbox (NotFound, FailedPrecondition or Unavailable otherwise); a PAUSED
-    /// sandbox with auto_resume is resumed first. A file call counts as activity for the idle timeout.
-    async fn executor(&self, caller: &Caller, sandbox_id: &str) -> Result<ExecutorClient, Status> {
-        let id = access::sandbox(caller, &self.manager, sandbox_id)?;
-        self.manager.executor_for(id).await.map_err(to_status)
-    }
 }
 
 type ChunkStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
-/// An executor's chunk stream as a public one; its errors pass through the one mapping.
-fn forward_chunks<E, T>(stream: Streaming<E>, wrap: fn(E) -> T) -> ChunkStream<T>
+/// A file's or an archive's bytes as a public chunk stream; its errors pass through the one mapping.
+fn forward_chunks<T>(stream: ByteStream, wrap: fn(bytes::Bytes) -> T) -> ChunkStream<T>
 where
-    E: Send + 'static,
     T: Send + 'static,
 {
-    Box::pin(stream.map(move |r| r.map(wrap).map_err(|s| to_status(status_to_error(s)))))
+    Box::pin(stream.map(move |r| r.map(wrap).map_err(to_status)))
 }
 
 /// Longest workspace path a request may name, and longest component (Linux's PATH_MAX less the NUL, and
@@ -101,17 +92,14 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let r = req.into_inner();
         check_path(&r.path, "path").map_err(to_status)?;
-        let executor = self.executor(&caller, &r.sandbox_id).await?;
-        let stream = executor
-            .read_file(exec::ReadFileRequest {
-                path: r.path,
-                offset: r.offset,
-                length: r.length,
-            })
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        let stream = self
+            .manager
+            .read_file(sandbox, r.path, r.offset, r.length)
             .await
             .map_err(to_status)?;
-        Ok(Response::new(forward_chunks(stream, |c| {
-            api::ReadFileResponse { data: c.data }
+        Ok(Response::new(forward_chunks(stream, |data| {
+            api::ReadFileResponse { data }
         })))
     }
 
@@ -133,36 +121,25 @@ impl FileService for FileApi {
             }
         };
         check_path(&header.path, "header.path").map_err(to_status)?;
-        let executor = self.executor(&caller, &header.sandbox_id).await?;
-        let first = exec::WriteFileRequest {
-            kind: Some(exec::write_file_request::Kind::Header(
-                exec::WriteFileHeader {
-                    path: header.path,
-                    mode: header.mode,
-                },
-            )),
-            commit: false,
-        };
-        let commit = exec::WriteFileRequest {
-            kind: Some(exec::write_file_request::Kind::Data(bytes::Bytes::new())),
-            commit: true,
-        };
+        let sandbox = access::sandbox(&caller, &self.manager, &header.sandbox_id)?;
+        let manager = Arc::clone(&self.manager);
+        let (path, mode) = (header.path, header.mode);
         let file = forward_client_stream(
             inbound,
             end,
-            first,
             |m| match m.kind {
-                Some(api::write_file_request::Kind::Data(data)) => Ok(exec::WriteFileRequest {
-                    kind: Some(exec::write_file_request::Kind::Data(data)),
-                    commit: false,
-                }),
+                Some(api::write_file_request::Kind::Data(data)) => Ok(Chunk::Data(data)),
                 _ => Err(Error::invalid("WriteFile takes one header, then data")),
             },
-            commit,
-            |feed| Box::pin(async move { executor.write_file(feed).await }),
+            Chunk::Commit,
+            move |feed| {
+                Box::pin(async move { manager.write_file(sandbox, path, mode, feed).await })
+            },
         )
         .await?;
-        Ok(Response::new(api::WriteFileResponse { file: Some(file) }))
+        Ok(Response::new(api::WriteFileResponse {
+            file: Some(file_to_proto(file)),
+        }))
     }
 
     async fn list_files(
@@ -172,20 +149,24 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let r = req.into_inner();
         check_path(&r.path, "path").map_err(to_status)?;
-        let executor = self.executor(&caller, &r.sandbox_id).await?;
-        let listed = executor
-            .list_files(exec::ListFilesRequest {
-                path: r.path,
-                recursive: r.recursive,
-                page_size: r.page_size,
-                page_token: r.page_token,
-            })
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        let page = self
+            .manager
+            .list_files(
+                sandbox,
+                ListFiles {
+                    path: r.path,
+                    recursive: r.recursive,
+                    page_size: r.page_size,
+                    page_token: r.page_token,
+                },
+            )
             .await
             .map_err(to_status)?;
         Ok(Response::new(api::ListFilesResponse {
-            files: listed.files,
-            truncated: listed.truncated,
-            next_page_token: listed.next_page_token,
+            files: page.files.into_iter().map(file_to_proto).collect(),
+            truncated: page.truncated,
+            next_page_token: page.next_page_token,
         }))
     }
 
@@ -196,12 +177,15 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let r = req.into_inner();
         check_path(&r.path, "path").map_err(to_status)?;
-        let executor = self.executor(&caller, &r.sandbox_id).await?;
-        let file = executor
-            .stat_file(exec::StatFileRequest { path: r.path })
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        let file = self
+            .manager
+            .stat_file(sandbox, r.path)
             .await
             .map_err(to_status)?;
-        Ok(Response::new(api::StatFileResponse { file: Some(file) }))
+        Ok(Response::new(api::StatFileResponse {
+            file: Some(file_to_proto(file)),
+        }))
     }
 
     async fn edit_file(
@@ -211,19 +195,23 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let r = req.into_inner();
         check_path(&r.path, "path").map_err(to_status)?;
-        let executor = self.executor(&caller, &r.sandbox_id).await?;
-        let edited = executor
-            .edit_file(exec::EditFileRequest {
-                path: r.path,
-                old_string: r.old_string,
-                new_string: r.new_string,
-                replace_all: r.replace_all,
-            })
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        let edited = self
+            .manager
+            .edit_file(
+                sandbox,
+                Edit {
+                    path: r.path,
+                    old_string: r.old_string,
+                    new_string: r.new_string,
+                    replace_all: r.replace_all,
+                },
+            )
             .await
             .map_err(to_status)?;
         Ok(Response::new(api::EditFileResponse {
             replacements: edited.replacements,
-            file: edited.file,
+            file: edited.file.map(file_to_proto),
         }))
     }
 
@@ -234,12 +222,9 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let r = req.into_inner();
         check_path(&r.path, "path").map_err(to_status)?;
-        let executor = self.executor(&caller, &r.sandbox_id).await?;
-        executor
-            .delete_file(exec::DeleteFileRequest {
-                path: r.path,
-                recursive: r.recursive,
-            })
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        self.manager
+            .delete_file(sandbox, r.path, r.recursive)
             .await
             .map_err(to_status)?;
         Ok(Response::new(api::DeleteFileResponse {}))
@@ -252,16 +237,14 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let r = req.into_inner();
         check_path(&r.path, "path").map_err(to_status)?;
-        let executor = self.executor(&caller, &r.sandbox_id).await?;
-        let directory = executor
-            .make_directory(exec::MakeDirectoryRequest {
-                path: r.path,
-                mode: r.mode,
-            })
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        let directory = self
+            .manager
+            .make_directory(sandbox, r.path, r.mode)
             .await
             .map_err(to_status)?;
         Ok(Response::new(api::MakeDirectoryResponse {
-            directory: Some(directory),
+            directory: Some(file_to_proto(directory)),
         }))
     }
 
@@ -283,33 +266,21 @@ impl FileService for FileApi {
             }
         };
         check_path(&header.path, "header.path").map_err(to_status)?;
-        let executor = self.executor(&caller, &header.sandbox_id).await?;
-        let first = exec::UploadRequest {
-            kind: Some(exec::upload_request::Kind::Header(exec::UploadHeader {
-                path: header.path,
-            })),
-            commit: false,
-        };
-        let commit = exec::UploadRequest {
-            kind: Some(exec::upload_request::Kind::Data(bytes::Bytes::new())),
-            commit: true,
-        };
-        let summary = forward_client_stream(
+        let sandbox = access::sandbox(&caller, &self.manager, &header.sandbox_id)?;
+        let manager = Arc::clone(&self.manager);
+        let path = header.path;
+        let unpacked = forward_client_stream(
             inbound,
             end,
-            first,
             |m| match m.kind {
-                Some(api::upload_request::Kind::Data(data)) => Ok(exec::UploadRequest {
-                    kind: Some(exec::upload_request::Kind::Data(data)),
-                    commit: false,
-                }),
+                Some(api::upload_request::Kind::Data(data)) => Ok(Chunk::Data(data)),
                 _ => Err(Error::invalid("Upload takes one header, then data")),
             },
-            commit,
-            |feed| Box::pin(async move { executor.upload(feed).await }),
+            Chunk::Commit,
+            move |feed| Box::pin(async move { manager.upload(sandbox, path, feed).await }),
         )
         .await?;
-        Ok(Response::new(summary))
+        Ok(Response::new(unpacked_to_proto(unpacked)))
     }
 
     async fn download(
@@ -319,13 +290,14 @@ impl FileService for FileApi {
         let caller = caller(&req)?;
         let r = req.into_inner();
         check_path(&r.path, "path").map_err(to_status)?;
-        let executor = self.executor(&caller, &r.sandbox_id).await?;
-        let stream = executor
-            .download(exec::DownloadRequest { path: r.path })
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        let stream = self
+            .manager
+            .download(sandbox, r.path)
             .await
             .map_err(to_status)?;
-        Ok(Response::new(forward_chunks(stream, |c| {
-            api::DownloadResponse { data: c.data }
+        Ok(Response::new(forward_chunks(stream, |data| {
+            api::DownloadResponse { data }
         })))
     }
 }

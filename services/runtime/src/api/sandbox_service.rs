@@ -14,7 +14,7 @@ use super::snapshot_service;
 use super::status::to_status;
 use crate::convert::{request_from_proto, sandbox_to_proto, state_from_proto};
 use crate::preview::{self, Previews};
-use crate::sandboxes::{ListQuery, Manager, SandboxHandle};
+use crate::sandboxes::{ListQuery, Manager};
 
 /// Implementation of `mentis.v1.SandboxService`.
 #[derive(Debug, Clone)]
@@ -36,10 +36,9 @@ impl SandboxApi {
         sandbox_id: &str,
         port: u32,
         allow_zero: bool,
-    ) -> Result<(Arc<SandboxHandle>, u16), Status> {
+    ) -> Result<(SandboxId, u16), Status> {
         let caller = caller(req)?;
         let id = access::sandbox(&caller, &self.manager, sandbox_id)?;
-        let h = self.manager.handle(id).map_err(to_status)?;
         let port = match u16::try_from(port) {
             Ok(0) if allow_zero => 0,
             Ok(p) if p > 0 => p,
@@ -49,7 +48,7 @@ impl SandboxApi {
                 ));
             }
         };
-        if port != 0 && h.executor().is_some_and(|e| e.port() == port) {
+        if port != 0 && self.manager.is_executor_port(id, port).map_err(to_status)? {
             return Err(to_status(
                 Error::invalid(format!(
                     "port {port} is the sandbox's executor, which no preview reaches"
@@ -57,7 +56,7 @@ impl SandboxApi {
                 .at("port"),
             ));
         }
-        Ok((h, port))
+        Ok((id, port))
     }
 }
 
@@ -190,8 +189,7 @@ impl SandboxService for SandboxApi {
         req: Request<api::GetPreviewUrlRequest>,
     ) -> Result<Response<api::GetPreviewUrlResponse>, Status> {
         let r = req.get_ref();
-        let (h, port) = self.preview_target(&req, &r.sandbox_id, r.port, false)?;
-        let id = h.id;
+        let (id, port) = self.preview_target(&req, &r.sandbox_id, r.port, false)?;
         let ttl = Duration::from_secs(r.ttl_seconds.into());
         if ttl > preview::MAX_TTL {
             return Err(to_status(
@@ -203,7 +201,7 @@ impl SandboxService for SandboxApi {
                 .at("ttl_seconds"),
             ));
         }
-        if h.state().is_final() {
+        if self.manager.get(id).map_err(to_status)?.0.state.is_final() {
             return Err(to_status(Error::new(
                 Reason::SandboxEnded,
                 format!("sandbox {id} has ended; its ports are gone"),
@@ -223,8 +221,7 @@ impl SandboxService for SandboxApi {
         req: Request<api::RevokePreviewUrlsRequest>,
     ) -> Result<Response<api::RevokePreviewUrlsResponse>, Status> {
         let r = req.get_ref();
-        let (h, port) = self.preview_target(&req, &r.sandbox_id, r.port, true)?;
-        let id = h.id;
+        let (id, port) = self.preview_target(&req, &r.sandbox_id, r.port, true)?;
         self.previews.revoke(id, port).map_err(to_status)?;
         tracing::info!(sandbox_id = %id, port, "preview URLs revoked");
         Ok(Response::new(api::RevokePreviewUrlsResponse {}))

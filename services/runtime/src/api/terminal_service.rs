@@ -9,10 +9,8 @@ use std::time::Duration;
 use futures::{Stream, StreamExt as _};
 
 use mentis_core::terminal::{TerminalSpec, validate_terminal_id};
-use mentis_core::{Error, Reason, SandboxId};
+use mentis_core::{Error, Reason};
 use mentis_proto::api::{self, open_request, open_response, terminal_service_server};
-use mentis_proto::executor::{TerminalRequest, TerminalSettings};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -25,11 +23,8 @@ use super::outbound::{Guarded, Outbound, StreamPolicy};
 use super::status::to_status;
 use crate::auth::Caller;
 use crate::auth::link::{self, Link, Links};
-use crate::config::TerminalPolicy;
-use crate::sandboxes::{Manager, SandboxHandle};
-
-/// Client requests waiting for the executor.
-const INBOUND: usize = 16;
+use crate::convert::{terminal_info_to_proto, terminal_input_from_proto, terminal_output_to_proto};
+use crate::sandboxes::{Manager, TerminalSession};
 
 /// Implementation of `mentis.v1.TerminalService`.
 #[derive(Debug, Clone)]
@@ -39,7 +34,6 @@ pub struct TerminalApi {
     shutdown: CancellationToken,
     sessions: TaskTracker,
     policy: StreamPolicy,
-    terminals: TerminalPolicy,
     links: Links,
 }
 
@@ -51,24 +45,12 @@ impl TerminalApi {
         policy: StreamPolicy,
         links: Links,
     ) -> Self {
-        let terminals = manager.config().terminals;
         Self {
             manager,
             shutdown,
             sessions,
             policy,
-            terminals,
             links,
-        }
-    }
-
-    fn settings(&self, handle: &SandboxHandle) -> TerminalSettings {
-        TerminalSettings {
-            env: handle.env.clone().into_iter().collect(),
-            max_terminals: u32::try_from(self.terminals.max_per_sandbox).unwrap_or(u32::MAX),
-            default_idle_timeout_seconds: u32::try_from(self.terminals.idle_timeout.as_secs())
-                .unwrap_or(u32::MAX),
-            scrollback_bytes: self.terminals.scrollback_bytes as u64,
         }
     }
 
@@ -92,28 +74,10 @@ impl TerminalApi {
                 return;
             }
         };
-        let (handle, client) = match self.admit(&first, caller).await {
-            Ok(admitted) => admitted,
+        let mut session = match self.admit(first, caller).await {
+            Ok(session) => session,
             Err(status) => {
                 tx.send(Err(status)).await;
-                return;
-            }
-        };
-        let (to_executor, requests) = mpsc::channel(INBOUND);
-        let _ = to_executor.try_send(TerminalRequest {
-            request: Some(first),
-            settings: Some(self.settings(&handle)),
-        });
-        let mut to_executor = Some(to_executor);
-        let mut outputs = match client
-            .terminal(futures::stream::unfold(requests, |mut rx| async move {
-                rx.recv().await.map(|request| (request, rx))
-            }))
-            .await
-        {
-            Ok(outputs) => outputs,
-            Err(e) => {
-                tx.send(Err(to_status(e))).await;
                 return;
             }
         };
@@ -121,45 +85,29 @@ impl TerminalApi {
         let mut quiet_since = Instant::now();
         loop {
             let sent = tokio::select! {
-                m = inbound.next(), if to_executor.is_some() => match m.transpose() {
+                m = inbound.next(), if session.takes_input() => match m.transpose() {
                     Ok(Some(request)) => {
                         tracing::debug!(?request, "terminal request from the client");
-                        handle.touch();
-                        let forward = TerminalRequest { request: Some(request), settings: None };
-                        // The executor stops taking requests once the program's end is on its way: the
-                        // request is moot then, and the stream goes on until `exited` has been passed on.
-                        if let Some(to) = to_executor.as_ref()
-                            && to.send(forward).await.is_err()
-                        {
-                            to_executor = None;
+                        if let Some(input) = terminal_input_from_proto(request) {
+                            session.send(input).await;
                         }
                         true
                     }
                     // The client closed its side: the terminal runs on and its output still comes.
-                    Ok(None) => { to_executor = None; true }
+                    Ok(None) => { session.close_input(); true }
                     Err(status) => {
                         tx.send(Err(decode::inbound(status))).await;
                         return;
                     }
                 },
-                out = outputs.message() => match out {
-                    Ok(Some(mentis_proto::executor::TerminalResponse { response: Some(response) })) => {
-                        if matches!(response.kind, Some(open_response::Kind::Output(_))) {
-                            handle.touch();
-                        }
+                out = session.next() => match out {
+                    Ok(Some(output)) => {
                         quiet_since = Instant::now();
-                        tx.send(Ok(response)).await
+                        tx.send(Ok(terminal_output_to_proto(output))).await
                     }
-                    Ok(Some(_)) => true,
                     // `exited` was sent: the stream ends OK.
                     Ok(None) => return,
-                    Err(status) => {
-                        let e = crate::executor_client::status_to_error(status);
-                        let e = if handle.cancel.is_cancelled() {
-                            Error::new(Reason::SandboxEnded, format!("sandbox {} was deleted", handle.id))
-                        } else {
-                            e
-                        };
+                    Err(e) => {
                         tx.send(Err(to_status(e))).await;
                         return;
                     }
@@ -173,14 +121,6 @@ impl TerminalApi {
                     }))
                     .await
                 }
-                () = handle.cancel.cancelled() => {
-                    tx.send(Err(to_status(Error::new(
-                        Reason::SandboxEnded,
-                        format!("sandbox {} was deleted", handle.id),
-                    ))))
-                    .await;
-                    return;
-                }
                 () = tx.closed() => return,
             };
             if !sent {
@@ -189,12 +129,13 @@ impl TerminalApi {
         }
     }
 
-    /// Checks the first request and reaches the sandbox's executor (resuming a paused sandbox).
+    /// Checks the first request and opens the stream on the sandbox's executor (resuming a paused
+    /// sandbox).
     async fn admit(
         &self,
-        first: &api::OpenRequest,
+        first: api::OpenRequest,
         caller: &Caller,
-    ) -> Result<(Arc<SandboxHandle>, crate::executor_client::ExecutorClient), Status> {
+    ) -> Result<TerminalSession, Status> {
         let sandbox_id = match &first.kind {
             Some(open_request::Kind::Start(start)) => {
                 TerminalSpec::validate(
@@ -206,12 +147,12 @@ impl TerminalApi {
                     start.idle_timeout_seconds,
                 )
                 .map_err(|e| to_status(invalid_terminal(e)))?;
-                &start.sandbox_id
+                start.sandbox_id.clone()
             }
             Some(open_request::Kind::Attach(attach)) => {
                 validate_terminal_id(&attach.terminal_id, "attach.terminal_id")
                     .map_err(|e| to_status(invalid_terminal(e)))?;
-                &attach.sandbox_id
+                attach.sandbox_id.clone()
             }
             _ => {
                 return Err(to_status(
@@ -223,28 +164,13 @@ impl TerminalApi {
                 ));
             }
         };
-        let sandbox = access::sandbox(caller, &self.manager, sandbox_id)?;
-        let handle = self.manager.handle(sandbox).map_err(to_status)?;
-        let client = self
-            .manager
-            .executor_for(sandbox)
+        let sandbox = access::sandbox(caller, &self.manager, &sandbox_id)?;
+        let first = terminal_input_from_proto(first)
+            .ok_or_else(|| to_status(Error::internal("a checked first request has no kind")))?;
+        self.manager
+            .open_terminal(sandbox, first)
             .await
-            .map_err(to_status)?;
-        Ok((handle, client))
-    }
-
-    async fn executor(
-        &self,
-        caller: &Caller,
-        sandbox_id: &str,
-    ) -> Result<(SandboxId, crate::executor_client::ExecutorClient), Status> {
-        let sandbox = access::sandbox(caller, &self.manager, sandbox_id)?;
-        let client = self
-            .manager
-            .executor_for(sandbox)
-            .await
-            .map_err(to_status)?;
-        Ok((sandbox, client))
+            .map_err(to_status)
     }
 }
 
@@ -300,7 +226,7 @@ impl TerminalApi {
         };
         let sandbox_id = access::sandbox(caller, &self.manager, &r.sandbox_id)?;
         // An unknown sandbox is NOT_FOUND now rather than when the page opens.
-        self.manager.handle(sandbox_id).map_err(to_status)?;
+        self.manager.get(sandbox_id).map_err(to_status)?;
         Ok(Link {
             sandbox_id,
             terminal_id,
@@ -347,9 +273,15 @@ impl terminal_service_server::TerminalService for TerminalApi {
         req: Request<api::ListTerminalsRequest>,
     ) -> Result<Response<api::ListTerminalsResponse>, Status> {
         let caller = caller(&req)?;
-        let (_, client) = self.executor(&caller, &req.get_ref().sandbox_id).await?;
-        let terminals = client.list_terminals().await.map_err(to_status)?;
-        Ok(Response::new(api::ListTerminalsResponse { terminals }))
+        let sandbox = access::sandbox(&caller, &self.manager, &req.get_ref().sandbox_id)?;
+        let terminals = self
+            .manager
+            .list_terminals(sandbox)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::ListTerminalsResponse {
+            terminals: terminals.into_iter().map(terminal_info_to_proto).collect(),
+        }))
     }
 
     async fn close_terminal(
@@ -360,11 +292,11 @@ impl terminal_service_server::TerminalService for TerminalApi {
         let r = req.into_inner();
         validate_terminal_id(&r.terminal_id, "terminal_id")
             .map_err(|e| to_status(invalid_terminal(e)))?;
-        let (sandbox, client) = self.executor(&caller, &r.sandbox_id).await?;
-        client
-            .close_terminal(&r.terminal_id)
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        self.manager
+            .close_terminal(sandbox, &r.terminal_id)
             .await
-            .map_err(|e| to_status(e.about(mentis_core::Resource::sandbox(sandbox))))?;
+            .map_err(to_status)?;
         Ok(Response::new(api::CloseTerminalResponse {}))
     }
 }

@@ -279,23 +279,18 @@ impl Proxy {
             Err(r) => return plain(refusal_status(r), &r.to_string()),
         };
         // Wakes a PAUSED sandbox with auto_resume, and counts as activity.
-        let executor = match self.manager.executor_for(target.sandbox).await {
-            Ok(e) => e,
+        let address = match self.manager.app_address(target.sandbox, target.port).await {
+            Ok(a) => a,
             Err(e) => {
                 let status = match e.code() {
                     Code::NotFound => StatusCode::NOT_FOUND,
+                    Code::PermissionDenied => StatusCode::FORBIDDEN,
                     Code::FailedPrecondition | Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
                     _ => StatusCode::BAD_GATEWAY,
                 };
                 return plain(status, &e.to_string());
             }
         };
-        if target.port == executor.port() {
-            return plain(
-                StatusCode::FORBIDDEN,
-                "the sandbox's executor port is not previewable",
-            );
-        }
 
         let upgrade = wants_upgrade(req.headers());
         let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -340,7 +335,6 @@ impl Proxy {
         }
         let upstream = Request::from_parts(parts, body);
 
-        let address = (executor.host().to_owned(), target.port);
         let refused_here = |what: &str| {
             plain(
                 StatusCode::BAD_GATEWAY,

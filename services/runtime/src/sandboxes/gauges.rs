@@ -4,16 +4,17 @@
 
 use std::sync::Arc;
 
-use super::Manager;
+use super::pool::Pools;
+use super::registry::Registry;
 use crate::metrics::{MetricsExport, kv};
 
 /// Registers the metrics' gauges read from `manager` at each collection: sandboxes by state and space, and each
 /// pool's idle members, hits and misses.
-pub(super) fn observe(export: &MetricsExport, manager: &Arc<Manager>) {
+pub(super) fn observe(export: &MetricsExport, registry: &Arc<Registry>, pools: &Arc<Pools>) {
     use std::collections::{BTreeMap, BTreeSet};
     use std::sync::{Mutex, PoisonError};
     let meter = export.meter();
-    let m = Arc::downgrade(manager);
+    let m = Arc::downgrade(registry);
     // Every (state, space) ever reported: one that has no sandbox any more reports 0 rather than its
     // last count (the SDK keeps a series' last value).
     let seen: Mutex<BTreeSet<(&'static str, String)>> = Mutex::default();
@@ -21,9 +22,9 @@ pub(super) fn observe(export: &MetricsExport, manager: &Arc<Manager>) {
         .u64_observable_gauge("mentis.sandboxes")
         .with_description("Sandboxes by state and space")
         .with_callback(move |o| {
-            let Some(manager) = m.upgrade() else { return };
+            let Some(registry) = m.upgrade() else { return };
             let mut counts: BTreeMap<(&'static str, String), u64> = BTreeMap::new();
-            for h in manager.registry.handles() {
+            for h in registry.handles() {
                 let s = h.snapshot();
                 *counts
                     .entry((s.state.name(), s.space_id.to_string()))
@@ -37,36 +38,35 @@ pub(super) fn observe(export: &MetricsExport, manager: &Arc<Manager>) {
             }
         })
         .build();
-    let m = Arc::downgrade(manager);
+    let m = Arc::downgrade(pools);
     let _ = meter
         .u64_observable_gauge("mentis.pool.idle")
         .with_description("Idle members of each warm pool, by image")
         .with_callback(move |o| {
-            let Some(manager) = m.upgrade() else { return };
-            for p in manager.pool_stats() {
+            let Some(pools) = m.upgrade() else { return };
+            for p in pools.stats() {
                 o.observe(p.idle as u64, &[kv("image", p.image)]);
             }
         })
         .build();
-    let m = Arc::downgrade(manager);
+    let m = Arc::downgrade(pools);
     let _ = meter
         .u64_observable_counter("mentis.pool.claims")
         .with_description("Creates that found an idle pool member (hit) or not (miss), by image")
         .with_callback(move |o| {
-            let Some(manager) = m.upgrade() else { return };
-            for p in manager.pool_stats() {
+            let Some(pools) = m.upgrade() else { return };
+            for p in pools.stats() {
                 o.observe(p.hits, &[kv("image", p.image.clone()), kv("result", "hit")]);
                 o.observe(p.misses, &[kv("image", p.image), kv("result", "miss")]);
             }
         })
         .build();
-    let m = Arc::downgrade(manager);
+    let m = Arc::downgrade(registry);
     match crate::metrics::SandboxUsage::new(move || {
-        let Some(manager) = m.upgrade() else {
+        let Some(registry) = m.upgrade() else {
             return Vec::new();
         };
-        manager
-            .registry
+        registry
             .handles()
             .into_iter()
             .filter_map(|h| {

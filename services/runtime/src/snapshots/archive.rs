@@ -8,14 +8,14 @@ use std::task::{Context, Poll};
 use async_compression::Level;
 use async_compression::tokio::bufread::{ZstdDecoder, ZstdEncoder};
 use futures::StreamExt as _;
+use mentis_core::files::Chunk;
 use mentis_core::{Error, Reason, Result};
-use mentis_proto::executor as exec;
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncRead, BufReader, ReadBuf};
 use tokio_util::io::{ReaderStream, StreamReader};
 
 use super::store::SnapshotStore;
-use crate::executor_client::{ExecutorClient, status_to_error};
+use crate::executor_client::ExecutorClient;
 
 /// Bytes of unpacked archive per Upload message.
 const CHUNK: usize = 256 * 1024;
@@ -90,17 +90,10 @@ pub async fn take(
     store: &dyn SnapshotStore,
     key: &str,
 ) -> Result<Taken> {
-    let stream = executor
-        .download(exec::DownloadRequest {
-            path: String::new(),
-        })
-        .await?;
+    let stream = executor.download(String::new()).await?;
     let failed: FirstError = Arc::default();
     let slot = Arc::clone(&failed);
-    let chunks = stream.map(move |r| {
-        r.map(|c| c.data)
-            .map_err(|s| keep(&slot, status_to_error(s)))
-    });
+    let chunks = stream.map(move |r| r.map_err(|e| keep(&slot, e)));
     let mut tar = StreamReader::new(chunks);
     let counted = {
         // Count the tar's bytes as the encoder pulls them.
@@ -140,21 +133,12 @@ pub async fn restore(
     sha256: &str,
 ) -> Result<()> {
     let object = store.get(key).await?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<exec::UploadRequest>(4);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(4);
     let expected = sha256.to_owned();
     let key_name = key.to_owned();
     // The producer: decompress, send chunks; the commit only after the checksum matched at the end.
     // Beside the upload in the same task (joined below): it ends when the upload stops taking chunks.
     let producer = async move {
-        let header = exec::UploadRequest {
-            kind: Some(exec::upload_request::Kind::Header(exec::UploadHeader {
-                path: String::new(),
-            })),
-            commit: false,
-        };
-        if tx.send(header).await.is_err() {
-            return Ok(());
-        }
         let mut decoder = ZstdDecoder::new(BufReader::new(Hashing::new(object)));
         let mut chunks = ReaderStream::with_capacity(&mut decoder, CHUNK);
         while let Some(chunk) = chunks.next().await {
@@ -164,11 +148,7 @@ pub async fn restore(
                     format!("snapshot archive {key_name} cannot be unpacked: {e}"),
                 )
             })?;
-            let message = exec::UploadRequest {
-                kind: Some(exec::upload_request::Kind::Data(data)),
-                commit: false,
-            };
-            if tx.send(message).await.is_err() {
+            if tx.send(Chunk::Data(data)).await.is_err() {
                 // The upload ended first: its own error says why.
                 return Ok(());
             }
@@ -184,15 +164,14 @@ pub async fn restore(
                 ),
             ));
         }
-        let commit = exec::UploadRequest {
-            kind: Some(exec::upload_request::Kind::Data(bytes::Bytes::new())),
-            commit: true,
-        };
-        let _ = tx.send(commit).await;
+        let _ = tx.send(Chunk::Commit).await;
         Ok::<(), Error>(())
     };
     let (uploaded, produced) = tokio::join!(
-        executor.upload(tokio_stream::wrappers::ReceiverStream::new(rx)),
+        executor.upload(
+            String::new(),
+            tokio_stream::wrappers::ReceiverStream::new(rx)
+        ),
         producer
     );
     // A corrupt archive explains the upload's failure (it ended without its commit).

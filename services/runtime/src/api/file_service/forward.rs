@@ -33,8 +33,8 @@ impl<T> Stream for Feed<T> {
 /// compiler could not prove the handler's future Send).
 pub(super) type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
 
-/// Forwards a client stream to the executor: `first` (the translated header), then each later client
-/// message through `convert`, into the stream `call` (the executor call) reads, until the call answers;
+/// Forwards a client stream to the executor: each client message after the header through `convert`,
+/// into the stream `call` (the application's call) reads, until the call answers;
 /// once the client's stream has ended cleanly, `commit` (the message that lets the executor keep what
 /// it received), then the end of the executor's stream.
 ///
@@ -45,7 +45,6 @@ pub(super) type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Sen
 pub(super) async fn forward_client_stream<In, Out, R>(
     mut inbound: Streaming<In>,
     end: ClientEnd,
-    first: Out,
     convert: fn(In) -> Result<Out, Error>,
     commit: Out,
     call: impl FnOnce(Feed<Out>) -> BoxFuture<Result<R, Error>>,
@@ -59,9 +58,6 @@ where
     // Owns a clone of the sender: `tx` itself stays alive until we decide how the request stream ends.
     let feeder = tx.clone();
     let forward: BoxFuture<Result<(), Status>> = Box::pin(async move {
-        if feeder.send(first).await.is_err() {
-            return Ok(());
-        }
         while let Some(message) = inbound.message().await.map_err(decode::inbound)? {
             let out = convert(message).map_err(to_status)?;
             if feeder.send(out).await.is_err() {
@@ -149,7 +145,6 @@ mod tests {
         let answer = forward_client_stream(
             inbound,
             end,
-            "header".to_owned(),
             |b| Ok(String::from_utf8_lossy(&b).into_owned()),
             "commit".to_owned(),
             move |mut feed| {
@@ -179,7 +174,7 @@ mod tests {
         let (stream, end) = inbound(&["a", "b"], None);
         let (answer, seen) = forward(stream, end).await;
         answer.unwrap();
-        assert_eq!(seen, ["header", "a", "b", "commit"]);
+        assert_eq!(seen, ["a", "b", "commit"]);
 
         for cut in [
             Status::cancelled("reset by the client"),
