@@ -728,7 +728,7 @@ impl RuntimeProcess {
     /// The admin key it made in its data folder on first start (waited for a few seconds: a slow start,
     /// under a profiler say, may listen before the file is there).
     pub fn admin_key(&self) -> Result<String> {
-        let path = self.data_dir.join(mentis_runtime::auth::ADMIN_KEY_FILE);
+        let path = self.data_dir.join(mentis_app::auth::ADMIN_KEY_FILE);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !path.exists() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));

@@ -1,27 +1,19 @@
-//! mentis-runtime, the MentisSandbox control plane: the public gRPC API over a registry of sandboxes, each
-//! with an observation log and a client of its executor, on a pluggable backend (Docker today).
+//! mentis-runtime, the MentisSandbox control plane's API: the public gRPC services and the HTTP listener (web
+//! terminal, MCP, preview proxy) over the application layer (`mentis-app`), the server that assembles them,
+//! and the binary's command line. Every handler calls the application's services and nothing below them.
 
 pub mod api;
-pub mod auth;
 pub mod cli;
-pub mod clock;
-pub mod config;
-pub mod convert;
-pub mod executor_client;
-pub mod images;
-pub mod metrics;
-pub mod observations;
-pub mod preview;
-pub mod private;
-pub mod sandboxes;
+pub mod proxy;
 pub mod server;
-pub mod snapshots;
-pub mod store;
-pub mod telemetry;
 pub mod web;
 
 pub use config::RuntimeConfig;
+pub use mentis_app::{config, metrics, telemetry};
 pub use server::{Runtime, ServeError};
+
+// The application's modules the API speaks to, at the paths the handlers name them by.
+use mentis_app::{auth, clock, convert, images, observations, preview, sandboxes};
 
 /// Makes ring rustls' provider for this process (idempotent). Two providers are linked (tonic's ring, and the
 /// S3 client's aws-lc-rs), and rustls then picks none by itself: every TLS server or client of the process

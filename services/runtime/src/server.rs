@@ -31,13 +31,9 @@ use crate::api::authenticate::AuthLayer;
 use crate::api::{
     ActionApi, FileApi, KeyApi, SandboxApi, SnapshotApi, SpaceApi, TemplateApi, TerminalApi,
 };
-use crate::auth::link::Links;
-use crate::auth::{self, Keyring};
-use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, SnapshotStoreConfig, TlsFiles};
-use crate::preview::{Previews, Proxy};
-use crate::sandboxes::Manager;
-use crate::snapshots::{LocalStore, S3Store, SnapshotStore, Snapshots};
-use crate::store::Store;
+use crate::config::{DiskLimits, RuntimeConfig, TlsFiles};
+use crate::proxy::Proxy;
+use mentis_app::app::App;
 
 /// How long open calls get to finish once the drain has begun.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
@@ -155,57 +151,19 @@ impl Runtime {
             ),
             None => None,
         };
-        let mut config = config;
-        if config.disk_limits == DiskLimits::Off {
-            // GetSandbox never claims a limit nothing enforces.
-            config.limits = config.limits.without_disk();
-        }
-        let config = Arc::new(config);
         let shutdown = CancellationToken::new();
-        // The data folder and everything in it private to this user before anything is read or written
-        // there (the store, the keys and the journals are in it).
-        crate::private::secure(&config.data_dir)?;
-        let store = Arc::new(Store::open(&config.data_dir)?);
-        let keyring = Arc::new(match &config.auth {
-            AuthConfig::Keys { admin_key } => Keyring::new(
-                &auth::admin_key(admin_key.as_deref(), &config.data_dir)?,
-                Arc::clone(&store),
-            )?,
-            AuthConfig::Disabled => {
-                tracing::warn!(
-                    "!!! AUTHENTICATION IS DISABLED (MENTIS_AUTH=disabled): anybody who reaches {addr} \
-                     can create sandboxes and run code in them. Use this for local development only. !!!"
-                );
-                Keyring::disabled(Arc::clone(&store))
-            }
-        });
-        let archives: Arc<dyn SnapshotStore> = match &config.snapshot_store {
-            SnapshotStoreConfig::Local => {
-                Arc::new(LocalStore::open(config.data_dir.join("snapshots"))?)
-            }
-            SnapshotStoreConfig::S3(s3) => {
-                tracing::info!(endpoint = %s3.endpoint, bucket = %s3.bucket, prefix = %s3.prefix, "snapshots go to S3");
-                Arc::new(S3Store::open(s3)?)
-            }
-        };
-        let snapshots = Arc::new(Snapshots::new(archives, Arc::clone(&store)));
-        let links = Links::new(Arc::clone(&store));
-        let previews = Arc::new(Previews::new(
-            &config,
+        let app = App::open(
+            config,
+            backend,
+            addr,
             http_listener.as_ref().and_then(|l| l.local_addr().ok()),
-            Arc::clone(&store),
-        ));
-        let manager = Manager::new(
-            Arc::clone(&config),
-            Arc::clone(&backend),
-            store,
-            snapshots,
             shutdown.child_token(),
-        );
-        manager.start().await?;
+        )
+        .await?;
+        let config = Arc::clone(&app.config);
         let tasks = TaskTracker::new();
         if let Some(export) = crate::metrics::export() {
-            manager.observe(export);
+            app.manager.observe(export);
             if let Some(listener) = metrics_listener {
                 if let Ok(at) = listener.local_addr() {
                     tracing::info!(%at, "metrics served at /metrics");
@@ -213,7 +171,7 @@ impl Runtime {
                 export.serve(listener, shutdown.clone(), &tasks);
             }
         }
-        let auth = if keyring.enabled() {
+        let auth = if app.keyring.enabled() {
             "keys"
         } else {
             "DISABLED"
@@ -224,13 +182,7 @@ impl Runtime {
             Some(_) => "TLS",
         };
         let task = tasks.spawn(serve(
-            App {
-                manager,
-                keyring,
-                links,
-                previews,
-            },
-            backend,
+            app,
             listener,
             SideListeners {
                 health: health_listener,
@@ -344,17 +296,8 @@ struct SideListeners {
     http: Option<TcpListener>,
 }
 
-/// The application services the API is served over.
-struct App {
-    manager: Arc<Manager>,
-    keyring: Arc<Keyring>,
-    links: Links,
-    previews: Arc<Previews>,
-}
-
 async fn serve(
     app: App,
-    backend: Arc<dyn SandboxBackend>,
     listener: TcpListener,
     side: SideListeners,
     tls: Option<ServerTlsConfig>,
@@ -378,7 +321,7 @@ async fn serve(
     health.serving(true).await;
     tasks.spawn(
         Arc::clone(&health)
-            .watch(backend, shutdown.clone())
+            .watch(Arc::clone(&app.manager), shutdown.clone())
             .instrument(tracing::info_span!("health watch")),
     );
     if let Some(listener) = side.health {
@@ -398,6 +341,7 @@ async fn serve(
         keyring,
         links,
         previews,
+        ..
     } = app;
     let sessions = TaskTracker::new();
     let sandbox_api = SandboxApi::new(Arc::clone(&manager), Arc::clone(&previews));

@@ -69,7 +69,7 @@ pub fn serve(
     terminals: TerminalApi,
     links: Links,
     mcp: Mcp,
-    previews: Arc<crate::preview::Proxy>,
+    previews: Arc<crate::proxy::Proxy>,
     shutdown: CancellationToken,
     tasks: &TaskTracker,
 ) {
@@ -86,7 +86,7 @@ pub fn serve(
         )
         .layer(axum::middleware::from_fn_with_state(
             previews,
-            crate::preview::middleware,
+            crate::proxy::middleware,
         ));
     let listening = async move {
         let stopping = shutdown.clone();

@@ -82,8 +82,10 @@ impl LogFormat {
 pub const UNTRACED: &str = "mentis_untraced";
 
 /// The crates whose spans become OpenTelemetry spans (at info and above).
-const TRACED_CRATES: [&str; 5] = [
+const TRACED_CRATES: [&str; 7] = [
     "mentis_runtime",
+    "mentis_app",
+    "mentis_store",
     "mentis_executor",
     "mentis_backend_docker",
     "mentis_core",

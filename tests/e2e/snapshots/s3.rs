@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use mentis_app::snapshots::S3Settings;
 use mentis_e2e::*;
 use mentis_proto::api;
 use mentis_runtime::config::SnapshotStoreConfig;
-use mentis_runtime::snapshots::S3Settings;
 use tonic::Code;
 
 use super::{STATE, create, from_snapshot, snapshots, take};

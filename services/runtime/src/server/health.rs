@@ -6,10 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mentis_core::{Error, SandboxBackend};
+use mentis_core::Error;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
+
+use crate::sandboxes::Manager;
 
 /// How often the engine is asked whether it answers.
 const PROBE_EVERY: Duration = Duration::from_secs(2);
@@ -62,11 +64,7 @@ impl Health {
     }
 
     /// Asks the engine every [`PROBE_EVERY`] whether it answers and says so, until `stop`.
-    pub(super) async fn watch(
-        self: Arc<Self>,
-        backend: Arc<dyn SandboxBackend>,
-        stop: CancellationToken,
-    ) {
+    pub(super) async fn watch(self: Arc<Self>, manager: Arc<Manager>, stop: CancellationToken) {
         let mut answers = true;
         let mut tick = tokio::time::interval(PROBE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -75,7 +73,7 @@ impl Health {
                 () = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let probe = tokio::time::timeout(PROBE_TIMEOUT, backend.ping())
+            let probe = tokio::time::timeout(PROBE_TIMEOUT, manager.ping_backend())
                 .await
                 .unwrap_or_else(|_| {
                     Err(Error::unavailable(

@@ -300,7 +300,7 @@ async fn a_restarted_runtime_takes_over_the_members_of_a_templates_pool_unless_t
     let mut rt = {
         let _busy = Busy::hold();
         rt.runtime.take().unwrap().stop().await.unwrap();
-        let store = mentis_runtime::store::Store::open(rt.data_dir.path()).unwrap();
+        let store = mentis_store::Store::open(rt.data_dir.path()).unwrap();
         let space = mentis_core::SpaceId::default_space();
         let mut t = store.template(&space, "kept").unwrap().unwrap();
         t.updated_at += Duration::from_secs(1);

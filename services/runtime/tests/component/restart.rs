@@ -52,7 +52,7 @@ async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
         // While it is down, one container vanishes; and two records say what a crash in the middle of a
         // create or a delete would leave.
         backend.lose(sid(&vanishing));
-        let store = mentis_runtime::store::Store::open(rt.data_dir.path()).unwrap();
+        let store = mentis_store::Store::open(rt.data_dir.path()).unwrap();
         for (sb, state) in [
             (&half_made, mentis_core::SandboxState::Creating),
             (&half_deleted, mentis_core::SandboxState::Terminating),

@@ -9,7 +9,7 @@ use std::path::Path;
 use mentis_core::{BackendSpec, SandboxBackend, SandboxId};
 use mentis_proto::api::{self, SandboxState};
 use mentis_runtime::Runtime;
-use mentis_runtime::store::{DB_FILE, KEY_FILE};
+use mentis_store::{DB_FILE, KEY_FILE};
 
 use crate::support::*;
 

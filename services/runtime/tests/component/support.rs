@@ -127,7 +127,7 @@ impl TestRuntime {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "mentis_runtime=debug".into()),
+                    .unwrap_or_else(|_| "mentis_runtime=debug,mentis_app=debug".into()),
             )
             .with_test_writer()
             .try_init();

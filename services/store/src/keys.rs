@@ -5,8 +5,7 @@ use std::collections::BTreeSet;
 use mentis_core::{Error, Result, SpaceId};
 use rusqlite::params;
 
-use super::{Store, db_err, ms, time};
-use crate::auth::{KeyDigest, KeyRecord};
+use super::{KeyDigest, KeyRecord, Store, db_err, ms, time};
 
 impl Store {
     /// Inserts or replaces a key.

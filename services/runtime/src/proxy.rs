@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
-use super::previews::{Previews, Refusal, TOKEN_HEADER, TOKEN_PARAM};
-use super::token::TicketError;
+use crate::preview::token::TicketError;
+use crate::preview::{Previews, Refusal, TOKEN_HEADER, TOKEN_PARAM};
 use crate::sandboxes::Manager;
 
 /// How long connecting to the sandbox's port may take.

@@ -104,7 +104,7 @@ impl Previews {
     }
 
     /// Whether the listener is reached over HTTPS (the cookie is then `Secure`).
-    pub(super) fn secure(&self) -> bool {
+    pub fn secure(&self) -> bool {
         self.scheme == "https"
     }
 

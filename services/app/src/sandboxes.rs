@@ -177,6 +177,11 @@ impl Manager {
         }
     }
 
+    /// Whether the backend (the container engine) answers now.
+    pub async fn ping_backend(&self) -> Result<()> {
+        self.backend.ping().await
+    }
+
     /// Registers the metrics' gauges of this manager's sandboxes and pools with `export`.
     pub fn observe(&self, export: &crate::metrics::MetricsExport) {
         gauges::observe(export, &self.registry, &self.pools);

@@ -6,8 +6,6 @@
 //! are current (`store::previews`).
 
 mod previews;
-mod proxy;
 pub mod token;
 
 pub use previews::{DEFAULT_TTL, Issued, MAX_TTL, Previews, Refusal, TOKEN_HEADER, TOKEN_PARAM};
-pub use proxy::{Proxy, middleware};

@@ -14,12 +14,10 @@ use rand::RngCore;
 use sha2::{Digest as _, Sha256};
 
 use crate::store::Store;
+pub use crate::store::{KeyDigest, KeyRecord};
 
 /// Prefix of every key this runtime makes, so that a leaked one is easy to recognise (secret scanners).
 pub const KEY_PREFIX: &str = "msk_";
-
-/// SHA-256 of a key.
-pub type KeyDigest = [u8; 32];
 
 /// The digest under which a key is stored.
 pub fn digest(secret: &str) -> KeyDigest {
@@ -31,17 +29,6 @@ pub fn new_secret() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     format!("{KEY_PREFIX}{}", hex::encode(bytes))
-}
-
-/// A space-scoped key as stored (never its secret).
-#[derive(Debug, Clone, PartialEq)]
-pub struct KeyRecord {
-    pub id: String,
-    pub name: String,
-    pub spaces: BTreeSet<SpaceId>,
-    pub digest: KeyDigest,
-    pub created_at: SystemTime,
-    pub revoked_at: Option<SystemTime>,
 }
 
 /// Who is calling, once authenticated.

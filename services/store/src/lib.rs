@@ -1,4 +1,4 @@
-//! The durable store: spaces and sandbox records in an embedded SQLite database under `MENTIS_DATA_DIR`, so
+//! mentis-store, the control plane's durable store: spaces and sandbox records in an embedded SQLite database under `MENTIS_DATA_DIR`, so
 //! that the control plane's memory survives its own restart. The in-memory handles stay the source of truth
 //! while the runtime runs; the store is written through on every change that matters after a crash
 //! (create, pause, resume, delete, space changes) and flushed periodically for the rest (health state, last
@@ -13,7 +13,7 @@
 //! [`Store::open`]), and each sandbox's env is sealed with it. The database file is made 0600, and SQLite
 //! gives its `-wal` and `-shm` files the same mode.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -27,11 +27,26 @@ use rusqlite::{Connection, OptionalExtension, params};
 pub mod actions;
 mod keys;
 pub mod previews;
+pub mod private;
 pub mod seal;
 pub mod snapshots;
 pub mod templates;
 
 pub use seal::{KEY_FILE, MAX_SIGNED_LEN, Sealer, Signed};
+
+/// SHA-256 of a key.
+pub type KeyDigest = [u8; 32];
+
+/// A space-scoped key as stored (never its secret).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyRecord {
+    pub id: String,
+    pub name: String,
+    pub spaces: BTreeSet<SpaceId>,
+    pub digest: KeyDigest,
+    pub created_at: SystemTime,
+    pub revoked_at: Option<SystemTime>,
+}
 
 /// Schema version in `PRAGMA user_version`.
 const SCHEMA_VERSION: i64 = 6;
@@ -179,13 +194,13 @@ fn db_err(what: &str) -> impl FnOnce(rusqlite::Error) -> Error + '_ {
     move |e| Error::internal(format!("store: {what}")).with_source(e)
 }
 
-pub(crate) fn ms(t: SystemTime) -> i64 {
+pub fn ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
 
-pub(crate) fn time(ms: i64) -> SystemTime {
+pub fn time(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 

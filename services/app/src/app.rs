@@ -1,0 +1,85 @@
+//! The application assembled (docs/ARCHITECTURE.md, "Code map"): the data folder made private, the store
+//! opened with its key, the keyring, the snapshot store, links and previews, and the sandbox manager started
+//! on a backend. What the API is served over; nothing below it is handed out.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mentis_core::{Result, SandboxBackend};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::link::Links;
+use crate::auth::{self, Keyring};
+use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, SnapshotStoreConfig};
+use crate::preview::Previews;
+use crate::sandboxes::Manager;
+use crate::snapshots::{LocalStore, S3Store, SnapshotStore, Snapshots};
+use crate::store::Store;
+
+/// The application services the API is served over.
+#[derive(Debug)]
+pub struct App {
+    pub config: Arc<RuntimeConfig>,
+    pub manager: Arc<Manager>,
+    pub keyring: Arc<Keyring>,
+    pub links: Links,
+    pub previews: Arc<Previews>,
+}
+
+impl App {
+    /// Opens the data folder and starts the manager on `backend` (reconciled with the store). `listening`
+    /// is where the API serves, `http` where the HTTP listener does (preview URLs name it); `shutdown` stops
+    /// the manager's tasks.
+    pub async fn open(
+        config: RuntimeConfig,
+        backend: Arc<dyn SandboxBackend>,
+        listening: SocketAddr,
+        http: Option<SocketAddr>,
+        shutdown: CancellationToken,
+    ) -> Result<Self> {
+        let mut config = config;
+        if config.disk_limits == DiskLimits::Off {
+            // GetSandbox never claims a limit nothing enforces.
+            config.limits = config.limits.without_disk();
+        }
+        let config = Arc::new(config);
+        // The data folder and everything in it private to this user before anything is read or written
+        // there (the store, the keys and the journals are in it).
+        crate::private::secure(&config.data_dir)?;
+        let store = Arc::new(Store::open(&config.data_dir)?);
+        let keyring = Arc::new(match &config.auth {
+            AuthConfig::Keys { admin_key } => Keyring::new(
+                &auth::admin_key(admin_key.as_deref(), &config.data_dir)?,
+                Arc::clone(&store),
+            )?,
+            AuthConfig::Disabled => {
+                tracing::warn!(
+                    "!!! AUTHENTICATION IS DISABLED (MENTIS_AUTH=disabled): anybody who reaches {listening} \
+                     can create sandboxes and run code in them. Use this for local development only. !!!"
+                );
+                Keyring::disabled(Arc::clone(&store))
+            }
+        });
+        let archives: Arc<dyn SnapshotStore> = match &config.snapshot_store {
+            SnapshotStoreConfig::Local => {
+                Arc::new(LocalStore::open(config.data_dir.join("snapshots"))?)
+            }
+            SnapshotStoreConfig::S3(s3) => {
+                tracing::info!(endpoint = %s3.endpoint, bucket = %s3.bucket, prefix = %s3.prefix, "snapshots go to S3");
+                Arc::new(S3Store::open(s3)?)
+            }
+        };
+        let snapshots = Arc::new(Snapshots::new(archives, Arc::clone(&store)));
+        let links = Links::new(Arc::clone(&store));
+        let previews = Arc::new(Previews::new(&config, http, Arc::clone(&store)));
+        let manager = Manager::new(Arc::clone(&config), backend, store, snapshots, shutdown);
+        manager.start().await?;
+        Ok(Self {
+            config,
+            manager,
+            keyring,
+            links,
+            previews,
+        })
+    }
+}
