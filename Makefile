@@ -155,6 +155,8 @@ lint: machine-tools
 	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/backend-docker/src services/telemetry/src services/store/src services/app/src services/runtime/src executor/src cli/src tests
 	@# Every file and test docs/ARCHITECTURE.md names exists (a test renamed or moved leaves the text naming nothing).
 	@python3 tests/arch-docs-check.py
+	@# Each crate depends only on the crates its layer may use (the API never on the store or a backend).
+	@python3 tests/crate-graph.py
 	@# Every task on an owner (a TaskTracker or a JoinSet) and only the runtime's API naming crate::api: what
 	@# exists today is listed in tests/detached-spawns.allow and tests/upward-imports.allow, which must match.
 	@python3 tests/task-owners.py

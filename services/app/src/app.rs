@@ -27,6 +27,20 @@ pub struct App {
 }
 
 impl App {
+    /// The Docker backend `config` describes, connected (the embedded default).
+    pub async fn docker_backend(config: &RuntimeConfig) -> Result<Arc<dyn SandboxBackend>> {
+        let mut docker = config.docker.clone();
+        // The default sandbox image also carries the executor every sandbox runs (whatever its image).
+        docker.executor_image.clone_from(&config.executor_image);
+        // Images of bounded workspaces live beside the store; those made earlier are attached again even
+        // with disk limits off.
+        docker.disks_dir = Some(config.disks_dir());
+        docker.disk_limits = config.disk_limits == DiskLimits::Loop;
+        Ok(Arc::new(
+            mentis_backend_docker::DockerBackend::connect(docker).await?,
+        ))
+    }
+
     /// Opens the data folder and starts the manager on `backend` (reconciled with the store). `listening`
     /// is where the API serves, `http` where the HTTP listener does (preview URLs name it); `shutdown` stops
     /// the manager's tasks.

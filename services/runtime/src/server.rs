@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mentis_backend_docker::DockerBackend;
 use mentis_core::SandboxBackend;
 use mentis_core::action::MAX_REQUEST_BYTES;
 use mentis_proto::api::action_service_server::ActionServiceServer;
@@ -31,7 +30,7 @@ use crate::api::authenticate::AuthLayer;
 use crate::api::{
     ActionApi, FileApi, KeyApi, SandboxApi, SnapshotApi, SpaceApi, TemplateApi, TerminalApi,
 };
-use crate::config::{DiskLimits, RuntimeConfig, TlsFiles};
+use crate::config::{RuntimeConfig, TlsFiles};
 use crate::proxy::Proxy;
 use mentis_app::app::App;
 
@@ -98,14 +97,7 @@ pub struct Runtime {
 impl Runtime {
     /// Connects the Docker backend, reconciles, binds `config.listen` and serves in the background.
     pub async fn start(config: RuntimeConfig) -> Result<Self, ServeError> {
-        let mut docker = config.docker.clone();
-        // The default sandbox image also carries the executor every sandbox runs (whatever its image).
-        docker.executor_image.clone_from(&config.executor_image);
-        // Images of bounded workspaces live beside the store; those made earlier are attached again even
-        // with disk limits off.
-        docker.disks_dir = Some(config.disks_dir());
-        docker.disk_limits = config.disk_limits == DiskLimits::Loop;
-        let backend = Arc::new(DockerBackend::connect(docker).await?);
+        let backend = App::docker_backend(&config).await?;
         Self::start_with(config, backend).await
     }
 
