@@ -197,7 +197,7 @@ impl MetricsExport {
         };
         tasks.spawn(
             serve_prometheus(listener, registry, shutdown)
-                .instrument(tracing::info_span!("metrics listener")),
+                .instrument(tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "metrics listener")),
         );
     }
 

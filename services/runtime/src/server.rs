@@ -279,7 +279,9 @@ fn serve_health<T: tonic_health::pb::health_server::Health>(
             tracing::error!(error = %e, "the health listener failed");
         }
     };
-    tasks.spawn(serving.instrument(tracing::info_span!("health listener")));
+    tasks.spawn(serving.instrument(
+        tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "health listener"),
+    ));
 }
 
 /// The listeners beside the API's: `MENTIS_HEALTH_LISTEN` and `MENTIS_HTTP_LISTEN` (the web terminal).
@@ -314,7 +316,7 @@ async fn serve(
     tasks.spawn(
         Arc::clone(&health)
             .watch(Arc::clone(&app.manager), shutdown.clone())
-            .instrument(tracing::info_span!("health watch")),
+            .instrument(tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "health watch")),
     );
     if let Some(listener) = side.health {
         serve_health(listener, health_service.clone(), shutdown.clone(), &tasks);

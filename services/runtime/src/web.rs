@@ -104,7 +104,9 @@ pub fn serve(
             tracing::error!(error = %e, "the web terminal's listener failed");
         }
     };
-    tasks.spawn(listening.instrument(tracing::info_span!("http listener")));
+    tasks.spawn(listening.instrument(
+        tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "http listener"),
+    ));
 }
 
 fn router(web: Web) -> Router {

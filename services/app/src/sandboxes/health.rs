@@ -135,7 +135,7 @@ async fn end_gone(
     h.stop_tasks();
     // This watch is one of the sandbox's tasks: the rest waits for them from the runtime's.
     let h = Arc::clone(h);
-    let span = tracing::info_span!("end of a vanished sandbox", sandbox_id = %h.id);
+    let span = tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "end of a vanished sandbox", sandbox_id = %h.id);
     runtime.spawn(
         async move {
             let _lifecycle = lifecycle;
