@@ -14,8 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "mentis/v1/terminal.proto",
         "mentis/v1/snapshot.proto",
         "mentis/v1/template.proto",
+        "mentis/executor/v1/types.proto",
         "mentis/executor/v1/executor.proto",
         "mentis/executor/v1/files.proto",
+        "mentis/journal/v1/record.proto",
     ];
     let fds = protox::compile(files, ["."])?;
     // compile_fds() does not honour file_descriptor_set_path(): write the set ourselves for reflection.

@@ -6,7 +6,7 @@ mod ipython;
 use mentis_model::action::validate_action_id;
 use mentis_model::env::validate_env;
 use mentis_model::{CmdEnd, EndReason, ObservationKind, OutputStream, ShellAction};
-use mentis_proto::api::{self, action};
+use mentis_proto::executor::{self as api, action};
 use mentis_proto::executor::{RunRequest, RunResponse, run_response};
 
 use crate::actions::ActionSpec;

@@ -18,7 +18,7 @@ mod write;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use mentis_proto::api::{FileInfo, FileType};
+use mentis_proto::executor::{FileInfo, FileType};
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{Mode, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};

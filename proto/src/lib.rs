@@ -1,5 +1,6 @@
-//! Generated code for the MentisSandbox protos: the public `mentis.v1` API and the internal
-//! `mentis.executor.v1` API spoken between the control plane and each sandbox's executor.
+//! Generated code for the MentisSandbox protos, one schema per role: the public `mentis.v1` API, the internal
+//! `mentis.executor.v1` API spoken between the control plane and each sandbox's executor, and
+//! `mentis.journal.v1`, the record of the observation journal on disk.
 #![allow(clippy::all, missing_docs, unreachable_pub)]
 
 pub mod mentis {
@@ -11,9 +12,15 @@ pub mod mentis {
             tonic::include_proto!("mentis.executor.v1");
         }
     }
+    pub mod journal {
+        pub mod v1 {
+            tonic::include_proto!("mentis.journal.v1");
+        }
+    }
 }
 
 pub use mentis::executor::v1 as executor;
+pub use mentis::journal::v1 as journal;
 pub use mentis::v1 as api;
 
 /// Encoded FileDescriptorSet of the public `mentis.v1` protos (with their imports), for server reflection.

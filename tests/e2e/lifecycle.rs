@@ -137,7 +137,14 @@ async fn create_runs_a_labelled_limited_non_root_sandbox_and_delete_removes_it()
         mentis_proto::executor::executor_service_client::ExecutorServiceClient::new(channel);
     let run = mentis_proto::executor::RunRequest {
         action_id: "intruder".into(),
-        action: Some(shell_action(cmd("touch /workspace/pwned"))),
+        action: Some(mentis_proto::executor::Action {
+            kind: Some(mentis_proto::executor::action::Kind::Shell(
+                mentis_proto::executor::ShellAction {
+                    command: "touch /workspace/pwned".into(),
+                    ..Default::default()
+                },
+            )),
+        }),
         env: Default::default(),
     };
     let err = exec.run(run.clone()).await.expect_err("no token, no run");

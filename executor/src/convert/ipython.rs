@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use mentis_model::kernel::validate_names;
 use mentis_model::{IPythonAction, IPythonOutput, IPythonOutputKind, IPythonResult, IPythonStatus};
-use mentis_proto::api;
+use mentis_proto::executor as api;
 use prost_types::value::Kind;
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
 
-use mentis_proto::api::{FileInfo, FileType};
+use mentis_proto::executor::{FileInfo, FileType};
 use nix::fcntl::{AtFlags, readlinkat};
 use nix::sys::stat::{FileStat, SFlag, fstat, fstatat};
 

@@ -10,7 +10,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 
-use mentis_proto::api::{FileInfo, FileType};
+use mentis_proto::executor::{FileInfo, FileType};
 use prost::Message as _;
 
 use super::info;

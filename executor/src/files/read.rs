@@ -3,7 +3,7 @@
 use std::io::{Read as _, Seek as _, SeekFrom};
 
 use bytes::{Bytes, BytesMut};
-use mentis_proto::api::{FileInfo, FileType};
+use mentis_proto::executor::{FileInfo, FileType};
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::Mode;
 use tokio::sync::mpsc;

@@ -13,7 +13,7 @@ use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path};
 
-use mentis_proto::api::{FileType, UploadResponse};
+use mentis_proto::executor::{FileType, UploadSummary};
 use nix::fcntl::{AtFlags, OFlag, openat, renameat};
 use nix::sys::stat::{Mode, fchmod, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, linkat, symlinkat, unlinkat};
@@ -32,7 +32,7 @@ impl Workspace {
         &self,
         target: &WsPath,
         mut archive: impl Read,
-    ) -> Result<UploadResponse, Error> {
+    ) -> Result<UploadSummary, Error> {
         let shown = target.display();
         let root = self.open_root()?;
         let walked = walk(&root, target.parts(), Some(dir_mode(0)?), &shown)?;
@@ -72,8 +72,8 @@ impl Workspace {
 }
 
 /// Writes every entry of the archive below `stage`.
-fn extract(stage: &OwnedFd, archive: impl Read, limit: u64) -> Result<UploadResponse, Error> {
-    let mut summary = UploadResponse::default();
+fn extract(stage: &OwnedFd, archive: impl Read, limit: u64) -> Result<UploadSummary, Error> {
+    let mut summary = UploadSummary::default();
     let mut archive = tar::Archive::new(archive);
     let entries = archive.entries().map_err(bad_archive)?;
     for entry in entries {

@@ -6,7 +6,7 @@ use std::io::{Read as _, Write};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use mentis_proto::api::FileType;
+use mentis_proto::executor::FileType;
 use nix::fcntl::{OFlag, openat, readlinkat};
 use nix::sys::stat::Mode;
 use tar::{EntryType, Header};

@@ -6,7 +6,7 @@ use std::io::{Read as _, Write as _};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt as _;
 
-use mentis_proto::api::{FileInfo, FileType};
+use mentis_proto::executor::{FileInfo, FileType};
 use nix::fcntl::{AtFlags, OFlag, openat, renameat};
 use nix::sys::stat::{Mode, fchmod, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};

@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 
 use futures::Stream;
 use mentis_model::terminal::{Size, TerminalSpec, signal_name, validate_terminal_id};
-use mentis_proto::api::{OpenResponse, TerminalInfo, open_request, open_response};
 use mentis_proto::executor::{
     ListTerminalsResponse, TerminalRequest, TerminalResponse, TerminalSettings,
 };
+use mentis_proto::executor::{OpenResponse, TerminalInfo, open_request, open_response};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;

@@ -107,7 +107,7 @@ async fn a_second_attach_gets_what_the_first_did_not_hold_and_the_end() {
     assert_eq!(indexes, (1..=all.len() as u64).collect::<Vec<_>>());
     match &all.last().unwrap().kind {
         Some(run_response::Kind::CmdEnd(end)) => {
-            assert_eq!(reason(end), mentis_proto::api::EndReason::Exited)
+            assert_eq!(reason(end), mentis_proto::executor::EndReason::Exited)
         }
         other => panic!("not cmd_end: {other:?}"),
     }

@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
 use bytes::Bytes;
-use mentis_proto::api::FileType;
+use mentis_proto::executor::FileType;
 use mentis_proto::executor::workspace_service_client::WorkspaceServiceClient;
 use mentis_proto::executor::{
     DeleteFileRequest, DownloadRequest, EditFileRequest, ListFilesRequest, MakeDirectoryRequest,

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use mentis_proto::api::{self, IpythonOutputKind, IpythonStatus, action};
+use mentis_proto::executor::{self as api, IpythonOutputKind, IpythonStatus, action};
 use mentis_proto::executor::{CancelRequest, RunRequest, RunResponse, run_response};
 use tokio::time::Instant;
 use tonic::Streaming;

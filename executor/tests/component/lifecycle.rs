@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use mentis_proto::api::{self, EndReason};
+use mentis_proto::executor::{self as api, EndReason};
 use mentis_proto::executor::{CancelRequest, RunRequest};
 use tonic::Code;
 

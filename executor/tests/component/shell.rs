@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
-use mentis_proto::api::{EndReason, OutputStream};
 use mentis_proto::executor::run_response;
+use mentis_proto::executor::{EndReason, OutputStream};
 
 use super::support::*;
 

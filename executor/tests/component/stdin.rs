@@ -1,6 +1,6 @@
 //! Stdin: request bytes, /dev/null by default, keep_stdin_open with WriteStdin, and its refusals.
 
-use mentis_proto::api::EndReason;
+use mentis_proto::executor::EndReason;
 use mentis_proto::executor::{CancelRequest, RunResponse, WriteStdinRequest, run_response};
 use tonic::{Code, Streaming};
 

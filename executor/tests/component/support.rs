@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use mentis_executor::{Config, Error, Token};
-use mentis_proto::api::{self, action};
 use mentis_proto::executor::executor_service_client::ExecutorServiceClient;
+use mentis_proto::executor::{self as api, action};
 use mentis_proto::executor::{RunRequest, RunResponse, run_response};
 use tempfile::TempDir;
 use tokio::task::JoinHandle;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mentis_proto::api::{self, open_request, open_response};
+use mentis_proto::executor::{self as api, open_request, open_response};
 use mentis_proto::executor::{
     CloseTerminalRequest, ListTerminalsRequest, TerminalRequest, TerminalResponse, TerminalSettings,
 };

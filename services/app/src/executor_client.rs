@@ -20,10 +20,13 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
-use crate::convert::action_to_proto;
+use convert::{action_to_wire, summary_from_wire};
 
+mod convert;
 mod files;
 mod terminals;
+
+pub(crate) use convert::kind_from_wire;
 
 /// A file's or an archive's bytes as they come from the executor.
 pub type ByteStream =
@@ -208,7 +211,7 @@ impl ExecutorClient {
     ) -> Result<tonic::Streaming<RunResponse>, Error> {
         let req = RunRequest {
             action_id: action_id.to_string(),
-            action: Some(action_to_proto(action)),
+            action: Some(action_to_wire(action)),
             env: env.clone().into_iter().collect(),
         };
         let mut rpc = self.rpc.clone();
@@ -226,7 +229,7 @@ impl ExecutorClient {
     ) -> Result<Attached, Error> {
         self.attach(attach_request::Kind::Start(RunRequest {
             action_id: action_id.to_string(),
-            action: Some(action_to_proto(action)),
+            action: Some(action_to_wire(action)),
             env: env.clone().into_iter().collect(),
         }))
         .await
@@ -341,7 +344,7 @@ impl ExecutorClient {
                 .into_inner()
                 .variables
                 .into_iter()
-                .map(crate::convert::summary_from_proto)
+                .map(summary_from_wire)
                 .collect()),
             Ok(Err(s)) => Err(status_to_error(s)),
             Err(_) => Err(executor_unavailable("the executor did not answer in time")),

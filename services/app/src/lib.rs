@@ -7,7 +7,6 @@ pub mod app;
 pub mod auth;
 pub mod clock;
 pub mod config;
-pub mod convert;
 mod executor_client;
 pub mod images;
 pub mod metrics;

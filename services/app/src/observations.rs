@@ -6,6 +6,7 @@
 
 mod journal;
 mod memory;
+mod record;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};

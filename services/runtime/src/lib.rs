@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod convert;
 pub mod proxy;
 pub mod server;
 pub mod web;
@@ -13,7 +14,7 @@ pub use mentis_app::{config, metrics, telemetry};
 pub use server::{Runtime, ServeError};
 
 // The application's modules the API speaks to, at the paths the handlers name them by.
-use mentis_app::{auth, clock, convert, images, observations, preview, sandboxes};
+use mentis_app::{auth, clock, images, observations, preview, sandboxes};
 
 /// Makes ring rustls' provider for this process (idempotent). Two providers are linked (tonic's ring, and the
 /// S3 client's aws-lc-rs), and rustls then picks none by itself: every TLS server or client of the process

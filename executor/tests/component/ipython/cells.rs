@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use mentis_model::action::MAX_CODE_BYTES;
-use mentis_proto::api::{IpythonOutputKind, IpythonStatus};
 use mentis_proto::executor::run_response;
+use mentis_proto::executor::{IpythonOutputKind, IpythonStatus};
 use tonic::Code;
 
 use super::super::support::*;

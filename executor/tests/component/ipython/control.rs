@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use mentis_proto::api::{IpythonStatus, VariableSummary};
 use mentis_proto::executor::{InspectVariablesRequest, ResetKernelRequest};
+use mentis_proto::executor::{IpythonStatus, VariableSummary};
 use prost_types::value::Kind;
 use tonic::Code;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mentis_proto::api::{IpythonOutputKind, IpythonStatus};
+use mentis_proto::executor::{IpythonOutputKind, IpythonStatus};
 
 use super::super::support::*;
 use super::*;

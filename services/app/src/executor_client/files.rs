@@ -7,11 +7,10 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt as _};
 use mentis_core::Error;
 use mentis_core::files::{Chunk, Edit, Edited, FileInfo, FilePage, FileType, ListFiles, Unpacked};
-use mentis_proto::api as wire;
 use mentis_proto::executor::{
-    DeleteFileRequest, DownloadRequest, EditFileRequest, ListFilesRequest, MakeDirectoryRequest,
-    ReadFileRequest, StatFileRequest, UploadHeader, UploadRequest, WriteFileHeader,
-    WriteFileRequest, upload_request, write_file_request,
+    self as wire, DeleteFileRequest, DownloadRequest, EditFileRequest, ListFilesRequest,
+    MakeDirectoryRequest, ReadFileRequest, StatFileRequest, UploadHeader, UploadRequest,
+    WriteFileHeader, WriteFileRequest, upload_request, write_file_request,
 };
 
 use super::{ByteStream, ExecutorClient, status_to_error};

@@ -5,10 +5,9 @@
 use futures::{Stream, StreamExt as _};
 use mentis_core::Error;
 use mentis_core::terminal::{TerminalInfo, TerminalInput, TerminalOutput, TerminalSettings};
-use mentis_proto::api::{self as wire, open_request, open_response};
 use mentis_proto::executor::{
-    CloseTerminalRequest, ListTerminalsRequest, TerminalRequest, TerminalResponse,
-    TerminalSettings as WireSettings,
+    self as wire, CloseTerminalRequest, ListTerminalsRequest, TerminalRequest, TerminalResponse,
+    TerminalSettings as WireSettings, open_request, open_response,
 };
 
 use super::{ExecutorClient, TerminalOutputs, status_to_error};

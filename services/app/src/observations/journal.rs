@@ -1,8 +1,11 @@
 //! The on-disk half of a sandbox's observation log: append-only segment files in the sandbox's own folder,
-//! each record `[length u32 LE][CRC-32 u32 LE][mentis.v1.Observation + origin]` (journals written before
-//! used FNV-1a there, still read), where the origin (the executor's action and event index, for events of
-//! an action) is two more protobuf fields, 2046 and 2047, reserved in `Observation` for this: a reader of
-//! the observation skips them. An observation is written
+//! each record `[length u32 LE][CRC-32 u32 LE][mentis.journal.v1.Record]` (journals written before used
+//! FNV-1a there, still read), the record the journal's own schema (`record`: it holds the observation and
+//! its origin, the executor's action and event index for events of an action). The folder says the record's
+//! format in a file of its own (`FORMAT_FILE`); a folder without it was written before there was one, when
+//! the records were `mentis.v1.Observation` with the origin in its fields 2046 and 2047: format 1, the same
+//! bytes, read as they are. A journal of a format this runtime does not know is refused, never misread. An
+//! observation is written
 //! (to the kernel's page cache) before the log hands it to any reader, so a crash of the runtime process loses
 //! nothing a client saw; `sync` (every second, and on close) makes it survive a power loss too. A torn record
 //! at the end (a crash in the middle of a write) is cut off when the journal is opened again. Whole segments
@@ -20,11 +23,11 @@ use prost::Message;
 use prost::encoding::{self, WireType};
 
 use mentis_core::ObservationKind;
-use mentis_proto::api;
+use mentis_proto::journal;
 
 #[cfg(test)]
-use crate::convert::observation_to_proto;
-use crate::convert::{kind_to_proto, observation_from_proto, observation_to_proto_head};
+use super::record::record_of;
+use super::record::{kind_to_record, observation_from_record, record_head};
 
 /// Where an observation came from: the event of an action, numbered by the executor (1, 2, 3...). A log
 /// knows the newest index it holds of every running action, so after a restart the runtime attaches to the
@@ -35,14 +38,10 @@ pub struct Origin {
     pub index: u64,
 }
 
-/// The origin fields of a record, read on their own (every other field is skipped).
-#[derive(Clone, PartialEq, prost::Message)]
-struct OriginFields {
-    #[prost(string, tag = "2046")]
-    action: String,
-    #[prost(uint64, tag = "2047")]
-    index: u64,
-}
+/// The record format this runtime writes and reads (see `mentis/journal/v1/record.proto`).
+const FORMAT: u32 = 1;
+/// The file of a journal's folder that says its format.
+const FORMAT_FILE: &str = "FORMAT";
 
 /// Room left before an observation's encoded kind for its head (seq, sandbox and action ids, time) and the
 /// record's header: far more than they take (about 100 bytes at most).
@@ -64,9 +63,11 @@ pub struct Prepared {
 
 impl Prepared {
     pub fn new(kind: &ObservationKind, origin: Option<&Origin>) -> io::Result<Self> {
-        let origin = origin.map(|origin| OriginFields {
-            action: origin.action.to_string(),
-            index: origin.index,
+        // The origin's two fields alone (a record's other fields at their defaults are not encoded).
+        let origin = origin.map(|origin| journal::Record {
+            origin_action: origin.action.to_string(),
+            origin_index: origin.index,
+            ..Default::default()
         });
         let mut buf =
             Vec::with_capacity(HEAD_ROOM + origin.as_ref().map_or(0, Message::encoded_len));
@@ -75,14 +76,14 @@ impl Prepared {
             origin.encode(&mut buf).map_err(io::Error::other)?;
         }
         let bulk = match kind {
-            // `Observation.cmd_output` (11) holding `CmdOutput.stream` (1) and then `CmdOutput.data` (2),
-            // whose bytes are left out of `buf`.
+            // `Record.cmd_output` (11) holding `CmdOutput.stream` (1) and then `CmdOutput.data` (2), whose
+            // bytes are left out of `buf`.
             ObservationKind::CmdOutput { stream, data } if !data.is_empty() => {
                 let empty = ObservationKind::CmdOutput {
                     stream: *stream,
                     data: Bytes::new(),
                 };
-                let api::observation::Kind::CmdOutput(stream_field) = kind_to_proto(&empty) else {
+                let journal::record::Kind::CmdOutput(stream_field) = kind_to_record(&empty) else {
                     return Err(io::Error::other(
                         "an output chunk converted to another kind",
                     ));
@@ -98,8 +99,8 @@ impl Prepared {
                 data.clone()
             }
             _ => {
-                let tail = api::Observation {
-                    kind: Some(kind_to_proto(kind)),
+                let tail = journal::Record {
+                    kind: Some(kind_to_record(kind)),
                     ..Default::default()
                 };
                 tail.encode(&mut buf).map_err(io::Error::other)?;
@@ -171,6 +172,27 @@ fn checksum_v1(bytes: &[u8]) -> u32 {
     })
 }
 
+/// The journal in `dir` is of a format this runtime reads: its format file says [`FORMAT`], or there is
+/// none (format 1, written before there was one). INVALID_DATA naming the format otherwise.
+fn check_format(dir: &Path) -> io::Result<()> {
+    let said = match fs::read_to_string(dir.join(FORMAT_FILE)) {
+        Ok(said) => said,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    match said.trim().parse::<u32>() {
+        Ok(FORMAT) => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the journal in {} is of format {:?}; this runtime reads format {FORMAT}",
+                dir.display(),
+                said.trim()
+            ),
+        )),
+    }
+}
+
 fn segment_name(first_seq: u64) -> String {
     format!("{first_seq:020}.log")
 }
@@ -184,6 +206,11 @@ impl Journal {
         // Private to the runtime's user, as all of the data folder (`private`): observations are what
         // sandboxes printed.
         crate::private::create_dir(dir)?;
+        let mut format = crate::private::file_options()
+            .create_new(true)
+            .write(true)
+            .open(dir.join(FORMAT_FILE))?;
+        writeln!(format, "{FORMAT}")?;
         Ok(Self {
             dir: dir.to_owned(),
             segments: VecDeque::new(),
@@ -215,6 +242,7 @@ impl Journal {
         if !dir.is_dir() {
             return Ok(None);
         }
+        check_format(dir)?;
         let mut names: Vec<(u64, PathBuf)> = fs::read_dir(dir)?
             .filter_map(|e| e.ok())
             .filter_map(|e| {
@@ -278,7 +306,7 @@ impl Journal {
             bulk,
             kind_crc,
         } = prepared;
-        let head = observation_to_proto_head(o).encode_to_vec();
+        let head = record_head(o).encode_to_vec();
         let body_len = head.len() + (buf.len() - kind_start) + bulk.len();
         let len = u32::try_from(body_len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "observation too large"))?;
@@ -438,7 +466,7 @@ pub fn read_after(
     Ok(out)
 }
 
-/// The seq at the start of an encoded `Observation` (field 1, a varint), when it is there.
+/// The seq at the start of an encoded `Record` (field 1, a varint), when it is there.
 fn leading_seq(bytes: &[u8]) -> Option<u64> {
     let (&tag, rest) = bytes.split_first()?;
     if tag != 0x08 {
@@ -505,26 +533,26 @@ fn read_segment(
         if records.len() >= max {
             break;
         }
-        let Ok(proto) = mentis_proto::api::Observation::decode(body.as_slice()) else {
+        let Ok(mut record) = journal::Record::decode(body.as_slice()) else {
             good -= 8 + u64::from(len);
             break;
         };
-        if proto.seq <= after_seq {
+        if record.seq <= after_seq {
             continue;
         }
-        let Ok(o) = observation_from_proto(proto) else {
+        let origin = (record.origin_index > 0)
+            .then(|| {
+                Some(Origin {
+                    action: mentis_core::ActionId::parse(&record.origin_action).ok()?,
+                    index: record.origin_index,
+                })
+            })
+            .flatten();
+        record.origin_action = String::new();
+        let Ok(o) = observation_from_record(record) else {
             good -= 8 + u64::from(len);
             break;
         };
-        let origin = OriginFields::decode(body.as_slice())
-            .ok()
-            .filter(|f| f.index > 0)
-            .and_then(|f| {
-                Some(Origin {
-                    action: mentis_core::ActionId::parse(&f.action).ok()?,
-                    index: f.index,
-                })
-            });
         records.push((o, origin));
     }
     Ok((records, good))
@@ -630,7 +658,7 @@ mod tests {
     }
 
     /// An output chunk's bytes are written from its own buffer, after the rest of the record: every shape
-    /// of record still reads back as it was, and its body is the public message a reader decodes.
+    /// of record still reads back as it was, and its body is the record a reader decodes.
     #[test]
     fn output_chunks_written_in_place_read_back_whole() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
@@ -681,15 +709,23 @@ mod tests {
         drop(j);
         let (_, read) = Journal::open(&path)?.expect("a journal");
         assert_eq!(read, written);
-        // Each body decodes, as a public observation, to what the API sends.
-        let bytes = fs::read(fs::read_dir(&path)?.next().expect("a segment")?.path())?;
+        // Each body decodes to the record of the observation and its origin.
+        let bytes = fs::read(path.join(segment_name(1)))?;
         let mut at = 0;
-        for (o, _) in &written {
+        for (o, origin) in &written {
             let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
             let body = &bytes[at + 8..at + 8 + len];
+            let record = journal::Record {
+                origin_action: origin
+                    .as_ref()
+                    .map(|o| o.action.to_string())
+                    .unwrap_or_default(),
+                origin_index: origin.as_ref().map_or(0, |o| o.index),
+                ..record_of(o)
+            };
             assert_eq!(
-                api::Observation::decode(body).map_err(io::Error::other)?,
-                observation_to_proto(o)
+                journal::Record::decode(body).map_err(io::Error::other)?,
+                record
             );
             at += 8 + len;
         }
@@ -701,7 +737,7 @@ mod tests {
     fn a_reader_after_a_seq_skips_older_records_by_their_leading_seq() -> io::Result<()> {
         let id = SandboxId::new();
         for seq in [1, 127, 128, 300, 1 << 40] {
-            let body = observation_to_proto(&obs(id, seq, 3)).encode_to_vec();
+            let body = record_of(&obs(id, seq, 3)).encode_to_vec();
             assert_eq!(leading_seq(&body[..body.len().min(11)]), Some(seq));
         }
         let dir = tempfile::tempdir()?;
@@ -725,13 +761,186 @@ mod tests {
         let path = dir.path().join("sandbox");
         fs::create_dir_all(&path)?;
         let id = SandboxId::new();
-        let body = observation_to_proto(&obs(id, 1, 10)).encode_to_vec();
+        let body = record_of(&obs(id, 1, 10)).encode_to_vec();
         let mut record = (body.len() as u32).to_le_bytes().to_vec();
         record.extend_from_slice(&checksum_v1(&body).to_le_bytes());
         record.extend_from_slice(&body);
         fs::write(path.join(segment_name(1)), &record)?;
         let (_, read) = Journal::open(&path)?.expect("a journal");
         assert_eq!(read, [(obs(id, 1, 10), None)]);
+        Ok(())
+    }
+
+    /// A journal as runtimes wrote them before the record had a schema of its own: no format file, each
+    /// record the public `mentis.v1.Observation` with the origin in its fields 2046 and 2047, checked with
+    /// CRC-32. It reads back whole as format 1, and appending to it goes on.
+    #[test]
+    fn a_journal_written_as_public_observations_reads_back_as_format_1() -> io::Result<()> {
+        use mentis_proto::api;
+
+        /// The origin as those runtimes encoded it, after the observation's own fields.
+        #[derive(Clone, PartialEq, prost::Message)]
+        struct OldOrigin {
+            #[prost(string, tag = "2046")]
+            action: String,
+            #[prost(uint64, tag = "2047")]
+            index: u64,
+        }
+
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandbox");
+        fs::create_dir_all(&path)?;
+        let id = SandboxId::new();
+        let action = mentis_core::ActionId::generate();
+        let ts = |secs: u64| {
+            Some(prost_types::Timestamp::from(
+                std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+            ))
+        };
+        let old = [
+            (
+                api::Observation {
+                    seq: 1,
+                    sandbox_id: id.to_string(),
+                    action_id: action.to_string(),
+                    time: ts(1),
+                    kind: Some(api::observation::Kind::CmdOutput(api::CmdOutput {
+                        stream: api::OutputStream::Stderr as i32,
+                        data: Bytes::from_static(b"err\n"),
+                    })),
+                },
+                Some(OldOrigin {
+                    action: action.to_string(),
+                    index: 3,
+                }),
+            ),
+            (
+                api::Observation {
+                    seq: 2,
+                    sandbox_id: id.to_string(),
+                    action_id: action.to_string(),
+                    time: ts(2),
+                    kind: Some(api::observation::Kind::CmdEnd(api::CmdEnd {
+                        exit_code: 0,
+                        reason: api::EndReason::OomKilled as i32,
+                        duration: Some(prost_types::Duration {
+                            seconds: 2,
+                            nanos: 0,
+                        }),
+                        signal: 9,
+                        message: "killed".into(),
+                    })),
+                },
+                Some(OldOrigin {
+                    action: action.to_string(),
+                    index: 4,
+                }),
+            ),
+            (
+                api::Observation {
+                    seq: 3,
+                    sandbox_id: id.to_string(),
+                    action_id: String::new(),
+                    time: ts(3),
+                    kind: Some(api::observation::Kind::AgentState(api::AgentState {
+                        message: "room made".into(),
+                        details: [("killed".to_owned(), "2".to_owned())].into(),
+                    })),
+                },
+                None,
+            ),
+        ];
+        let mut segment = Vec::new();
+        for (o, origin) in &old {
+            let mut body = o.encode_to_vec();
+            if let Some(origin) = origin {
+                origin.encode(&mut body).map_err(io::Error::other)?;
+            }
+            segment.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            segment.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+            segment.extend_from_slice(&body);
+        }
+        fs::write(path.join(segment_name(1)), &segment)?;
+
+        let (mut j, read) = Journal::open(&path)?.expect("a journal");
+        let at = |secs| std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        let origin = |index| {
+            Some(Origin {
+                action: action.clone(),
+                index,
+            })
+        };
+        assert_eq!(
+            read,
+            [
+                (
+                    Observation {
+                        seq: 1,
+                        sandbox_id: id,
+                        action_id: Some(action.clone()),
+                        time: at(1),
+                        kind: ObservationKind::CmdOutput {
+                            stream: OutputStream::Stderr,
+                            data: Bytes::from_static(b"err\n"),
+                        },
+                    },
+                    origin(3),
+                ),
+                (
+                    Observation {
+                        seq: 2,
+                        sandbox_id: id,
+                        action_id: Some(action.clone()),
+                        time: at(2),
+                        kind: ObservationKind::CmdEnd(mentis_core::CmdEnd {
+                            exit_code: 0,
+                            reason: mentis_core::EndReason::OomKilled,
+                            duration: std::time::Duration::from_secs(2),
+                            signal: 9,
+                            message: "killed".into(),
+                        }),
+                    },
+                    origin(4),
+                ),
+                (
+                    Observation {
+                        seq: 3,
+                        sandbox_id: id,
+                        action_id: None,
+                        time: at(3),
+                        kind: ObservationKind::AgentState {
+                            message: "room made".into(),
+                            details: [("killed".to_owned(), "2".to_owned())].into(),
+                        },
+                    },
+                    None,
+                ),
+            ]
+        );
+        j.append(&obs(id, 4, 5), None)?;
+        drop(j);
+        let (_, read) = Journal::open(&path)?.expect("a journal");
+        assert_eq!(
+            read.iter().map(|(o, _)| o.seq).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_journal_of_a_format_this_runtime_does_not_know_is_refused() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("sandbox");
+        let id = SandboxId::new();
+        let mut j = Journal::create(&path)?;
+        j.append(&obs(id, 1, 10), None)?;
+        drop(j);
+        assert_eq!(fs::read_to_string(path.join(FORMAT_FILE))?, "1\n");
+        assert!(Journal::open(&path)?.is_some());
+        fs::write(path.join(FORMAT_FILE), "2\n")?;
+        let e = Journal::open(&path).expect_err("format 2 is refused");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("format \"2\""), "{e}");
         Ok(())
     }
 

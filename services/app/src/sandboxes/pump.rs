@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::handle::SandboxHandle;
-use crate::convert::kind_from_executor;
+use crate::executor_client::kind_from_wire;
 use crate::executor_client::{Attached, ExecutorClient};
 use crate::observations::Origin;
 
@@ -138,7 +138,7 @@ impl Pump {
                             });
                         }
                         last = ev.index;
-                        match kind_from_executor(ev.kind) {
+                        match kind_from_wire(ev.kind) {
                             Ok(k) => {
                                 let terminal = k.is_terminal();
                                 // Sandbox-level events (a kernel restart) seen during the action belong to no

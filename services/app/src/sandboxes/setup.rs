@@ -10,8 +10,8 @@ use mentis_core::{
     Action, ActionId, EndReason, Error, ObservationKind, Reason, Result, ShellAction, quoted,
 };
 
-use crate::convert::kind_from_executor;
 use crate::executor_client::ExecutorClient;
+use crate::executor_client::kind_from_wire;
 
 /// Longest a start-up command may run (installing packages can take a while).
 pub(crate) const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
@@ -53,7 +53,7 @@ pub(super) async fn run(
                     "the executor ended a start-up command's stream before the command ended",
                 ));
             };
-            match kind_from_executor(event.kind)? {
+            match kind_from_wire(event.kind)? {
                 ObservationKind::CmdOutput { data, .. } => {
                     output.extend_from_slice(&data);
                     if output.len() > 2 * OUTPUT_TAIL {

@@ -39,6 +39,8 @@ impl SandboxApi {
     ) -> Result<(SandboxId, u16), Status> {
         let caller = caller(req)?;
         let id = access::sandbox(&caller, &self.manager, sandbox_id)?;
+        // An unknown sandbox is NOT_FOUND whoever asks (the admin's access is not checked against it).
+        self.manager.get(id).map_err(to_status)?;
         let port = match u16::try_from(port) {
             Ok(0) if allow_zero => 0,
             Ok(p) if p > 0 => p,

@@ -1,35 +1,9 @@
-//! Variable summaries: `google.protobuf.Struct` (both APIs) ⇄ JSON (the domain).
+//! Variable summaries: JSON (the domain) → `google.protobuf.Struct` (the public API).
 
 use mentis_core::VariableSummary;
 use mentis_proto::api;
 use prost_types::value::Kind;
-use serde_json::{Map, Number, Value};
-
-fn value_to_json(v: prost_types::Value) -> Value {
-    match v.kind {
-        None | Some(Kind::NullValue(_)) => Value::Null,
-        Some(Kind::BoolValue(b)) => Value::Bool(b),
-        // JSON numbers of the Struct are doubles; whole ones read back as integers.
-        Some(Kind::NumberValue(n)) => {
-            if n.fract() == 0.0 && n.abs() < 9.0e15 {
-                #[allow(clippy::cast_possible_truncation)]
-                Value::Number(Number::from(n as i64))
-            } else {
-                Number::from_f64(n).map_or(Value::Null, Value::Number)
-            }
-        }
-        Some(Kind::StringValue(s)) => Value::String(s),
-        Some(Kind::ListValue(l)) => Value::Array(l.values.into_iter().map(value_to_json).collect()),
-        Some(Kind::StructValue(s)) => Value::Object(struct_to_json(s)),
-    }
-}
-
-fn struct_to_json(s: prost_types::Struct) -> Map<String, Value> {
-    s.fields
-        .into_iter()
-        .map(|(k, v)| (k, value_to_json(v)))
-        .collect()
-}
+use serde_json::{Map, Value};
 
 fn json_to_value(v: &Value) -> prost_types::Value {
     let kind = match v {
@@ -54,15 +28,6 @@ fn json_to_struct(m: &Map<String, Value>) -> prost_types::Struct {
     }
 }
 
-/// A summary as the executor sent it.
-pub fn summary_from_proto(s: api::VariableSummary) -> VariableSummary {
-    VariableSummary {
-        name: s.name,
-        type_name: s.r#type,
-        summary: s.summary.map(struct_to_json).unwrap_or_default(),
-    }
-}
-
 /// A summary for the public API.
 pub fn summary_to_proto(s: &VariableSummary) -> api::VariableSummary {
     api::VariableSummary {
@@ -75,6 +40,36 @@ pub fn summary_to_proto(s: &VariableSummary) -> api::VariableSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Number;
+
+    // The other way (what the executor client does with the executor's summaries), to read back.
+    fn value_to_json(v: prost_types::Value) -> Value {
+        match v.kind {
+            None | Some(Kind::NullValue(_)) => Value::Null,
+            Some(Kind::BoolValue(b)) => Value::Bool(b),
+            // JSON numbers of the Struct are doubles; whole ones read back as integers.
+            Some(Kind::NumberValue(n)) => {
+                if n.fract() == 0.0 && n.abs() < 9.0e15 {
+                    #[allow(clippy::cast_possible_truncation)]
+                    Value::Number(Number::from(n as i64))
+                } else {
+                    Number::from_f64(n).map_or(Value::Null, Value::Number)
+                }
+            }
+            Some(Kind::StringValue(s)) => Value::String(s),
+            Some(Kind::ListValue(l)) => {
+                Value::Array(l.values.into_iter().map(value_to_json).collect())
+            }
+            Some(Kind::StructValue(s)) => Value::Object(struct_to_json(s)),
+        }
+    }
+
+    fn struct_to_json(s: prost_types::Struct) -> Map<String, Value> {
+        s.fields
+            .into_iter()
+            .map(|(k, v)| (k, value_to_json(v)))
+            .collect()
+    }
 
     #[test]
     fn json_round_trips_through_struct() {
@@ -87,6 +82,11 @@ mod tests {
             type_name: "DataFrame".into(),
             summary: json,
         };
-        assert_eq!(summary_from_proto(summary_to_proto(&s)), s);
+        let proto = summary_to_proto(&s);
+        assert_eq!(
+            (proto.name.as_str(), proto.r#type.as_str()),
+            ("df", "DataFrame")
+        );
+        assert_eq!(proto.summary.map(struct_to_json), Some(s.summary));
     }
 }

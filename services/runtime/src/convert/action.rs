@@ -31,27 +31,6 @@ fn checked(action: Option<api::Action>) -> Result<Action, Error> {
     })
 }
 
-/// The action as the executor receives it.
-pub fn action_to_proto(action: &Action) -> api::Action {
-    let kind = match action {
-        Action::Shell(s) => api::action::Kind::Shell(api::ShellAction {
-            command: s.command.clone(),
-            work_dir: s.work_dir.clone(),
-            env: s.env.clone().into_iter().collect(),
-            timeout_seconds: u32::try_from(s.timeout.as_secs()).unwrap_or(u32::MAX),
-            stdin: s.stdin.clone(),
-            keep_stdin_open: s.keep_stdin_open,
-            session: s.session.clone().unwrap_or_default(),
-        }),
-        Action::IPython(c) => api::action::Kind::Ipython(api::IPythonAction {
-            code: c.code.clone(),
-            timeout_seconds: u32::try_from(c.timeout.as_secs()).unwrap_or(u32::MAX),
-            rollback_on_error: Some(c.rollback_on_error),
-        }),
-    };
-    api::Action { kind: Some(kind) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,7 +76,7 @@ mod tests {
     }
 
     #[test]
-    fn shell_round_trips() {
+    fn a_shell_action_converts_field_by_field() {
         let proto = api::Action {
             kind: Some(api::action::Kind::Shell(api::ShellAction {
                 command: "echo hi".into(),
@@ -109,8 +88,22 @@ mod tests {
                 session: String::new(),
             })),
         };
-        let action = action_from_proto(Some(proto.clone())).expect("valid");
-        assert_eq!(action_to_proto(&action), proto);
+        let Action::Shell(shell) = action_from_proto(Some(proto)).expect("valid") else {
+            panic!("a shell action stays one");
+        };
+        assert_eq!(
+            (
+                shell.command.as_str(),
+                shell.work_dir.as_str(),
+                shell.timeout.as_secs()
+            ),
+            ("echo hi", "sub", 7)
+        );
+        assert_eq!(shell.env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(
+            (&shell.stdin[..], shell.keep_stdin_open, shell.session),
+            (&b"in"[..], true, None)
+        );
         let in_session = api::Action {
             kind: Some(api::action::Kind::Shell(api::ShellAction {
                 command: "cd /tmp".into(),
@@ -118,13 +111,9 @@ mod tests {
                 ..Default::default()
             })),
         };
-        let action = action_from_proto(Some(in_session)).expect("valid");
-        assert_eq!(
-            action_to_proto(&action).kind.and_then(|k| match k {
-                api::action::Kind::Shell(s) => Some(s.session),
-                api::action::Kind::Ipython(_) => None,
-            }),
-            Some("work".to_owned())
-        );
+        let Action::Shell(shell) = action_from_proto(Some(in_session)).expect("valid") else {
+            panic!("a shell action stays one");
+        };
+        assert_eq!(shell.session.as_deref(), Some("work"));
     }
 }

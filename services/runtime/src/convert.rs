@@ -1,5 +1,6 @@
-//! Proto ⇄ domain translation, used by the two edges of the runtime: the public API and the executor
-//! client. Validation happens here too: a proto value that converts is a valid domain value.
+//! Public proto (`mentis.v1`) ⇄ domain translation, the API's edge. Validation happens here too: a proto
+//! value that converts is a valid domain value. (The executor wire and the journal have schemas and
+//! conversions of their own, in mentis-app's `executor_client::convert` and `observations::record`.)
 
 mod action;
 mod file;
@@ -10,13 +11,10 @@ mod space;
 mod template;
 mod terminal;
 
-pub use action::{action_from_proto, action_to_proto};
+pub use action::action_from_proto;
 pub use file::{file_to_proto, unpacked_to_proto};
-pub use kernel::{summary_from_proto, summary_to_proto};
-pub use observation::{
-    kind_from_executor, kind_to_proto, observation_from_proto, observation_to_proto,
-    observation_to_proto_head, timestamp,
-};
+pub use kernel::summary_to_proto;
+pub use observation::{kind_to_proto, observation_to_proto, observation_to_proto_head, timestamp};
 pub use sandbox::{request_from_proto, sandbox_to_proto, state_from_proto};
 pub use space::{space_from_proto, space_to_proto, update_from_proto};
 pub use template::{template_from_proto, template_to_proto, template_update_from_proto};
