@@ -9,11 +9,18 @@ see is a dependency added to a Cargo.toml: this check reads each crate's normal 
 build-dependencies: a test may look below its layer) among the workspace's crates, from `cargo metadata`, and
 fails on any that the table below does not allow. A new crate must be added to the table; the table is the
 one in ARCHITECTURE.md.
+
+Schemas by role, the same way: each proto schema belongs to the crates of its role, and production code (test
+modules and tests/ folders aside) of any other crate that names it fails. The public API (`mentis_proto::api`)
+is the API's, the CLI's, MCP's and the tests'; the executor wire (`mentis_proto::executor`) is the executor's and
+the application's executor client's; the journal's record (`mentis_proto::journal`) is the application's.
 """
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 # For each crate, the workspace crates it may depend on (normal dependencies).
 ALLOWED = {
@@ -40,6 +47,42 @@ ALLOWED = {
 }
 
 
+# For each schema, the source folders whose production code may name it.
+SCHEMAS = {
+    "api": {"services/runtime/src", "cli/src", "mcp/src"},
+    "executor": {"executor/src", "services/app/src"},
+    "journal": {"services/app/src"},
+}
+# Every production source folder that depends on mentis-proto.
+SOURCES = ["executor/src", "services/app/src", "services/runtime/src", "cli/src", "mcp/src"]
+NAMED = re.compile(r"mentis_proto::(api|executor|journal)\b|mentis_proto::\{([^}]*)\}")
+
+
+def production(text: str) -> str:
+    """The text before a file's test module (`#[cfg(test)]` then `mod`), comments blanked."""
+    cut = re.search(r"#\[cfg\(test\)\]\s*mod\s", text)
+    text = text[: cut.start()] if cut else text
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def schemas_named(text: str):
+    for m in NAMED.finditer(production(text)):
+        if m.group(1):
+            yield m.group(1)
+        else:
+            yield from (n for n in ("api", "executor", "journal") if re.search(rf"\b{n}\b", m.group(2)))
+
+
+def schema_failures(root: Path) -> list:
+    failed = []
+    for src in SOURCES:
+        for path in sorted((root / src).rglob("*.rs")):
+            for schema in sorted(set(schemas_named(path.read_text()))):
+                if src not in SCHEMAS[schema]:
+                    failed.append(f"{path.relative_to(root)} names mentis_proto::{schema}, not its role's schema")
+    return failed
+
+
 def main() -> int:
     out = subprocess.run(
         ["cargo", "metadata", "--no-deps", "--format-version", "1", "--offline"],
@@ -58,11 +101,13 @@ def main() -> int:
         for dep in sorted(d["name"] for d in p["dependencies"] if d["name"] in names and d["kind"] is None):
             if dep not in ALLOWED[name]:
                 failed.append(f"{name} depends on {dep}, which its layer may not use")
+    failed += schema_failures(Path(__file__).resolve().parent.parent)
     for line in failed:
         print(f"crate-graph: {line}", file=sys.stderr)
     if failed:
         return 1
-    print(f"crate-graph: the {len(packages)} workspace crates depend only on the crates their layers may use")
+    print(f"crate-graph: the {len(packages)} workspace crates depend only on the crates their layers may use, "
+          "and name only the protos of their roles")
     return 0
 
 
