@@ -4,6 +4,8 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 CARGO ?= cargo
+# rust-toolchain.toml's toolchain known to rustup by its name (a machine of this kind has it as stable).
+_toolchain := $(shell deploy/ensure-toolchain.sh)
 export MENTIS_EXECUTOR_IMAGE ?= mentis/executor:latest
 TOOLS := $(CURDIR)/.tools/bin
 
