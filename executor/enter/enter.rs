@@ -297,7 +297,7 @@ pub mod sys {
         unsafe {
             core::arch::asm!(
                 "syscall",
-                inlateout("rax") n as isize => ret,
+                inlateout("rax") n.cast_signed() => ret,
                 in("rdi") a,
                 in("rsi") b,
                 in("rdx") c,

@@ -159,9 +159,11 @@ async fn an_app_and_its_websocket_are_reached_with_curl_and_in_chromium() -> Res
         "{page:?}"
     );
     let expires = page.expire_time.context("no expiry")?.seconds;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs() as i64;
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs(),
+    )?;
     ensure!(
         (3500..=3600).contains(&(expires - now)),
         "an hour by default: {expires} {now}"

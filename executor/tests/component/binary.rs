@@ -125,7 +125,7 @@ async fn serve_and_check_the_token_is_hidden(mut command: Command) {
     assert!(!env.contains("MENTIS_EXECUTOR_TOKEN"), "{env}");
     assert!(!env.contains(TOKEN), "{env}");
 
-    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = tokio::time::timeout(PATIENCE, child.wait())
         .await

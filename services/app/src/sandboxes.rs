@@ -37,7 +37,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use actions::Submitted;
-pub use handle::{ActionStatus, Reserved, SandboxHandle};
 pub use pool::{Pool, PoolStats};
 pub use registry::ListQuery;
 pub use spaces::SpaceView;

@@ -514,11 +514,13 @@ fn read_segment(
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
                 Err(e) => return Err(e),
             }
+            // At most the 11 bytes of `peek`.
+            let peeked = i64::try_from(n).map_err(io::Error::other)?;
             if leading_seq(&peek[..n]).is_some_and(|seq| seq <= after_seq) {
-                reader.seek_relative(i64::from(len) - n as i64)?;
+                reader.seek_relative(i64::from(len) - peeked)?;
                 continue;
             }
-            reader.seek_relative(-(n as i64))?;
+            reader.seek_relative(-peeked)?;
         }
         let mut body = vec![0u8; len as usize];
         match reader.read_exact(&mut body) {

@@ -112,16 +112,16 @@ pub struct SandboxHandle {
     /// interleave (a pause cannot begin while a submission is being admitted, nor the other way round).
     inner: Mutex<Inner>,
     /// The sandbox's env, applied to every action.
-    pub env: BTreeMap<String, String>,
-    pub log: Arc<ObservationLog>,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) log: Arc<ObservationLog>,
     /// The executor's client; replaced when the executor comes back at a new address.
     executor: Mutex<Option<ExecutorClient>>,
     /// The secret the executor requires (kept to reconnect after a restart). Never logged.
     pub(crate) token: String,
     /// Owns the action pumps of this sandbox.
-    pub tasks: TaskTracker,
+    pub(crate) tasks: TaskTracker,
     /// Cancelled when the sandbox is deleted: every pump then writes its LOST terminal and stops.
-    pub cancel: CancellationToken,
+    pub(crate) cancel: CancellationToken,
     /// The record changed since the store last saw it.
     dirty: AtomicBool,
     /// The newest seq the store has.
