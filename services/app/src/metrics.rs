@@ -259,7 +259,7 @@ async fn serve_prometheus(
                 }
             });
         let shutdown = shutdown.clone();
-        connections.spawn(async move {
+        let serving = async move {
             let io = hyper_util::rt::TokioIo::new(stream);
             let connection =
                 hyper::server::conn::http1::Builder::new().serve_connection(io, service);
@@ -269,7 +269,8 @@ async fn serve_prometheus(
                 },
                 () = shutdown.cancelled() => {}
             }
-        });
+        };
+        connections.spawn(serving.instrument(tracing::debug_span!("metrics connection")));
     }
     connections.close();
     connections.wait().await;
