@@ -6,7 +6,6 @@
 //! lifecycle").
 
 mod actions;
-mod files;
 mod gauges;
 mod handle;
 mod health;
@@ -63,7 +62,6 @@ pub struct Manager {
     provisioner: Arc<Provisioner>,
     lifecycle: Arc<Lifecycle>,
     actions: Actions,
-    files: Files,
     terminals: Terminals,
     images: Images,
     /// Owns the runtime-wide tasks (creates, deletes, the sweeper, the reaper, the pools).
@@ -71,9 +69,8 @@ pub struct Manager {
     shutdown: CancellationToken,
 }
 
+pub use crate::executor_client::ByteStream;
 use actions::Actions;
-pub use files::ByteStream;
-use files::Files;
 use keep::Keeper;
 use lifecycle::Lifecycle;
 use pool::Pools;
@@ -144,14 +141,12 @@ impl Manager {
             tasks.clone(),
             shutdown.clone(),
         );
-        let files = Files::new(Arc::clone(&lifecycle));
         let terminals = Terminals::new(
             Arc::clone(&registry),
             Arc::clone(&lifecycle),
             config.terminals,
         );
         Arc::new(Self {
-            files,
             terminals,
             images,
             config,
@@ -411,7 +406,11 @@ impl Manager {
         offset: u64,
         length: u64,
     ) -> Result<ByteStream> {
-        self.files.read(sandbox, path, offset, length).await
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .read_file(path, offset, length)
+            .await
     }
 
     /// Writes a workspace file from `chunks`, kept only after [`Chunk::Commit`] and their clean end.
@@ -422,22 +421,38 @@ impl Manager {
         mode: u32,
         chunks: impl futures::Stream<Item = Chunk> + Send + 'static,
     ) -> Result<FileInfo> {
-        self.files.write(sandbox, path, mode, chunks).await
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .write_file(path, mode, chunks)
+            .await
     }
 
     /// One page of a workspace directory's entries.
     pub async fn list_files(&self, sandbox: SandboxId, q: ListFiles) -> Result<FilePage> {
-        self.files.list(sandbox, q).await
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .list_files(q)
+            .await
     }
 
     /// Describes one workspace entry.
     pub async fn stat_file(&self, sandbox: SandboxId, path: String) -> Result<FileInfo> {
-        self.files.stat(sandbox, path).await
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .stat_file(path)
+            .await
     }
 
     /// Replaces a string in a workspace file.
     pub async fn edit_file(&self, sandbox: SandboxId, edit: Edit) -> Result<Edited> {
-        self.files.edit(sandbox, edit).await
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .edit_file(edit)
+            .await
     }
 
     /// Deletes a workspace entry (a directory with its contents when `recursive`).
@@ -447,7 +462,11 @@ impl Manager {
         path: String,
         recursive: bool,
     ) -> Result<()> {
-        self.files.delete(sandbox, path, recursive).await
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .delete_file(path, recursive)
+            .await
     }
 
     /// Creates a workspace directory with its parents.
@@ -457,7 +476,11 @@ impl Manager {
         path: String,
         mode: u32,
     ) -> Result<FileInfo> {
-        self.files.make_directory(sandbox, path, mode).await
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .make_directory(path, mode)
+            .await
     }
 
     /// Unpacks the tar stream `chunks` into the workspace directory `path`, kept only after
@@ -468,12 +491,20 @@ impl Manager {
         path: String,
         chunks: impl futures::Stream<Item = Chunk> + Send + 'static,
     ) -> Result<Unpacked> {
-        self.files.upload(sandbox, path, chunks).await
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .upload(path, chunks)
+            .await
     }
 
     /// Starts a tar download of the workspace path `path`.
     pub async fn download(&self, sandbox: SandboxId, path: String) -> Result<ByteStream> {
-        self.files.download(sandbox, path).await
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .download(path)
+            .await
     }
 
     /// Every pool's figures.

@@ -535,22 +535,20 @@ fn read_segment(
         if records.len() >= max {
             break;
         }
-        let Ok(mut record) = journal::Record::decode(body.as_slice()) else {
+        let Ok(record) = journal::Record::decode(body.as_slice()) else {
             good -= 8 + u64::from(len);
             break;
         };
         if record.seq <= after_seq {
             continue;
         }
-        let origin = (record.origin_index > 0)
-            .then(|| {
-                Some(Origin {
-                    action: mentis_core::ActionId::parse(&record.origin_action).ok()?,
-                    index: record.origin_index,
-                })
-            })
-            .flatten();
-        record.origin_action = String::new();
+        let origin = match mentis_core::ActionId::parse(&record.origin_action) {
+            Ok(action) if record.origin_index > 0 => Some(Origin {
+                action,
+                index: record.origin_index,
+            }),
+            _ => None,
+        };
         let Ok(o) = observation_from_record(record) else {
             good -= 8 + u64::from(len);
             break;

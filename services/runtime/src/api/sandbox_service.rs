@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use mentis_core::{Error, Reason, SandboxId, SpaceId};
+use mentis_core::{Error, Reason, Sandbox, SandboxId, SpaceId};
 use mentis_proto::api::{self, sandbox_service_server::SandboxService};
 use tonic::{Request, Response, Status};
 
@@ -36,11 +36,11 @@ impl SandboxApi {
         sandbox_id: &str,
         port: u32,
         allow_zero: bool,
-    ) -> Result<(SandboxId, u16), Status> {
+    ) -> Result<(Sandbox, u16), Status> {
         let caller = caller(req)?;
         let id = access::sandbox(&caller, &self.manager, sandbox_id)?;
         // An unknown sandbox is NOT_FOUND whoever asks (the admin's access is not checked against it).
-        self.manager.get(id).map_err(to_status)?;
+        let (sandbox, _) = self.manager.get(id).map_err(to_status)?;
         let port = match u16::try_from(port) {
             Ok(0) if allow_zero => 0,
             Ok(p) if p > 0 => p,
@@ -58,7 +58,7 @@ impl SandboxApi {
                 .at("port"),
             ));
         }
-        Ok((id, port))
+        Ok((sandbox, port))
     }
 }
 
@@ -191,7 +191,8 @@ impl SandboxService for SandboxApi {
         req: Request<api::GetPreviewUrlRequest>,
     ) -> Result<Response<api::GetPreviewUrlResponse>, Status> {
         let r = req.get_ref();
-        let (id, port) = self.preview_target(&req, &r.sandbox_id, r.port, false)?;
+        let (sandbox, port) = self.preview_target(&req, &r.sandbox_id, r.port, false)?;
+        let id = sandbox.id;
         let ttl = Duration::from_secs(r.ttl_seconds.into());
         if ttl > preview::MAX_TTL {
             return Err(to_status(
@@ -203,7 +204,7 @@ impl SandboxService for SandboxApi {
                 .at("ttl_seconds"),
             ));
         }
-        if self.manager.get(id).map_err(to_status)?.0.state.is_final() {
+        if sandbox.state.is_final() {
             return Err(to_status(Error::new(
                 Reason::SandboxEnded,
                 format!("sandbox {id} has ended; its ports are gone"),
@@ -223,7 +224,8 @@ impl SandboxService for SandboxApi {
         req: Request<api::RevokePreviewUrlsRequest>,
     ) -> Result<Response<api::RevokePreviewUrlsResponse>, Status> {
         let r = req.get_ref();
-        let (id, port) = self.preview_target(&req, &r.sandbox_id, r.port, true)?;
+        let (sandbox, port) = self.preview_target(&req, &r.sandbox_id, r.port, true)?;
+        let id = sandbox.id;
         self.previews.revoke(id, port).map_err(to_status)?;
         tracing::info!(sandbox_id = %id, port, "preview URLs revoked");
         Ok(Response::new(api::RevokePreviewUrlsResponse {}))

@@ -65,3 +65,38 @@ async fn a_drain_says_not_serving_ends_streams_with_unavailable_and_leaves_sandb
     assert_eq!(rt.state(&id).await, SandboxState::Running);
     assert_eq!(stdout(&rt.sh(&id, "echo after").await.unwrap()), "after\n");
 }
+
+/// A port nothing listens on now (bound and let go), for a listener the test names.
+fn free_port() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// `stop` returns once the listeners beside the API (plaintext health, HTTP) are closed too: they are tasks
+/// of the runtime, not left running behind it, so a runtime started again can take the same ports.
+#[tokio::test]
+async fn stopping_closes_the_listeners_beside_the_api_before_it_returns() {
+    let (health, http) = (free_port(), free_port());
+    let mut rt = TestRuntime::start_with(|c| {
+        c.health_listen = Some(health);
+        c.http_listen = Some(http);
+    })
+    .await;
+    for at in [health, http] {
+        tokio::net::TcpStream::connect(at)
+            .await
+            .unwrap_or_else(|e| panic!("{at} serves: {e}"));
+    }
+    let runtime = rt.runtime.take().unwrap();
+    tokio::time::timeout(Duration::from_secs(30), runtime.stop())
+        .await
+        .expect("the runtime stops")
+        .unwrap();
+    for at in [health, http] {
+        assert!(
+            tokio::net::TcpStream::connect(at).await.is_err(),
+            "{at} still listens after stop"
+        );
+        std::net::TcpListener::bind(at).unwrap_or_else(|e| panic!("{at} is free again: {e}"));
+    }
+}
