@@ -23,7 +23,9 @@ use error::err;
 pub use auth::AuthConfig;
 pub use limits::DiskLimits;
 pub use snapshots::SnapshotStoreConfig;
-pub use transport::{DEFAULT_MAX_MESSAGE_BYTES, TlsFiles};
+pub use transport::{
+    ConnectionLimits, DEFAULT_MAX_MESSAGE_BYTES, SIDE_LISTENER_CONNECTIONS, TlsFiles,
+};
 
 use crate::observations::LogLimits;
 
@@ -123,6 +125,9 @@ pub struct RuntimeConfig {
     /// `MENTIS_MAX_MESSAGE_BYTES` (4 MiB): the largest message a client may send (ActionService always
     /// admits the largest action the model accepts).
     pub max_message_bytes: usize,
+    /// `MENTIS_MAX_CONNECTIONS`, `MENTIS_MAX_CONNECTIONS_PER_ADDRESS`, `MENTIS_FIRST_REQUEST_SECS`,
+    /// `MENTIS_CONNECTION_IDLE_SECS`: what each listener admits.
+    pub connections: ConnectionLimits,
     /// `MENTIS_MCP_MAX_OUTPUT` (20000): bytes of one output the MCP tools at `/mcp` give back at most (head
     /// and tail, with a note of what was left out).
     pub mcp_max_output: usize,
@@ -350,6 +355,7 @@ impl Default for RuntimeConfig {
             auth: AuthConfig::default(),
             tls: None,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            connections: ConnectionLimits::default(),
             mcp_max_output: mentis_mcp::DEFAULT_MAX_OUTPUT,
             snapshot_store: SnapshotStoreConfig::Local,
         }
@@ -368,6 +374,7 @@ impl RuntimeConfig {
         let mut c = Self {
             auth: auth::from_lookup(&get)?,
             tls: transport::tls(&get)?,
+            connections: transport::connection_limits(&get)?,
             snapshot_store: snapshots::snapshot_store(&get)?,
             limits: limits::policy(&get, LimitsPolicy::default(), disk_limits)?,
             disk_limits,

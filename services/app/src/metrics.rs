@@ -7,14 +7,10 @@
 //! (sandboxes by state and space, pool members) are read from the manager at each collection.
 
 use std::sync::{LazyLock, OnceLock};
-use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::Instrument as _;
 
 /// The instrumentation scope of our metrics.
 const SCOPE: &str = "mentis-runtime";
@@ -49,6 +45,15 @@ pub struct Metrics {
     pub cut_offs: Counter<u64>,
     /// Failed health checks of executors.
     pub executor_health_failures: Counter<u64>,
+    /// Open connections, by `listener` (api, http, health, metrics).
+    pub connections_open: UpDownCounter<i64>,
+    /// Connections closed as soon as they were accepted, by `listener` and `reason` (limit: the listener's
+    /// total; per_address: the client address's share).
+    pub connections_refused: Counter<u64>,
+    /// Connections closed by their listener, by `listener` and `reason` (first_request: none came in time;
+    /// idle: no byte went either way for too long; evicted: a newcomer took the place of this connection,
+    /// which had brought no request, at a full listener).
+    pub connections_timed_out: Counter<u64>,
 }
 
 /// The process's instruments: no-ops until [`MetricsExport::start`] installed a provider (it must run
@@ -106,6 +111,22 @@ impl Metrics {
             executor_health_failures: meter
                 .u64_counter("mentis.executor.health_failures")
                 .with_description("Failed health checks of sandbox executors")
+                .build(),
+            connections_open: meter
+                .i64_up_down_counter("mentis.connections.open")
+                .with_description("Open connections, by listener")
+                .build(),
+            connections_refused: meter
+                .u64_counter("mentis.connections.refused")
+                .with_description(
+                    "Connections closed at accept, by listener and reason (limit, per_address)",
+                )
+                .build(),
+            connections_timed_out: meter
+                .u64_counter("mentis.connections.timed_out")
+                .with_description(
+                    "Connections closed by their listener, by listener and reason (first_request, idle, evicted)",
+                )
                 .build(),
         }
     }
@@ -185,20 +206,9 @@ impl MetricsExport {
         }
     }
 
-    /// Serves `GET /metrics` (Prometheus text format) on `listener` until `shutdown`, in a task of `tasks`.
-    pub fn serve(
-        &self,
-        listener: tokio::net::TcpListener,
-        shutdown: CancellationToken,
-        tasks: &TaskTracker,
-    ) {
-        let Some(registry) = self.prometheus.clone() else {
-            return;
-        };
-        tasks.spawn(
-            serve_prometheus(listener, registry, shutdown)
-                .instrument(tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "metrics listener")),
-        );
+    /// The Prometheus text exposition of every metric (None without the endpoint), for `GET /metrics`.
+    pub fn render(&self) -> Option<Vec<u8>> {
+        self.prometheus.as_ref().map(render)
     }
 
     /// Pushes what is left and stops.
@@ -217,63 +227,6 @@ fn render(registry: &prometheus::Registry) -> Vec<u8> {
         tracing::warn!(error = %e, "metrics: cannot encode");
     }
     out
-}
-
-async fn serve_prometheus(
-    listener: tokio::net::TcpListener,
-    registry: prometheus::Registry,
-    shutdown: CancellationToken,
-) {
-    use http_body_util::Full;
-    use hyper::body::Bytes;
-    use hyper::{Response, StatusCode};
-
-    // Each connection's task, ended and awaited when the listener stops.
-    let connections = TaskTracker::new();
-    loop {
-        let (stream, _) = tokio::select! {
-            () = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let registry = registry.clone();
-        let service =
-            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let registry = registry.clone();
-                async move {
-                    if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
-                        Response::builder()
-                            .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
-                            .body(Full::new(Bytes::from(render(&registry))))
-                    } else {
-                        Response::builder()
-                            .status(StatusCode::NOT_FOUND)
-                            .body(Full::new(Bytes::from_static(b"GET /metrics\n")))
-                    }
-                }
-            });
-        let shutdown = shutdown.clone();
-        let serving = async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let connection =
-                hyper::server::conn::http1::Builder::new().serve_connection(io, service);
-            tokio::select! {
-                served = connection => if let Err(e) = served {
-                    tracing::debug!(error = %e, "metrics: connection ended with an error");
-                },
-                () = shutdown.cancelled() => {}
-            }
-        };
-        connections.spawn(serving.instrument(tracing::debug_span!("metrics connection")));
-    }
-    connections.close();
-    connections.wait().await;
 }
 
 /// Per-sandbox memory and CPU time, for the Prometheus endpoint only: made afresh at each scrape from the

@@ -66,6 +66,7 @@ pub async fn run_from_env() -> anyhow::Result<()> {
         "mentis-runtime",
     )?;
     let config = RuntimeConfig::from_env().context("bad configuration")?;
+    open_files_for(&config);
     // Before anything records: the instruments are made at their first use.
     let metrics = MetricsExport::start(
         config.metrics_listen.is_some(),
@@ -90,6 +91,53 @@ pub async fn run_from_env() -> anyhow::Result<()> {
         let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
     }
     result
+}
+
+/// Raises the process's soft limit of open files to its hard limit (as Go's runtime does: the soft limit,
+/// often 1024, is there for old `select` users), and warns when the listeners' connection limits with room for
+/// the sandboxes (executor connections, journals) do not fit under it: the runtime would run out of file
+/// descriptors before its doors refuse anyone.
+fn open_files_for(config: &RuntimeConfig) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(limits) => limits,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the limit of open files");
+            return;
+        }
+    };
+    let soft = if soft < hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(e) => {
+                tracing::warn!(error = %e, soft, hard, "cannot raise the limit of open files");
+                soft
+            }
+        }
+    } else {
+        soft
+    };
+    let listeners = [
+        Some(config.connections.total),
+        config.http_listen.map(|_| config.connections.total),
+        config
+            .health_listen
+            .map(|_| config.connections.side().total),
+        config
+            .metrics_listen
+            .map(|_| config.connections.side().total),
+    ];
+    let connections: usize = listeners.into_iter().flatten().sum();
+    // Per sandbox: its executor's connection, its journal, a terminal or two; and the process's own.
+    let needed = connections + 4 * config.max_sandboxes + 256;
+    if u64::try_from(needed).unwrap_or(u64::MAX) > soft {
+        tracing::warn!(
+            open_files = soft,
+            needed,
+            "the limit of open files is below what the listeners' connection limits and MENTIS_MAX_SANDBOXES \
+             may need: lower MENTIS_MAX_CONNECTIONS or raise the limit (ulimit -n, LimitNOFILE=)"
+        );
+    }
 }
 
 /// The first SIGTERM or SIGINT cancels `stop` (the drain); a second exits the process at once.

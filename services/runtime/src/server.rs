@@ -1,7 +1,9 @@
 //! Assembles the gRPC server: SandboxService, ActionService, grpc.health.v1 and server reflection (v1 and
 //! v1alpha, since grpcurl speaks only v1alpha), on top of a started manager; and drains it on shutdown.
 
+pub mod door;
 mod health;
+mod metrics_endpoint;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +34,7 @@ use crate::api::{
 };
 use crate::config::{RuntimeConfig, TlsFiles};
 use crate::proxy::Proxy;
+use door::{Guarded, MarkRequests};
 use mentis_app::app::App;
 
 /// How long open calls get to finish once the drain has begun.
@@ -143,6 +146,14 @@ impl Runtime {
             ),
             None => None,
         };
+        let limits = config.connections;
+        let guard = |listener: Option<TcpListener>, name, limits| {
+            listener.map(|l| Guarded::new(l, name, limits))
+        };
+        let metrics_listener = guard(metrics_listener, "metrics", limits.side());
+        let health_listener = guard(health_listener, "health", limits.side());
+        let http_listener = guard(http_listener, "http", limits);
+        let listener = Guarded::new(listener, "api", limits);
         let shutdown = CancellationToken::new();
         let app = App::open(
             config,
@@ -157,10 +168,7 @@ impl Runtime {
         if let Some(export) = crate::metrics::export() {
             app.manager.observe(export);
             if let Some(listener) = metrics_listener {
-                if let Ok(at) = listener.local_addr() {
-                    tracing::info!(%at, "metrics served at /metrics");
-                }
-                export.serve(listener, shutdown.clone(), &tasks);
+                metrics_endpoint::serve(export, listener, shutdown.clone(), &tasks);
             }
         }
         let auth = if app.keyring.enabled() {
@@ -232,7 +240,7 @@ impl Runtime {
 /// `MENTIS_HEALTH_LISTEN`: the same health service (so it follows the drain: NOT_SERVING first), alone and in
 /// plaintext, until the runtime stops. Health carries no secret and needs no key.
 fn serve_health<T: tonic_health::pb::health_server::Health>(
-    listener: TcpListener,
+    listener: Guarded,
     health: tonic_health::pb::health_server::HealthServer<T>,
     shutdown: CancellationToken,
     tasks: &TaskTracker,
@@ -256,17 +264,15 @@ fn serve_health<T: tonic_health::pb::health_server::Health>(
         };
         let stopping = shutdown.clone();
         let server = tonic::transport::Server::builder()
+            .layer(MarkRequests)
             .add_service(health)
             .add_service(v1)
             .add_service(v1alpha)
-            .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(listener),
-                async move {
-                    stopping.cancelled().await;
-                    // Probes see NOT_SERVING during the drain's grace, like the API port's health.
-                    tokio::time::sleep(DRAIN_GRACE).await;
-                },
-            );
+            .serve_with_incoming_shutdown(listener.incoming(), async move {
+                stopping.cancelled().await;
+                // Probes see NOT_SERVING during the drain's grace, like the API port's health.
+                tokio::time::sleep(DRAIN_GRACE).await;
+            });
         // An open Health/Watch stream never ends by itself: after the grace the listener stops regardless.
         let served = tokio::select! {
             served = server => served,
@@ -286,13 +292,13 @@ fn serve_health<T: tonic_health::pb::health_server::Health>(
 
 /// The listeners beside the API's: `MENTIS_HEALTH_LISTEN` and `MENTIS_HTTP_LISTEN` (the web terminal).
 struct SideListeners {
-    health: Option<TcpListener>,
-    http: Option<TcpListener>,
+    health: Option<Guarded>,
+    http: Option<Guarded>,
 }
 
 async fn serve(
     app: App,
-    listener: TcpListener,
+    listener: Guarded,
     side: SideListeners,
     tls: Option<ServerTlsConfig>,
     shutdown: CancellationToken,
@@ -411,6 +417,8 @@ async fn serve(
     let max = manager.config().max_message_bytes;
     let gzip = CompressionEncoding::Gzip;
     let server = builder
+        // A connection's first request is marked (see `door`): until then it has a deadline.
+        .layer(MarkRequests)
         // Every call in a span continuing the caller's trace, when traces are on (outermost, so refused
         // calls are traced too).
         .layer(mentis_telemetry::GrpcTraceLayer)
@@ -457,12 +465,8 @@ async fn serve(
                 .max_decoding_message_size(max)
                 .accept_compressed(gzip),
         )
-        // No Nagle (Server::tcp_nodelay does not apply to an incoming stream we bring): observations
-        // are small messages, and Nagle with delayed ACKs adds ~40 ms to every round trip.
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            draining,
-        );
+        // Connections come through the listener's door (limits, deadlines, no Nagle: see `door`).
+        .serve_with_incoming_shutdown(listener.incoming(), draining);
     // Open calls get a grace to finish; an open Health/Watch stream never ends by itself, so after the
     // grace the server stops regardless.
     let result = tokio::select! {

@@ -20,7 +20,6 @@ use axum::routing::get;
 use futures::StreamExt as _;
 use mentis_proto::api::{self, open_request, open_response};
 use serde_json::json;
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -30,6 +29,7 @@ use tracing::Instrument as _;
 use crate::api::TerminalApi;
 use crate::auth::link::{Link, LinkError, Links};
 use crate::auth::{Caller, Keyring};
+use crate::server::door::{Activity, Guarded, MarkRequests};
 
 /// The WebSocket subprotocol the page speaks (the server picks it among those the page offers).
 pub const SUBPROTOCOL: &str = "mentis-terminal";
@@ -65,7 +65,7 @@ pub struct Mcp {
 
 /// Serves the web terminal and MCP on `listener` until `shutdown`.
 pub fn serve(
-    listener: TcpListener,
+    listener: Guarded,
     terminals: TerminalApi,
     links: Links,
     mcp: Mcp,
@@ -87,11 +87,16 @@ pub fn serve(
         .layer(axum::middleware::from_fn_with_state(
             previews,
             crate::proxy::middleware,
-        ));
+        ))
+        // A connection's first request is marked (see `server::door`): until then it has a deadline.
+        .layer(MarkRequests);
     let listening = async move {
         let stopping = shutdown.clone();
-        let server = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stopping.cancelled().await });
+        let server = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<Activity>(),
+        )
+        .with_graceful_shutdown(async move { stopping.cancelled().await });
         // An open WebSocket or MCP stream may outlast the shutdown: after a grace the listener stops regardless.
         let served = tokio::select! {
             served = server => served,
