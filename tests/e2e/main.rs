@@ -8,6 +8,7 @@ mod cli;
 mod disk;
 mod faults;
 mod files;
+mod flood;
 mod gvisor;
 mod hardening;
 mod health;

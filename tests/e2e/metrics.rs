@@ -10,7 +10,7 @@ use mentis_e2e::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// `GET /metrics` over plain HTTP/1.1: the body.
-async fn scrape(port: u16) -> anyhow::Result<String> {
+pub(crate) async fn scrape(port: u16) -> anyhow::Result<String> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     stream
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
@@ -26,7 +26,7 @@ async fn scrape(port: u16) -> anyhow::Result<String> {
 }
 
 /// The samples of a scrape: `name{labels}` → value (labels sorted as the exposition writes them).
-fn samples(text: &str) -> BTreeMap<String, f64> {
+pub(crate) fn samples(text: &str) -> BTreeMap<String, f64> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .filter_map(|l| {
@@ -37,7 +37,7 @@ fn samples(text: &str) -> BTreeMap<String, f64> {
 }
 
 /// The sum of the samples whose key starts with `name` and contains every one of `labels`.
-fn total(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
+pub(crate) fn total(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
     samples
         .iter()
         .filter(|(k, _)| {

@@ -3,9 +3,10 @@
 //! `MENTIS_MAX_CONNECTIONS_PER_ADDRESS` from one client address (a connection above either is reset as soon
 //! as it is accepted, costing a file descriptor for a moment only); a connection must bring its first
 //! request within `MENTIS_FIRST_REQUEST_SECS` (headers, after TLS), and is closed once it has carried no byte
-//! either way for `MENTIS_CONNECTION_IDLE_SECS`. When a listener is full, a new connection takes the place
-//! of the oldest one that has not brought a request yet, if there is one: connections that only hold a
-//! place cannot keep out clients that talk. So idle connections nobody authenticates cannot pile up until
+//! either way for `MENTIS_CONNECTION_IDLE_SECS`. When a listener is full, a new connection from an address
+//! holding less than its fair share takes the place of the oldest connection that has not brought a request
+//! yet from an address holding more (see `Open::make_room`): connections that only hold a place cannot keep
+//! out clients that talk. So idle connections nobody authenticates cannot pile up until
 //! the process runs out of file descriptors or memory, and one client address cannot take the place of all
 //! the others.
 //!
@@ -33,6 +34,11 @@ use crate::metrics::{kv, metrics};
 /// How long accepting pauses after the process failed to accept (out of file descriptors, say), so a full
 /// backlog does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How many evicted connections may be closing at once, above a full listener's limit.
+pub(crate) fn evicting_at_most(total: usize) -> usize {
+    (total / 16).max(1)
+}
 
 /// One listener's count of open connections, in all and by client address.
 #[derive(Debug)]
@@ -79,24 +85,11 @@ impl Door {
             return Err(Refused::PerAddress);
         }
         if open.total - open.evicted >= self.limits.total {
-            // Full: the oldest connection that has brought no request gives its place up, if any.
-            let mut evicted = false;
-            while let Some(oldest) = open.arrivals.pop_front() {
-                if let Some(state) = oldest.upgrade()
-                    && state.evict()
-                {
-                    evicted = true;
-                    break;
-                }
-            }
-            if !evicted {
-                return Err(Refused::Limit);
-            }
-            open.evicted += 1;
+            open.make_room(address, &self.limits)?;
         }
         *open.by_address.entry(address).or_insert(0) += 1;
         open.total += 1;
-        let state = Arc::new(State::default());
+        let state = Arc::new(State::new(address));
         if open.arrivals.len() >= 2 * self.limits.total.max(16) {
             open.arrivals
                 .retain(|w| w.upgrade().is_some_and(|s| !s.requested()));
@@ -108,14 +101,52 @@ impl Door {
             .add(1, &[kv("listener", self.name)]);
         Ok(Ticket {
             door: Arc::clone(self),
-            address,
             state,
         })
     }
 
+    /// (open connections, client addresses).
     fn open(&self) -> (usize, usize) {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         (open.total, open.by_address.len())
+    }
+}
+
+impl Open {
+    /// At a full listener, evicts a connection for a newcomer from `address`, or says why not. Only a
+    /// newcomer whose address holds less than its fair share of the listener (the limit shared among the
+    /// addresses present) may take a place, and only from an address holding more than the newcomer's would
+    /// then: so a client that comes rarely gets in, while a flood's own newcomers cannot keep evicting each
+    /// other. The place taken is that of the oldest connection of such an address that has brought no
+    /// request; none, or too many evicted still closing (each holds its descriptor until its server reads
+    /// again): refused.
+    fn make_room(&mut self, address: IpAddr, limits: &ConnectionLimits) -> Result<(), Refused> {
+        if self.evicted >= evicting_at_most(limits.total) {
+            return Err(Refused::Limit);
+        }
+        let mine = self.by_address.get(&address).copied().unwrap_or(0);
+        let addresses = self.by_address.len() + usize::from(mine == 0);
+        if mine >= (limits.total / addresses.max(1)).max(1) {
+            return Err(Refused::Limit);
+        }
+        let by_address = &self.by_address;
+        let victim = self.arrivals.iter().position(|w| {
+            w.upgrade().is_some_and(|s| {
+                !s.requested()
+                    && !s.evicted.load(Ordering::Relaxed)
+                    && by_address.get(&s.address).copied().unwrap_or(0) > mine + 1
+            })
+        });
+        let state = victim
+            .and_then(|i| self.arrivals.remove(i))
+            .and_then(|w| w.upgrade());
+        match state {
+            Some(state) if state.evict() => {
+                self.evicted += 1;
+                Ok(())
+            }
+            _ => Err(Refused::Limit),
+        }
     }
 }
 
@@ -123,7 +154,6 @@ impl Door {
 #[derive(Debug)]
 struct Ticket {
     door: Arc<Door>,
-    address: IpAddr,
     state: Arc<State>,
 }
 
@@ -138,10 +168,10 @@ impl Drop for Ticket {
         if self.state.evicted.load(Ordering::Relaxed) {
             open.evicted = open.evicted.saturating_sub(1);
         }
-        if let Some(n) = open.by_address.get_mut(&self.address) {
+        if let Some(n) = open.by_address.get_mut(&self.state.address) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                open.by_address.remove(&self.address);
+                open.by_address.remove(&self.state.address);
             }
         }
         drop(open);
@@ -260,8 +290,10 @@ impl axum::serve::Listener for Guarded {
 }
 
 /// What a connection's server, its door and [`MarkRequests`] share.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
+    /// Its client's address.
+    address: IpAddr,
     /// A request arrived on it.
     requested: AtomicBool,
     /// The door gave its place to a newcomer.
@@ -271,6 +303,15 @@ struct State {
 }
 
 impl State {
+    fn new(address: IpAddr) -> Self {
+        Self {
+            address,
+            requested: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            reader: AtomicWaker::new(),
+        }
+    }
+
     fn requested(&self) -> bool {
         self.requested.load(Ordering::Relaxed)
     }
