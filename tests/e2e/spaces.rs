@@ -233,3 +233,235 @@ async fn a_space_gets_its_read_only_data_mount() -> anyhow::Result<()> {
     assert_eq!(cmd_end(&h.sh(&other, "test -e /data").await?)?.exit_code, 1);
     h.stop().await
 }
+
+/// Issue 40, finding 2: a deleted space took nothing with it. Now its snapshots (records and archives), its
+/// ended sandboxes, its templates and its keys' scope go with it, and a space made again under the same id is
+/// another generation that starts empty: the old key reaches nothing of it.
+#[tokio::test]
+async fn a_deleted_space_leaves_nothing_and_a_space_made_again_under_its_id_starts_empty()
+-> anyhow::Result<()> {
+    use mentis_proto::api::{
+        file_service_client::FileServiceClient, key_service_client::KeyServiceClient,
+        sandbox_service_client::SandboxServiceClient,
+        snapshot_service_client::SnapshotServiceClient,
+        template_service_client::TemplateServiceClient,
+    };
+    let mut h = Harness::start().await?;
+    let make_space = |id: &str| api::CreateSpaceRequest {
+        space: Some(api::Space {
+            space_id: id.to_owned(),
+            ..Default::default()
+        }),
+    };
+    let mut keys = KeyServiceClient::new(h.channel.clone());
+    let make_key = |name: &str, spaces: &[&str]| api::CreateApiKeyRequest {
+        name: name.to_owned(),
+        space_ids: spaces.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    h.spaces.create_space(make_space("tz")).await?;
+    h.spaces.create_space(make_space("neighbour")).await?;
+    let k1 = keys
+        .create_api_key(make_key("k1", &["tz"]))
+        .await?
+        .into_inner();
+    let k3 = keys
+        .create_api_key(make_key("k3", &["tz", "neighbour"]))
+        .await?
+        .into_inner();
+    let (k1_id, k1) = (k1.api_key.unwrap_or_default().key_id, k1.secret);
+    let k3 = k3.secret;
+
+    let old = h
+        .create(api::SandboxSpec {
+            space_id: "tz".into(),
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    h.sh(&old, "echo TENANT1-SECRET > /workspace/secret")
+        .await?;
+    let mut snapshots = SnapshotServiceClient::new(h.channel.clone());
+    let snapshot = snapshots
+        .create_snapshot(api::CreateSnapshotRequest {
+            sandbox_id: old.clone(),
+            labels: Default::default(),
+        })
+        .await?
+        .into_inner()
+        .snapshot
+        .unwrap_or_default()
+        .snapshot_id;
+    let archives = h.data_dir.path().join("snapshots");
+    let holds_archive = |dir: &std::path::Path| -> bool {
+        fn walk(dir: &std::path::Path, id: &str) -> bool {
+            std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| {
+                    let p = e.path();
+                    p.to_string_lossy().contains(id) || (p.is_dir() && walk(&p, id))
+                })
+        }
+        walk(dir, &snapshot)
+    };
+    assert!(
+        holds_archive(&archives),
+        "the archive is in the data folder"
+    );
+    let mut templates = TemplateServiceClient::new(h.channel.clone());
+    templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(api::Template {
+                space_id: "tz".into(),
+                name: "tpl".into(),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    // An ended sandbox of the space, kept for its retention hour until now.
+    let ended = h
+        .create(api::SandboxSpec {
+            space_id: "tz".into(),
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: ended.clone(),
+        })
+        .await?;
+
+    h.spaces
+        .delete_space(api::DeleteSpaceRequest {
+            space_id: "tz".into(),
+            force: true,
+        })
+        .await?;
+
+    // Nothing of it is left: the snapshot's record and archive, the sandboxes' records, the template.
+    let got = snapshots
+        .get_snapshot(api::GetSnapshotRequest {
+            snapshot_id: snapshot.clone(),
+        })
+        .await;
+    assert_eq!(code(got), tonic::Code::NotFound);
+    assert!(!holds_archive(&archives), "the archive is gone");
+    for id in [&old, &ended] {
+        let got = h
+            .sandboxes
+            .get_sandbox(api::GetSandboxRequest {
+                sandbox_id: id.clone(),
+            })
+            .await;
+        assert_eq!(code(got), tonic::Code::NotFound, "sandbox {id}");
+    }
+    // k1 had only tz: revoked. k3 keeps its other space.
+    let listed = keys
+        .list_api_keys(api::ListApiKeysRequest {})
+        .await?
+        .into_inner();
+    let k1_now = listed
+        .api_keys
+        .iter()
+        .find(|k| k.key_id == k1_id)
+        .expect("k1 listed");
+    assert!(k1_now.revoke_time.is_some(), "{k1_now:?}");
+    let as_k1 = SandboxServiceClient::new(h.with_key(Some(&k1)));
+    assert_eq!(
+        code(
+            as_k1
+                .clone()
+                .list_sandboxes(api::ListSandboxesRequest::default())
+                .await
+        ),
+        tonic::Code::Unauthenticated
+    );
+
+    // tz made again, with a new key k2: it starts empty.
+    h.spaces.create_space(make_space("tz")).await?;
+    let k2 = keys
+        .create_api_key(make_key("k2", &["tz"]))
+        .await?
+        .into_inner()
+        .secret;
+    let got = SnapshotServiceClient::new(h.with_key(Some(&k2)))
+        .list_snapshots(api::ListSnapshotsRequest::default())
+        .await?
+        .into_inner();
+    assert!(got.snapshots.is_empty(), "{:?}", got.snapshots);
+    let restore = SandboxServiceClient::new(h.with_key(Some(&k2)))
+        .create_sandbox(api::CreateSandboxRequest {
+            spec: Some(api::SandboxSpec {
+                space_id: "tz".into(),
+                snapshot_id: snapshot.clone(),
+                ..Default::default()
+            }),
+        })
+        .await;
+    assert_eq!(code(restore), tonic::Code::NotFound);
+    let got = TemplateServiceClient::new(h.with_key(Some(&k2)))
+        .get_template(api::GetTemplateRequest {
+            space_id: "tz".into(),
+            name: "tpl".into(),
+        })
+        .await;
+    assert_eq!(code(got), tonic::Code::NotFound);
+    let new = SandboxServiceClient::new(h.with_key(Some(&k2)))
+        .create_sandbox(api::CreateSandboxRequest {
+            spec: Some(api::SandboxSpec {
+                space_id: "tz".into(),
+                ..Default::default()
+            }),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap_or_default()
+        .sandbox_id;
+    h.wait_state(
+        &new,
+        api::SandboxState::Running,
+        std::time::Duration::from_secs(60),
+    )
+    .await?;
+    // Neither k1 (revoked) nor k3 (made for the first tz) reaches the new tenant's sandbox or files.
+    for (who, key) in [("k1", &k1), ("k3", &k3)] {
+        let listed = SandboxServiceClient::new(h.with_key(Some(key)))
+            .list_sandboxes(api::ListSandboxesRequest::default())
+            .await;
+        if let Ok(listed) = listed {
+            assert!(
+                listed
+                    .into_inner()
+                    .sandboxes
+                    .iter()
+                    .all(|s| s.sandbox_id != new),
+                "{who} lists the new tenant's sandbox"
+            );
+        }
+        let read = FileServiceClient::new(h.with_key(Some(key)))
+            .read_file(api::ReadFileRequest {
+                sandbox_id: new.clone(),
+                path: "secret".into(),
+                ..Default::default()
+            })
+            .await;
+        assert!(
+            matches!(
+                code(read),
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+            ),
+            "{who} reads the new tenant's files"
+        );
+    }
+    // k3 still works in its other space.
+    SandboxServiceClient::new(h.with_key(Some(&k3)))
+        .list_sandboxes(api::ListSandboxesRequest {
+            space_id: "neighbour".into(),
+            ..Default::default()
+        })
+        .await?;
+    h.stop().await
+}

@@ -61,17 +61,20 @@ impl App {
         // there (the store, the keys and the journals are in it).
         crate::private::secure(&config.data_dir)?;
         let store = Arc::new(Store::open(&config.data_dir)?);
+        // Which spaces exist, as which generation: the spaces keep it, the keyring reads it.
+        let generations = Arc::new(auth::SpaceGenerations::default());
         let keyring = Arc::new(match &config.auth {
             AuthConfig::Keys { admin_key } => Keyring::new(
                 &auth::admin_key(admin_key.as_deref(), &config.data_dir)?,
                 Arc::clone(&store),
+                Arc::clone(&generations),
             )?,
             AuthConfig::Disabled => {
                 tracing::warn!(
                     "!!! AUTHENTICATION IS DISABLED (MENTIS_AUTH=disabled): anybody who reaches {listening} \
                      can create sandboxes and run code in them. Use this for local development only. !!!"
                 );
-                Keyring::disabled(Arc::clone(&store))
+                Keyring::disabled(Arc::clone(&store), Arc::clone(&generations))
             }
         });
         let archives: Arc<dyn SnapshotStore> = match &config.snapshot_store {
@@ -86,7 +89,15 @@ impl App {
         let snapshots = Arc::new(Snapshots::new(archives, Arc::clone(&store)));
         let links = Links::new(Arc::clone(&store));
         let previews = Arc::new(Previews::new(&config, http, Arc::clone(&store)));
-        let manager = Manager::new(Arc::clone(&config), backend, store, snapshots, shutdown);
+        let manager = Manager::new(
+            Arc::clone(&config),
+            backend,
+            store,
+            snapshots,
+            Arc::clone(&keyring),
+            generations,
+            shutdown,
+        );
         manager.start().await?;
         Ok(Self {
             config,

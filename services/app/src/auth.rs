@@ -5,7 +5,7 @@
 
 pub mod link;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
@@ -77,6 +77,38 @@ impl Caller {
     }
 }
 
+/// The generation of each space that exists now (kept by the spaces, read by the keyring): a key reaches a
+/// space only while the space is the generation the key was made for.
+#[derive(Debug, Default)]
+pub struct SpaceGenerations(RwLock<HashMap<SpaceId, u64>>);
+
+impl SpaceGenerations {
+    /// The generation of `space` while it exists (not while it is being deleted).
+    pub fn current(&self, space: &SpaceId) -> Option<u64> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(space)
+            .copied()
+    }
+
+    /// `space` exists, as `generation`.
+    pub fn set(&self, space: &SpaceId, generation: u64) {
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(space.clone(), generation);
+    }
+
+    /// `space` no longer exists (its deletion has begun).
+    pub fn remove(&self, space: &SpaceId) {
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(space);
+    }
+}
+
 /// The keys this runtime accepts.
 pub struct Keyring {
     /// `None`: authentication is disabled (local development only).
@@ -84,6 +116,8 @@ pub struct Keyring {
     /// Every key by digest, revoked ones included (so that their callers hear "revoked").
     keys: RwLock<HashMap<KeyDigest, KeyRecord>>,
     store: Arc<Store>,
+    /// Which spaces exist now, as which generation.
+    generations: Arc<SpaceGenerations>,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -96,7 +130,11 @@ impl std::fmt::Debug for Keyring {
 
 impl Keyring {
     /// A keyring that requires keys: the admin key and those in the store.
-    pub fn new(admin_key: &str, store: Arc<Store>) -> Result<Self> {
+    pub fn new(
+        admin_key: &str,
+        store: Arc<Store>,
+        generations: Arc<SpaceGenerations>,
+    ) -> Result<Self> {
         let keys = store
             .api_keys()?
             .into_iter()
@@ -106,15 +144,17 @@ impl Keyring {
             admin: Some(digest(admin_key)),
             keys: RwLock::new(keys),
             store,
+            generations,
         })
     }
 
     /// A keyring that lets every caller in as admin.
-    pub fn disabled(store: Arc<Store>) -> Self {
+    pub fn disabled(store: Arc<Store>, generations: Arc<SpaceGenerations>) -> Self {
         Self {
             admin: None,
             keys: RwLock::new(HashMap::new()),
             store,
+            generations,
         }
     }
 
@@ -155,19 +195,41 @@ impl Keyring {
                 Reason::ApiKeyRevoked,
                 format!("key {} has been revoked", k.id),
             )),
+            // Only the spaces that are still the generation the key was made for: one deleted, or deleted
+            // and made again, is not the key's.
             Some(k) => Ok(Caller::Scoped {
                 key_id: k.id.clone(),
-                spaces: Arc::new(k.spaces.clone()),
+                spaces: Arc::new(
+                    k.spaces
+                        .iter()
+                        .filter(|s| {
+                            self.generations.current(s)
+                                == Some(k.generations.get(*s).copied().unwrap_or(0))
+                        })
+                        .cloned()
+                        .collect(),
+                ),
             }),
             None => Err(Error::new(Reason::ApiKeyUnknown, "unknown API key")),
         }
     }
 
-    /// Makes a key for `spaces` (which the caller has checked exist); returns it and its secret.
+    /// Makes a key for `spaces`, bound to their generations now; returns it and its secret. NOT_FOUND when
+    /// one of them does not exist.
     pub fn create(&self, name: &str, spaces: BTreeSet<SpaceId>) -> Result<(KeyRecord, String)> {
         if spaces.is_empty() {
             return Err(Error::invalid("a key needs at least one space"));
         }
+        let generations = spaces
+            .iter()
+            .map(|s| {
+                let g = self
+                    .generations
+                    .current(s)
+                    .ok_or_else(|| Error::space_not_found(s))?;
+                Ok((s.clone(), g))
+            })
+            .collect::<Result<BTreeMap<_, _>>>()?;
         if name.len() > 200 {
             return Err(Error::invalid("a key's name has at most 200 bytes"));
         }
@@ -178,6 +240,7 @@ impl Keyring {
             id: format!("key-{}", hex::encode(id)),
             name: name.to_owned(),
             spaces,
+            generations,
             digest: digest(&secret),
             created_at: now_ms(),
             revoked_at: None,
@@ -210,6 +273,23 @@ impl Keyring {
             tracing::info!(key_id = %id, "API key revoked");
         }
         Ok(key.clone())
+    }
+
+    /// Takes a deleted space out of every key's scope; a key left with no space is revoked.
+    pub fn forget_space(&self, space: &SpaceId) -> Result<()> {
+        let mut keys = self.write();
+        for key in keys.values_mut().filter(|k| k.spaces.contains(space)) {
+            let mut changed = key.clone();
+            changed.spaces.remove(space);
+            changed.generations.remove(space);
+            if changed.spaces.is_empty() && changed.revoked_at.is_none() {
+                changed.revoked_at = Some(now_ms());
+                tracing::info!(key_id = %key.id, %space, "API key revoked: its last space was deleted");
+            }
+            self.store.put_api_key(&changed)?;
+            *key = changed;
+        }
+        Ok(())
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<KeyDigest, KeyRecord>> {
@@ -281,7 +361,12 @@ mod tests {
     }
 
     fn ring() -> Keyring {
-        Keyring::new("admin-secret", Arc::new(Store::in_memory().unwrap())).unwrap()
+        Keyring::new(
+            "admin-secret",
+            Arc::new(Store::in_memory().unwrap()),
+            Arc::default(),
+        )
+        .unwrap()
     }
 
     fn bearer(k: &str) -> Vec<u8> {
@@ -315,7 +400,10 @@ mod tests {
     #[test]
     fn a_scoped_key_is_allowed_in_its_spaces_only_until_revoked() {
         let store = Arc::new(Store::in_memory().unwrap());
-        let r = Keyring::new("admin-secret", Arc::clone(&store)).unwrap();
+        let generations = Arc::new(SpaceGenerations::default());
+        generations.set(&space("team-a"), 1);
+        generations.set(&space("team-b"), 1);
+        let r = Keyring::new("admin-secret", Arc::clone(&store), Arc::clone(&generations)).unwrap();
         let (key, secret) = r.create("ci", BTreeSet::from([space("team-a")])).unwrap();
         assert!(secret.starts_with(KEY_PREFIX) && secret.len() == KEY_PREFIX.len() + 64);
         let caller = r.authenticate(Some(&bearer(&secret))).unwrap();
@@ -334,7 +422,8 @@ mod tests {
         assert_eq!(e.reason(), Reason::AdminRequired);
 
         // The store keeps it, hashed: a new keyring on the same store knows it.
-        let again = Keyring::new("admin-secret", Arc::clone(&store)).unwrap();
+        let again =
+            Keyring::new("admin-secret", Arc::clone(&store), Arc::clone(&generations)).unwrap();
         assert_eq!(again.authenticate(Some(&bearer(&secret))).unwrap(), caller);
         assert_eq!(store.api_keys().unwrap(), vec![key.clone()]);
 
@@ -343,9 +432,45 @@ mod tests {
         assert!(
             matches!(r.authenticate(Some(&bearer(&secret))), Err(e @ Error::Unauthenticated(_)) if e.reason() == Reason::ApiKeyRevoked)
         );
-        let again = Keyring::new("admin-secret", store).unwrap();
+        let again = Keyring::new("admin-secret", store, generations).unwrap();
         assert!(again.authenticate(Some(&bearer(&secret))).is_err());
         assert!(matches!(r.revoke("key-nope"), Err(Error::NotFound(_))));
+    }
+
+    #[test]
+    fn a_key_reaches_only_the_generation_of_a_space_it_was_made_for_and_dies_with_its_last_space() {
+        let store = Arc::new(Store::in_memory().unwrap());
+        let generations = Arc::new(SpaceGenerations::default());
+        let r = Keyring::new("admin-secret", Arc::clone(&store), Arc::clone(&generations)).unwrap();
+        assert!(matches!(
+            r.create("x", BTreeSet::from([space("tz")])),
+            Err(Error::NotFound(_))
+        ));
+        generations.set(&space("tz"), 1);
+        generations.set(&space("other"), 1);
+        let (_, k1) = r.create("k1", BTreeSet::from([space("tz")])).unwrap();
+        let (both, k2) = r
+            .create("k2", BTreeSet::from([space("tz"), space("other")]))
+            .unwrap();
+        assert_eq!(both.generations[&space("tz")], 1);
+        // tz deleted and made again: the keys made for the first do not reach the second, even before
+        // their scope is cleaned up.
+        generations.remove(&space("tz"));
+        generations.set(&space("tz"), 2);
+        let caller = r.authenticate(Some(&bearer(&k1))).unwrap();
+        assert!(caller.require_space(&space("tz")).is_err());
+        let caller = r.authenticate(Some(&bearer(&k2))).unwrap();
+        assert!(caller.require_space(&space("tz")).is_err());
+        caller.require_space(&space("other")).unwrap();
+        // The deletion's clean-up: k1 had only tz and is revoked; k2 keeps `other`.
+        r.forget_space(&space("tz")).unwrap();
+        assert!(matches!(
+            r.authenticate(Some(&bearer(&k1))),
+            Err(e @ Error::Unauthenticated(_)) if e.reason() == Reason::ApiKeyRevoked
+        ));
+        let kept = Keyring::new("admin-secret", store, generations).unwrap();
+        let caller = kept.authenticate(Some(&bearer(&k2))).unwrap();
+        assert_eq!(caller.spaces(), Some(&BTreeSet::from([space("other")])));
     }
 
     #[test]
@@ -358,7 +483,7 @@ mod tests {
 
     #[test]
     fn disabled_lets_everybody_in_as_admin() {
-        let r = Keyring::disabled(Arc::new(Store::in_memory().unwrap()));
+        let r = Keyring::disabled(Arc::new(Store::in_memory().unwrap()), Arc::default());
         assert_eq!(r.authenticate(None).unwrap(), Caller::Admin);
     }
 

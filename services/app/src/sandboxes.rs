@@ -64,6 +64,8 @@ pub struct Manager {
     actions: Actions,
     terminals: Terminals,
     images: Images,
+    /// The keys: a deleted space leaves their scope.
+    keyring: Arc<crate::auth::Keyring>,
     /// Owns the runtime-wide tasks (creates, deletes, the sweeper, the reaper, the pools).
     tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -92,6 +94,8 @@ impl Manager {
         backend: Arc<dyn SandboxBackend>,
         store: Arc<Store>,
         snapshots: Arc<Snapshots>,
+        keyring: Arc<crate::auth::Keyring>,
+        generations: Arc<crate::auth::SpaceGenerations>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let tasks = TaskTracker::new();
@@ -104,6 +108,7 @@ impl Manager {
             Arc::clone(&store),
             Arc::clone(&registry),
             config.limits,
+            generations,
         ));
         let pools = Pools::new(
             Arc::clone(&config),
@@ -149,6 +154,7 @@ impl Manager {
         Arc::new(Self {
             terminals,
             images,
+            keyring,
             config,
             store,
             snapshots,
@@ -205,6 +211,28 @@ impl Manager {
         }
         .run()
         .await?;
+        // A sandbox whose restore a stop interrupted has not got its workspace: a failed restore leaves no
+        // sandbox, and neither does this one.
+        for sandbox in self.store.unfinished_restores()? {
+            tracing::warn!(sandbox_id = %sandbox, "the runtime stopped while restoring this sandbox's workspace: it is deleted");
+            if let Err(e) = self
+                .provisioner
+                .delete(
+                    sandbox,
+                    "the runtime stopped while restoring its workspace",
+                    None,
+                )
+                .await
+            {
+                tracing::warn!(sandbox_id = %sandbox, error = %e.chain(), "could not delete a sandbox whose restore never finished");
+            }
+            self.store.end_restore(sandbox)?;
+        }
+        // Deletions a stop interrupted are finished before anything else can reach those spaces.
+        for space in self.store.spaces_being_deleted()? {
+            tracing::info!(%space, "finishing the deletion of a space");
+            self.purge_space(&space, true).await?;
+        }
         self.spawn_sweeper();
         reaper::spawn(
             &self.tasks,
@@ -286,6 +314,9 @@ impl Manager {
 
     /// Restores snapshot `record` into the new sandbox `id`; a sandbox that cannot get it is deleted.
     async fn restore_into(&self, id: SandboxId, record: &SnapshotRecord) -> Result<()> {
+        // Marked first, so a stop in the middle leaves no sandbox that looks made but lacks its workspace:
+        // the next start discards it (see `start`).
+        self.store.begin_restore(id, &record.id)?;
         let restored = async {
             let executor = self.lifecycle.executor_for(id).await?;
             self.snapshots.restore(&executor, record).await
@@ -300,8 +331,10 @@ impl Manager {
             {
                 tracing::warn!(sandbox = %id, error = %d, "deleting the sandbox whose restore failed");
             }
+            self.store.end_restore(id)?;
             return Err(e);
         }
+        self.store.end_restore(id)?;
         tracing::info!(sandbox = %id, snapshot = %record.id, "workspace restored");
         Ok(())
     }
@@ -592,6 +625,26 @@ impl Manager {
             );
         }
         self.spaces.record(id)?;
+        let members = self.registry.live_in(id);
+        if members > 0 && !force {
+            return Err(Error::new(
+                Reason::SpaceNotEmpty,
+                format!(
+                    "space {id} still has {members} sandboxes; delete them first or pass force"
+                ),
+            )
+            .about(Resource::space(id)));
+        }
+        self.purge_space(id, force).await
+    }
+
+    /// Deletes a space and everything that belongs to it (docs/ARCHITECTURE.md, "Security model"): its
+    /// sandboxes, live (when `force`) and ended (records and logs), its snapshots and their archives, its
+    /// templates and their pools, and its place in every key's scope (a key left with no space is revoked).
+    /// The store marks the space first, so a restart finishes what a stop interrupted; its keys lose it at
+    /// once; and the id can be taken again only when everything is gone, by a space of another generation.
+    async fn purge_space(&self, id: &SpaceId, force: bool) -> Result<()> {
+        self.spaces.begin_delete(id)?;
         let members: Vec<SandboxId> = self
             .registry
             .handles()
@@ -600,12 +653,10 @@ impl Manager {
             .map(|h| h.id)
             .collect();
         if !members.is_empty() && !force {
+            self.spaces.cancel_delete(id)?;
             return Err(Error::new(
                 Reason::SpaceNotEmpty,
-                format!(
-                    "space {id} still has {} sandboxes; delete them first or pass force",
-                    members.len()
-                ),
+                format!("space {id} got a sandbox while it was being deleted"),
             )
             .about(Resource::space(id)));
         }
@@ -615,9 +666,31 @@ impl Manager {
                 .await?;
         }
         self.spaces.remove_if_empty(id)?;
-        // Its templates go with it (a space made again later starts without them), and their pools.
+        self.registry.forget_ended_in(id);
+        // Its snapshots, archives first (a record without its archive is harmless; an archive without its
+        // record could never be deleted).
+        loop {
+            let (page, _) = self.list_snapshots(
+                SnapshotFilter {
+                    spaces: Some(vec![id.as_str().to_owned()]),
+                    ..SnapshotFilter::default()
+                },
+                100,
+            )?;
+            if page.is_empty() {
+                break;
+            }
+            for snapshot in &page {
+                self.snapshots.delete(snapshot).await?;
+            }
+        }
+        // Its templates go with it, and their pools.
         self.pools.retire_space(id);
-        self.store.delete_templates_of(id)
+        self.store.delete_templates_of(id)?;
+        self.keyring.forget_space(id)?;
+        self.spaces.finish_delete(id)?;
+        tracing::info!(space = %id, "space deleted with everything in it");
+        Ok(())
     }
 
     // Snapshots (docs/ARCHITECTURE.md, "Snapshots").

@@ -95,6 +95,10 @@ pub struct Space {
     pub snapshot_policy: SnapshotPolicy,
     pub created_at: SystemTime,
     pub updated_at: SystemTime,
+    /// Which space of this id this is: a space deleted and made again under the same id gets the next one,
+    /// so what was granted to the first (a key's scope) never passes to the second. Set by the control plane
+    /// when the space is made (0: the default space, and spaces made before generations).
+    pub generation: u64,
 }
 
 /// A change to a space: `None` leaves a field as it is.
@@ -119,6 +123,7 @@ impl Space {
             snapshot_policy: SnapshotPolicy::default(),
             created_at: now,
             updated_at: now,
+            generation: 0,
         }
     }
 

@@ -1,6 +1,6 @@
 //! API keys in the store: their SHA-256, never the keys themselves.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use mentis_core::{Error, Result, SpaceId};
 use rusqlite::params;
@@ -13,8 +13,9 @@ impl Store {
         let spaces: Vec<&str> = k.spaces.iter().map(SpaceId::as_str).collect();
         self.conn()
             .execute(
-                "INSERT OR REPLACE INTO api_keys (id, name, digest, spaces, created_ms, revoked_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT OR REPLACE INTO api_keys
+                 (id, name, digest, spaces, created_ms, revoked_ms, space_generations)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     k.id,
                     k.name,
@@ -22,6 +23,13 @@ impl Store {
                     serde_json::to_string(&spaces).unwrap_or_else(|_| "[]".into()),
                     ms(k.created_at),
                     k.revoked_at.map(ms),
+                    serde_json::to_string(
+                        &k.generations
+                            .iter()
+                            .map(|(s, g)| (s.as_str(), *g))
+                            .collect::<BTreeMap<_, _>>()
+                    )
+                    .unwrap_or_else(|_| "{}".into()),
                 ],
             )
             .map_err(db_err("write an API key"))?;
@@ -33,7 +41,8 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn
             .prepare(
-                "SELECT id, name, digest, spaces, created_ms, revoked_ms FROM api_keys ORDER BY id",
+                "SELECT id, name, digest, spaces, created_ms, revoked_ms, space_generations
+                 FROM api_keys ORDER BY id",
             )
             .map_err(db_err("read API keys"))?;
         let rows = stmt
@@ -45,12 +54,13 @@ impl Store {
                     r.get::<_, String>(3)?,
                     r.get::<_, i64>(4)?,
                     r.get::<_, Option<i64>>(5)?,
+                    r.get::<_, String>(6)?,
                 ))
             })
             .map_err(db_err("read API keys"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, name, digest, spaces, created, revoked) =
+            let (id, name, digest, spaces, created, revoked, generations) =
                 row.map_err(db_err("read an API key"))?;
             let bad = |what: &str| Error::internal(format!("store: API key {id}: bad {what}"));
             let digest: KeyDigest = hex::decode(&digest)
@@ -63,10 +73,17 @@ impl Store {
                 .map(|s| SpaceId::parse(s))
                 .collect::<Result<BTreeSet<_>>>()
                 .map_err(|_| bad("spaces"))?;
+            let generations: BTreeMap<String, u64> =
+                serde_json::from_str(&generations).map_err(|_| bad("space generations"))?;
+            let generations = generations
+                .into_iter()
+                .filter_map(|(s, g)| Some((SpaceId::parse(&s).ok()?, g)))
+                .collect();
             out.push(KeyRecord {
                 id,
                 name,
                 spaces,
+                generations,
                 digest,
                 created_at: time(created),
                 revoked_at: revoked.map(time),

@@ -43,6 +43,9 @@ pub struct KeyRecord {
     pub id: String,
     pub name: String,
     pub spaces: BTreeSet<SpaceId>,
+    /// The generation of each of `spaces` the key was made for (none: 0, a space made before generations):
+    /// a space deleted and made again is another generation, which the key does not reach.
+    pub generations: BTreeMap<SpaceId, u64>,
     pub digest: KeyDigest,
     pub created_at: SystemTime,
     pub revoked_at: Option<SystemTime>,
@@ -64,6 +67,10 @@ const LEGACY_MEMBER: &str = "replace";
 const KEY_ID: &str = "key_id";
 
 const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS space_generations (
+    id TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS spaces (
     id TEXT PRIMARY KEY,
     display_name TEXT NOT NULL,
@@ -323,7 +330,8 @@ impl Store {
         // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys; 4 added
         // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit; 6: the spaces'
         // snapshot policies, none for older spaces; the sandboxes' template and work_dir, none for older
-        // sandboxes; the pool members' template, none for older members).
+        // sandboxes; the pool members' template, none for older members; the spaces' generation and
+        // deletion mark, and the keys' generations of their spaces: 0 and none for older ones).
         for (table, column, decl) in [
             ("sandboxes", "egress", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "nofile", "INTEGER NOT NULL DEFAULT 0"),
@@ -334,6 +342,13 @@ impl Store {
             ("pool", "template", "TEXT NOT NULL DEFAULT ''"),
             ("spaces", "sandbox_limits", "TEXT NOT NULL DEFAULT '{}'"),
             ("spaces", "snapshot_policy", "TEXT NOT NULL DEFAULT '{}'"),
+            ("spaces", "generation", "INTEGER NOT NULL DEFAULT 0"),
+            ("spaces", "deleting", "INTEGER NOT NULL DEFAULT 0"),
+            (
+                "api_keys",
+                "space_generations",
+                "TEXT NOT NULL DEFAULT '{}'",
+            ),
         ] {
             add_column_if_missing(&conn, table, column, decl)?;
         }
@@ -374,8 +389,8 @@ impl Store {
             .execute(
                 "INSERT OR REPLACE INTO spaces
                  (id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms,
-                  sandbox_limits, snapshot_policy)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                  sandbox_limits, snapshot_policy, generation)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     s.id.as_str(),
                     s.display_name,
@@ -386,10 +401,56 @@ impl Store {
                     ms(s.updated_at),
                     space_limits_json(&s.limits),
                     policy_json(&s.snapshot_policy),
+                    i64::try_from(s.generation).unwrap_or(i64::MAX),
                 ],
             )
             .map_err(db_err("write a space"))?;
         Ok(())
+    }
+
+    /// The generation of the next space made under `id`: one more than any before it, deleted ones
+    /// included (their count outlives them).
+    pub fn next_space_generation(&self, id: &SpaceId) -> Result<u64> {
+        let next: i64 = self
+            .conn()
+            .query_row(
+                "INSERT INTO space_generations (id, generation) VALUES (?1, 1)
+                 ON CONFLICT(id) DO UPDATE SET generation = generation + 1
+                 RETURNING generation",
+                params![id.as_str()],
+                |r| r.get(0),
+            )
+            .map_err(db_err("count a space's generations"))?;
+        Ok(u64::try_from(next).unwrap_or(0))
+    }
+
+    /// Marks a space as being deleted: a restart finishes the deletion.
+    pub fn mark_space_deleting(&self, id: &SpaceId) -> Result<()> {
+        self.conn()
+            .execute(
+                "UPDATE spaces SET deleting = 1 WHERE id = ?1",
+                params![id.as_str()],
+            )
+            .map_err(db_err("mark a space deleted"))?;
+        Ok(())
+    }
+
+    /// The spaces whose deletion began and did not finish.
+    pub fn spaces_being_deleted(&self) -> Result<Vec<SpaceId>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT id FROM spaces WHERE deleting = 1 ORDER BY id")
+            .map_err(db_err("read spaces"))?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(db_err("read spaces"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            if let Ok(id) = SpaceId::parse(&row.map_err(db_err("read a space"))?) {
+                out.push(id);
+            }
+        }
+        Ok(out)
     }
 
     pub fn delete_space(&self, id: &SpaceId) -> Result<()> {
@@ -405,7 +466,7 @@ impl Store {
         let mut stmt = conn
             .prepare(
                 "SELECT id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms,
-                 sandbox_limits, snapshot_policy FROM spaces ORDER BY id",
+                 sandbox_limits, snapshot_policy, generation FROM spaces ORDER BY id",
             )
             .map_err(db_err("read spaces"))?;
         let rows = stmt
@@ -420,6 +481,7 @@ impl Store {
                     r.get::<_, i64>(6)?,
                     r.get::<_, String>(7)?,
                     r.get::<_, String>(8)?,
+                    r.get::<_, i64>(9)?,
                 ))
             })
             .map_err(db_err("read spaces"))?;
@@ -435,6 +497,7 @@ impl Store {
                 updated,
                 sandbox_limits,
                 policy,
+                generation,
             ) = row.map_err(db_err("read a space"))?;
             let Ok(id) = SpaceId::parse(&id) else {
                 tracing::warn!(%id, "store: skipping a space with an invalid id");
@@ -449,6 +512,7 @@ impl Store {
                 snapshot_policy: policy_from_json(&policy),
                 created_at: time(created),
                 updated_at: time(updated),
+                generation: u64::try_from(generation).unwrap_or(0),
             });
         }
         Ok(out)

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use mentis_core::Result;
+use mentis_core::{Result, SandboxId};
 use rusqlite::{OptionalExtension, params};
 
 use super::{Store, db_err, from_json, ms, time, to_json};
@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS snapshots (
     sha256 TEXT NOT NULL,
     store TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS restores (
+    sandbox_id TEXT PRIMARY KEY,
+    snapshot_id TEXT NOT NULL
+);
 ";
 
 fn count(n: u64) -> i64 {
@@ -60,6 +64,47 @@ fn count(n: u64) -> i64 {
 }
 
 impl Store {
+    /// A restore into new sandbox `sandbox` begins: until [`Store::end_restore`], a restart finds it
+    /// unfinished (and discards the sandbox, whose workspace is not the snapshot's).
+    pub fn begin_restore(&self, sandbox: SandboxId, snapshot: &str) -> Result<()> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO restores (sandbox_id, snapshot_id) VALUES (?1, ?2)",
+                params![sandbox.to_string(), snapshot],
+            )
+            .map_err(db_err("record a restore"))?;
+        Ok(())
+    }
+
+    /// The restore into `sandbox` ended (done, or its sandbox deleted).
+    pub fn end_restore(&self, sandbox: SandboxId) -> Result<()> {
+        self.conn()
+            .execute(
+                "DELETE FROM restores WHERE sandbox_id = ?1",
+                params![sandbox.to_string()],
+            )
+            .map_err(db_err("end a restore"))?;
+        Ok(())
+    }
+
+    /// The sandboxes whose restore began and never ended.
+    pub fn unfinished_restores(&self) -> Result<Vec<SandboxId>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT sandbox_id FROM restores ORDER BY sandbox_id")
+            .map_err(db_err("read restores"))?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(db_err("read restores"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            if let Ok(id) = SandboxId::parse(&row.map_err(db_err("read a restore"))?) {
+                out.push(id);
+            }
+        }
+        Ok(out)
+    }
+
     /// Records a complete snapshot.
     pub fn put_snapshot(&self, s: &SnapshotRecord) -> Result<()> {
         self.conn()

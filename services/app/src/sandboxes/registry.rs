@@ -247,6 +247,26 @@ impl Registry {
         }
     }
 
+    /// Forgets the ended sandboxes of a deleted space now (records, logs and journals), whatever their
+    /// retention.
+    pub fn forget_ended_in(&self, space: &SpaceId) {
+        let mut map = self.write();
+        let ended: Vec<SandboxId> = map
+            .values()
+            .map(|h| h.snapshot())
+            .filter(|s| s.state.is_final() && &s.space_id == space)
+            .map(|s| s.id)
+            .collect();
+        for id in ended {
+            if let Some(h) = map.remove(&id) {
+                h.log.discard();
+            }
+            if let Err(e) = self.store.delete_sandbox(id) {
+                tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not forget a sandbox in the store");
+            }
+        }
+    }
+
     /// Writes every changed record (last activity, newest seq) to the store. State changes are written at
     /// once by `enter`; this catches the rest.
     pub fn flush(&self) {

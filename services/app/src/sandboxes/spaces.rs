@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock, RwLockWriteGuard};
 use mentis_core::{Error, LimitsPolicy, Reason, Resource, Result, Space, SpaceId, SpaceUpdate};
 
 use super::registry::Registry;
+use crate::auth::SpaceGenerations;
 use crate::store::Store;
 
 /// A space and the number of its live sandboxes.
@@ -19,6 +20,10 @@ pub struct Spaces {
     registry: Arc<Registry>,
     /// The runtime's limits, which every space's lie within.
     limits: LimitsPolicy,
+    /// The generation of each space that exists (the keyring reads it).
+    generations: Arc<SpaceGenerations>,
+    /// Spaces whose deletion has begun and not finished: their ids cannot be taken yet.
+    deleting: RwLock<BTreeSet<SpaceId>>,
 }
 
 impl std::fmt::Debug for Spaces {
@@ -28,13 +33,27 @@ impl std::fmt::Debug for Spaces {
 }
 
 impl Spaces {
-    pub fn new(store: Arc<Store>, registry: Arc<Registry>, limits: LimitsPolicy) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        registry: Arc<Registry>,
+        limits: LimitsPolicy,
+        generations: Arc<SpaceGenerations>,
+    ) -> Self {
         Self {
             map: RwLock::new(BTreeMap::new()),
             store,
             registry,
             limits,
+            generations,
+            deleting: RwLock::new(BTreeSet::new()),
         }
+    }
+
+    fn is_deleting(&self, id: &SpaceId) -> bool {
+        self.deleting
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(id)
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Space>> {
@@ -49,10 +68,15 @@ impl Spaces {
             self.store.put_space(&default)?;
             spaces.push(default);
         }
+        let deleting: BTreeSet<SpaceId> = self.store.spaces_being_deleted()?.into_iter().collect();
         let mut map = self.write();
         for s in spaces {
+            if !deleting.contains(&s.id) {
+                self.generations.set(&s.id, s.generation);
+            }
             map.insert(s.id.as_str().to_owned(), s);
         }
+        *self.deleting.write().unwrap_or_else(|p| p.into_inner()) = deleting;
         Ok(())
     }
 
@@ -82,7 +106,20 @@ impl Spaces {
             )
             .about(Resource::space(&space.id)));
         }
+        if self.is_deleting(&space.id) {
+            return Err(Error::new(
+                Reason::FailedPrecondition,
+                format!(
+                    "space {} is still being deleted: try again when DeleteSpace has returned",
+                    space.id
+                ),
+            )
+            .about(Resource::space(&space.id)));
+        }
+        // Another generation than any space of this id before it.
+        space.generation = self.store.next_space_generation(&space.id)?;
         self.store.put_space(&space)?;
+        self.generations.set(&space.id, space.generation);
         map.insert(space.id.as_str().to_owned(), space.clone());
         Ok((space, 0))
     }
@@ -139,6 +176,9 @@ impl Spaces {
         }
         let space = {
             let mut map = self.write();
+            if self.is_deleting(id) {
+                return Err(Error::space_not_found(id));
+            }
             let space = map
                 .get_mut(id.as_str())
                 .ok_or_else(|| Error::space_not_found(id))?;
@@ -151,9 +191,33 @@ impl Spaces {
         Ok((space, self.registry.live_in(id)))
     }
 
-    /// Removes a space that has no live sandbox left. Locks in the order create takes them (sandboxes,
-    /// then spaces), so a sandbox is either created before this look (and keeps the space) or finds the
-    /// space gone.
+    /// Begins deleting a space: marked in the store (a restart finishes it), its id reserved until
+    /// [`Spaces::finish_delete`], and out of every key's reach at once.
+    pub fn begin_delete(&self, id: &SpaceId) -> Result<()> {
+        self.store.mark_space_deleting(id)?;
+        self.deleting
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone());
+        self.generations.remove(id);
+        Ok(())
+    }
+
+    /// Gives up a deletion that could not go on (a sandbox came in without `force`): the space is as it was.
+    pub fn cancel_delete(&self, id: &SpaceId) -> Result<()> {
+        let space = self.record(id)?;
+        self.store.put_space(&space)?;
+        self.generations.set(id, space.generation);
+        self.deleting
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        Ok(())
+    }
+
+    /// Takes a space that has no live sandbox left out of the map (its record stays, marked, until
+    /// [`Spaces::finish_delete`]). Locks in the order create takes them (sandboxes, then spaces), so a
+    /// sandbox is either created before this look (and keeps the space) or finds the space gone.
     pub fn remove_if_empty(&self, id: &SpaceId) -> Result<()> {
         let sandboxes = self.registry.write();
         if sandboxes.values().any(|h| h.is_live_in(id)) {
@@ -163,9 +227,19 @@ impl Spaces {
             )
             .about(Resource::space(id)));
         }
-        let mut spaces = self.write();
+        self.write().remove(id.as_str());
+        Ok(())
+    }
+
+    /// Ends a deletion once everything of the space is gone: the record goes, and the id may be taken again
+    /// (by a space of the next generation).
+    pub fn finish_delete(&self, id: &SpaceId) -> Result<()> {
         self.store.delete_space(id)?;
-        spaces.remove(id.as_str());
+        self.write().remove(id.as_str());
+        self.deleting
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
         Ok(())
     }
 }

@@ -25,6 +25,7 @@ impl LocalStore {
             .map_err(|e| {
                 Error::internal(format!("snapshots: cannot make {}", dir.display())).with_source(e)
             })?;
+        remove_parts(&dir);
         Ok(Self { dir })
     }
 
@@ -40,6 +41,27 @@ impl LocalStore {
             )));
         }
         Ok(self.dir.join(key))
+    }
+}
+
+/// Removes what a stop in the middle of a `put` left (`<key>.part`, never renamed into place, with no record
+/// naming it): at open, before anything writes there.
+fn remove_parts(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "part") {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "snapshots: removed a partial archive an interrupted snapshot left")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "snapshots: cannot remove a partial archive")
+                }
+            }
+        }
     }
 }
 
@@ -109,5 +131,22 @@ impl SnapshotStore for LocalStore {
                     .with_source(e),
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn opening_removes_the_partial_archives_an_interrupted_snapshot_left() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("snap-1.part"), b"half").unwrap();
+        std::fs::write(dir.path().join("snap-2"), b"whole").unwrap();
+        super::LocalStore::open(dir.path().to_owned()).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["snap-2"]);
     }
 }

@@ -23,6 +23,7 @@ pub fn space_from_proto(s: Option<api::Space>) -> Result<Space, Error> {
         snapshot_policy: policy_from_proto(s.snapshot_policy),
         created_at: now,
         updated_at: now,
+        generation: 0,
     })
 }
 
