@@ -617,3 +617,78 @@ fn inspect_image(image: &str, format: &str) -> anyhow::Result<String> {
         .trim()
         .to_owned())
 }
+
+/// Issue 40, finding 3: a space limited to one sandbox had its key make three templates with pools of six:
+/// 18 warm containers. Now a space's template pools together keep at most as many warm sandboxes as the space
+/// may run, and a space holds at most 100 templates.
+#[tokio::test]
+async fn template_pools_stay_within_their_space_quota_and_templates_per_space_are_bounded()
+-> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    h.spaces
+        .create_space(api::CreateSpaceRequest {
+            space: Some(api::Space {
+                space_id: "small".to_owned(),
+                limits: Some(api::SpaceLimits {
+                    max_sandboxes: 1,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let key = KeyServiceClient::new(h.channel.clone())
+        .create_api_key(api::CreateApiKeyRequest {
+            name: "small".into(),
+            space_ids: vec!["small".into()],
+        })
+        .await?
+        .into_inner()
+        .secret;
+    let mut templates = TemplateServiceClient::new(h.with_key(Some(&key)));
+    let pooled = |name: &str, pool_size: u32| api::CreateTemplateRequest {
+        template: Some(api::Template {
+            space_id: "small".to_owned(),
+            name: name.to_owned(),
+            pool_size,
+            ..Default::default()
+        }),
+    };
+    templates.create_template(pooled("one", 1)).await?;
+    for (name, size) in [("two", 1), ("six", 6)] {
+        let refused = templates.create_template(pooled(name, size)).await;
+        let status = refused.expect_err("over the space's quota");
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("pool"), "{status:?}");
+    }
+    let grown = templates
+        .update_template(api::UpdateTemplateRequest {
+            template: Some(api::Template {
+                space_id: "small".to_owned(),
+                name: "one".to_owned(),
+                pool_size: 6,
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["pool_size".into()],
+            }),
+        })
+        .await;
+    assert_eq!(code(grown), Code::ResourceExhausted);
+    // Templates without pools are bounded in number.
+    for i in 1..100 {
+        templates
+            .create_template(pooled(&format!("t{i}"), 0))
+            .await?;
+    }
+    let refused = templates.create_template(pooled("t100", 0)).await;
+    assert_eq!(code(refused), Code::ResourceExhausted);
+    // What runs: the one warm member, and no more, however long the pools have to fill.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        h.guard.containers().len() <= 1,
+        "{:?}",
+        h.guard.containers()
+    );
+    h.stop().await
+}

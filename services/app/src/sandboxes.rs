@@ -47,6 +47,9 @@ use crate::snapshots::Snapshots;
 use crate::store::Store;
 pub use crate::store::snapshots::{SnapshotFilter, SnapshotRecord};
 
+/// The most templates one space may hold.
+pub const MAX_TEMPLATES_PER_SPACE: usize = 100;
+
 /// How often changed records are written to the store.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
@@ -741,16 +744,63 @@ impl Manager {
         // Times as the store keeps them (ms), so what is returned now is what Get returns later.
         let now = stored_time(crate::clock::now());
         (template.created_at, template.updated_at) = (now, now);
-        let pool = pool::template_pool(
-            &self.config,
-            &self.spaces.record(&template.space_id)?,
-            &template,
-        )
-        .map_err(|e| e.within("template"))?;
+        let space = self.spaces.record(&template.space_id)?;
+        let pool = pool::template_pool(&self.config, &space, &template)
+            .map_err(|e| e.within("template"))?;
+        self.check_template_quota(&space, &template, true)?;
         self.store.create_template(&template)?;
         self.pools
             .set_template(&template.space_id, &template.name, pool);
         Ok(template)
+    }
+
+    /// A space holds at most [`MAX_TEMPLATES_PER_SPACE`] templates, and its templates' pools together keep at
+    /// most as many warm sandboxes as the space may run (its `max_sandboxes`, or `MENTIS_MAX_SANDBOXES` when
+    /// it sets none): a key of a small space cannot fill the host with warm containers.
+    /// RESOURCE_EXHAUSTED (`SPACE_QUOTA_EXCEEDED`) otherwise.
+    fn check_template_quota(
+        &self,
+        space: &Space,
+        template: &Template,
+        creating: bool,
+    ) -> Result<()> {
+        let others: Vec<Template> = self
+            .store
+            .templates(&space.id, "", MAX_TEMPLATES_PER_SPACE + 1)?
+            .into_iter()
+            .filter(|t| t.name != template.name)
+            .collect();
+        if creating && others.len() >= MAX_TEMPLATES_PER_SPACE {
+            return Err(Error::new(
+                Reason::SpaceQuotaExceeded,
+                format!(
+                    "space {} already has {MAX_TEMPLATES_PER_SPACE} templates, the most a space may have",
+                    space.id
+                ),
+            )
+            .about(Resource::space(&space.id)));
+        }
+        let warm: u64 = others
+            .iter()
+            .chain(std::iter::once(template))
+            .map(|t| u64::from(t.pool_size))
+            .sum();
+        let most = match space.limits.max_sandboxes {
+            0 => u64::try_from(self.config.max_sandboxes).unwrap_or(u64::MAX),
+            n => u64::from(n),
+        };
+        if warm > most {
+            return Err(Error::new(
+                Reason::SpaceQuotaExceeded,
+                format!(
+                    "the pools of space {}'s templates would keep {warm} sandboxes warm, more than the {most} \
+                     the space may run: lower pool_size",
+                    space.id
+                ),
+            )
+            .about(Resource::space(&space.id)));
+        }
+        Ok(())
     }
 
     /// NOT_FOUND when the space has no such template.
@@ -785,8 +835,10 @@ impl Manager {
             .get_template(space, name)?
             .updated(update, stored_time(crate::clock::now()));
         updated.check("template")?;
-        let pool = pool::template_pool(&self.config, &self.spaces.record(space)?, &updated)
+        let record = self.spaces.record(space)?;
+        let pool = pool::template_pool(&self.config, &record, &updated)
             .map_err(|e| e.within("template"))?;
+        self.check_template_quota(&record, &updated, false)?;
         self.store.put_template(&updated)?;
         self.pools.set_template(space, name, pool);
         Ok(updated)
