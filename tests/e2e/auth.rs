@@ -187,6 +187,19 @@ async fn api_keys_authenticate_callers_and_scope_them_to_their_spaces() -> anyho
         .collect();
     assert_eq!(listed, vec!["team-a".to_owned()]);
 
+    // Another space's sandbox, named by id: refused without saying whose it is (issue 40, finding 9).
+    let refused = sandboxes
+        .get_sandbox(api::GetSandboxRequest {
+            sandbox_id: theirs.clone(),
+        })
+        .await
+        .expect_err("another space's sandbox");
+    assert_eq!(refused.code(), Code::PermissionDenied);
+    assert!(
+        !refused.message().contains("team-b")
+            && !String::from_utf8_lossy(refused.details()).contains("team-b"),
+        "{refused:?}"
+    );
     // Elsewhere: PermissionDenied, whatever the call.
     let denied = [
         code(

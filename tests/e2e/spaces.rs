@@ -172,10 +172,14 @@ async fn space_crud_limits_and_deletion() -> anyhow::Result<()> {
             force: true,
         })
         .await?;
-    assert_eq!(
-        h.get(&sb.sandbox_id).await?.state,
-        api::SandboxState::Terminated as i32
-    );
+    // Its sandboxes go with it, records included (a space deleted leaves nothing).
+    let gone = h
+        .sandboxes
+        .get_sandbox(api::GetSandboxRequest {
+            sandbox_id: sb.sandbox_id.clone(),
+        })
+        .await;
+    assert_eq!(code(gone), Code::NotFound);
     assert!(docker(&["inspect", &container_of(&sb.sandbox_id)]).is_err());
     let r = h
         .spaces

@@ -68,6 +68,31 @@ impl Caller {
         }
     }
 
+    /// PermissionDenied unless the caller may act in `space`, the space of an existing resource the caller
+    /// named by id (`what`, say "sandbox <id>"; `resource`, its ErrorInfo): the refusal names the resource,
+    /// never the space that owns it, which the caller has no business knowing.
+    pub fn require_space_of(
+        &self,
+        space: &SpaceId,
+        what: &str,
+        resource: Option<Resource>,
+    ) -> Result<()> {
+        match self {
+            Self::Admin => Ok(()),
+            Self::Scoped { spaces, .. } if spaces.contains(space) => Ok(()),
+            Self::Scoped { key_id, .. } => {
+                let e = Error::new(
+                    Reason::SpaceNotAllowed,
+                    format!("key {key_id} may not use {what}: it is not in the key's spaces"),
+                );
+                Err(match resource {
+                    Some(r) => e.about(r),
+                    None => e,
+                })
+            }
+        }
+    }
+
     /// The spaces the caller may see; `None` = all of them.
     pub fn spaces(&self) -> Option<&BTreeSet<SpaceId>> {
         match self {

@@ -1,7 +1,7 @@
 //! What a caller may do: every service asks here before it acts (the auth layer has put the [`Caller`]
 //! into the request's extensions).
 
-use mentis_core::{Error, SandboxId};
+use mentis_core::{Error, Resource, SandboxId};
 use tonic::{Request, Status};
 
 use super::status::to_status;
@@ -29,7 +29,13 @@ pub fn sandbox(caller: &Caller, manager: &Manager, raw: &str) -> Result<SandboxI
     let id = SandboxId::parse(raw).map_err(to_status)?;
     if caller.spaces().is_some() {
         let space = manager.space_of(id).map_err(to_status)?;
-        caller.require_space(&space).map_err(to_status)?;
+        caller
+            .require_space_of(
+                &space,
+                &format!("sandbox {id}"),
+                Some(Resource::sandbox(id)),
+            )
+            .map_err(to_status)?;
     }
     Ok(id)
 }

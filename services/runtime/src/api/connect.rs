@@ -77,7 +77,11 @@ impl ActionApi {
         };
         // The caller may act on this sandbox (its space); the session never leaves it.
         let attached = SandboxId::parse(&attach.sandbox_id).and_then(|id| {
-            caller.require_space(&self.manager.space_of(id)?)?;
+            caller.require_space_of(
+                &self.manager.space_of(id)?,
+                &format!("sandbox {id}"),
+                Some(mentis_core::Resource::sandbox(id)),
+            )?;
             let log = self.manager.log(id)?;
             if let Some(after) = attach.after_seq {
                 follow::check_after_seq(&log, after)?;

@@ -48,7 +48,11 @@ pub fn find(
 ) -> Result<SnapshotRecord, Error> {
     let id = parse_id(raw, field)?;
     let record = manager.snapshot(&id).map_err(|e| e.at(field))?;
-    caller.require_space(&SpaceId::parse(&record.space_id)?)?;
+    caller.require_space_of(
+        &SpaceId::parse(&record.space_id)?,
+        &format!("snapshot {id}"),
+        None,
+    )?;
     Ok(record)
 }
 
