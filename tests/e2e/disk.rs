@@ -425,3 +425,37 @@ async fn after_its_loop_device_went_away_a_workspace_is_attached_again_with_its_
     }
     h.stop().await
 }
+
+/// Issue 40, finding 9: a disk limit larger than the host's free space was accepted (a limit that could
+/// never be honoured). It is FAILED_PRECONDITION, saying how much is free, and leaves nothing.
+#[tokio::test]
+async fn a_disk_limit_beyond_the_hosts_free_space_is_refused_and_leaves_nothing()
+-> anyhow::Result<()> {
+    // 64 TiB allowed by the runtime's policy: more than any host here has free.
+    let mut h = Harness::start_with(|c| c.limits.max.disk_mb = 64 * 1024 * 1024).await?;
+    let refused = h
+        .sandboxes
+        .create_sandbox(api::CreateSandboxRequest {
+            spec: Some(api::SandboxSpec {
+                disk_limit_mb: 64 * 1024 * 1024,
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect_err("more than is free");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("free"), "{refused:?}");
+    assert!(
+        h.guard.containers().is_empty(),
+        "{:?}",
+        h.guard.containers()
+    );
+    assert!(h.guard.volumes().is_empty(), "{:?}", h.guard.volumes());
+    // A limit that fits still works.
+    h.create_default().await?;
+    h.stop().await
+}

@@ -109,6 +109,20 @@ impl Disks {
             .ok()
             .and_then(|mb| mb.checked_mul(1 << 20))
             .ok_or_else(|| Error::invalid(format!("disk limit {size_mb} MiB")))?;
+        // Images are sparse, so sandboxes may together promise more than the host has; but one limit
+        // larger than what is free could never be honoured: refused rather than claimed.
+        if let Ok(fs) = nix::sys::statvfs::statvfs(self.dir.as_path()) {
+            let free = fs.blocks_available().saturating_mul(fs.fragment_size());
+            if size > free {
+                return Err(Error::new(
+                    mentis_core::Reason::FailedPrecondition,
+                    format!(
+                        "a disk limit of {size_mb} MiB is more than the {} MiB free where workspaces are kept",
+                        free >> 20
+                    ),
+                ));
+            }
+        }
         // 0600: the image holds the sandbox's files (the folder is 0700 too).
         let file = {
             use std::os::unix::fs::OpenOptionsExt;

@@ -136,6 +136,8 @@ impl SnapshotStore for LocalStore {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     #[test]
     fn opening_removes_the_partial_archives_an_interrupted_snapshot_left() {
         let dir = tempfile::tempdir().unwrap();
