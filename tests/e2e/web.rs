@@ -184,3 +184,50 @@ async fn a_runtime_without_the_listener_makes_no_links() -> Result<()> {
     ensure!(code(r) == tonic::Code::FailedPrecondition);
     h.stop().await
 }
+
+/// Issue 40, finding 9: MCP answered a body that is not JSON with 415. It is JSON-RPC's parse error
+/// (-32700, id null) with 400; a well-formed request still initializes.
+#[tokio::test]
+async fn mcp_answers_a_body_that_is_not_json_with_a_json_rpc_parse_error() -> Result<()> {
+    let (h, port) = start().await?;
+    let key = KeyServiceClient::new(h.channel.clone())
+        .create_api_key(api::CreateApiKeyRequest {
+            name: "mcp".into(),
+            space_ids: vec!["default".into()],
+        })
+        .await?
+        .into_inner()
+        .secret;
+    let post = |body: &'static str| {
+        let key = key.clone();
+        async move {
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+            let request = format!(
+                "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {key}\r\n\
+                 Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(request.as_bytes()).await?;
+            let mut response = String::new();
+            s.read_to_string(&mut response).await?;
+            Ok::<_, anyhow::Error>(response)
+        }
+    };
+    let response = post("{not json").await?;
+    ensure!(response.starts_with("HTTP/1.1 400"), "{response}");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or("");
+    let error: serde_json::Value = serde_json::from_str(body).context(response.clone())?;
+    ensure!(error["error"]["code"] == -32700, "{error}");
+    ensure!(error["id"].is_null(), "{error}");
+    let response = post(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}"#,
+    )
+    .await?;
+    ensure!(response.starts_with("HTTP/1.1 200"), "{response}");
+    ensure!(response.contains("\"serverInfo\""), "{response}");
+    h.stop().await
+}

@@ -377,6 +377,7 @@ async fn serve(
                 shutdown.clone(),
             ),
             keyring: Arc::clone(&keyring),
+            max_body: max,
         };
         crate::web::serve(
             listener,

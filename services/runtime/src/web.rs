@@ -61,6 +61,8 @@ struct Web {
 pub struct Mcp {
     pub service: mentis_mcp::HttpService,
     pub keyring: Arc<Keyring>,
+    /// The largest request body taken (`MENTIS_MAX_MESSAGE_BYTES`).
+    pub max_body: usize,
 }
 
 /// Serves the web terminal and MCP on `listener` until `shutdown`.
@@ -82,6 +84,7 @@ pub fn serve(
             "/mcp",
             tower::ServiceBuilder::new()
                 .layer(axum::middleware::from_fn_with_state(mcp.keyring, mcp_key))
+                .layer(axum::middleware::from_fn_with_state(mcp.max_body, mcp_json))
                 .service(mcp.service),
         )
         .layer(axum::middleware::from_fn_with_state(
@@ -155,6 +158,47 @@ async fn mcp_key(
         )
             .into_response(),
     }
+}
+
+/// A POST whose body is not JSON gets JSON-RPC's parse error (-32700, id null) with 400, as JSON-RPC and
+/// MCP's streamable HTTP transport ask, instead of the transport's 415; a body above `max` is 413.
+async fn mcp_json(
+    State(max): State<usize>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, max).await {
+        Ok(b) => b,
+        Err(_) => {
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("an MCP request has at most {max} bytes (MENTIS_MAX_MESSAGE_BYTES)\n"),
+            )
+                .into_response();
+        }
+    };
+    if let Err(e) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+        let error = json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32700, "message": format!("Parse error: {e}")},
+        });
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/json")],
+            error.to_string(),
+        )
+            .into_response();
+    }
+    next.run(axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::from(bytes),
+    ))
+    .await
 }
 
 fn secured(mut r: Response) -> Response {
