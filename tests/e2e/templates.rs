@@ -692,3 +692,78 @@ async fn template_pools_stay_within_their_space_quota_and_templates_per_space_ar
     );
     h.stop().await
 }
+
+/// Issue 40, finding 9: a start-up command that hangs kept its sandbox CREATING, and DeleteSandbox waited
+/// up to the create's deadline (10 minutes). The delete now cuts the create short: it returns within seconds,
+/// the create fails saying why, and nothing is left.
+#[tokio::test]
+async fn deleting_a_sandbox_whose_start_up_command_hangs_ends_its_create_at_once()
+-> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    TemplateServiceClient::new(h.channel.clone())
+        .create_template(api::CreateTemplateRequest {
+            template: Some(api::Template {
+                space_id: "default".to_owned(),
+                name: "hangs".to_owned(),
+                setup_commands: vec!["sleep 600".to_owned()],
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let mut creating = tokio::task::JoinSet::new();
+    let mut sandboxes = h.sandboxes.clone();
+    creating.spawn(async move {
+        sandboxes
+            .create_sandbox(api::CreateSandboxRequest {
+                spec: Some(api::SandboxSpec {
+                    template: "hangs".to_owned(),
+                    ..Default::default()
+                }),
+            })
+            .await
+    });
+    // The sandbox shows up CREATING while its start-up command runs.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let id = loop {
+        let listed = h
+            .sandboxes
+            .list_sandboxes(api::ListSandboxesRequest::default())
+            .await?
+            .into_inner();
+        if let Some(s) = listed
+            .sandboxes
+            .iter()
+            .find(|s| s.state == api::SandboxState::Creating as i32)
+        {
+            break s.sandbox_id.clone();
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no sandbox CREATING"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    // Give the start-up command time to start.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let started = std::time::Instant::now();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        h.sandboxes.delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: id.clone(),
+        }),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("DeleteSandbox still waits after 20 s"))??;
+    let took = started.elapsed();
+    let created = creating.join_next().await.expect("the create")?;
+    let refused = created.expect_err("the create was cut short");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("deleted"), "{refused:?}");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+    assert!(
+        h.guard.containers().is_empty(),
+        "{:?}",
+        h.guard.containers()
+    );
+    h.stop().await
+}

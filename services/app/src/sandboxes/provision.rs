@@ -308,7 +308,10 @@ impl Provisioner {
             self.backend.update_limits(h.id, record.limits).await
         };
         let bound = match (bound, &setup) {
-            (Ok(()), Some(setup)) => setup.run(&member.client).await,
+            (Ok(()), Some(setup)) => tokio::select! {
+                ran = setup.run(&member.client) => ran,
+                () = h.cancel.cancelled() => Err(deleted_while_created()),
+            },
             (bound, _) => bound,
         };
         match bound {
@@ -353,12 +356,18 @@ impl Provisioner {
                 self.config.ready_timeout,
             )
             .instrument(tracing::info_span!("executor_ready"));
-            let ready = match ready.await {
-                Ok(client) => match &setup {
+            let ready = async {
+                let client = ready.await?;
+                match &setup {
                     Some(setup) => setup.run(&client).await.map(|()| client),
                     None => Ok(client),
-                },
-                Err(e) => Err(e),
+                }
+            };
+            // A delete of the sandbox while it comes up (a start-up command that hangs, say) ends this at
+            // once instead of waiting for the create's deadline.
+            let ready = tokio::select! {
+                ready = ready => ready,
+                () = h.cancel.cancelled() => Err(deleted_while_created()),
             };
             match ready {
                 Ok(client) => Ok(client),
@@ -406,7 +415,11 @@ impl Provisioner {
                         // Unknown here, but a container may be left from an earlier run: make sure.
                         return this.backend.delete(id).await;
                     };
-                    // A sandbox being created, paused or resumed is deleted once that is done.
+                    // A sandbox being created is told to give up (its create fails and removes what it
+                    // made); one being paused or resumed is deleted once that is done.
+                    if h.state() == SandboxState::Creating {
+                        h.cancel.cancel();
+                    }
                     let _lifecycle = h.lifecycle.lock().await;
                     match h.state() {
                         s if s.is_final() => return Ok(()),
@@ -491,4 +504,12 @@ impl Setup {
             .instrument(tracing::info_span!("template_setup", template = %self.template))
             .await
     }
+}
+
+/// Why a create ends when its sandbox is deleted before it is up.
+fn deleted_while_created() -> Error {
+    Error::new(
+        Reason::SandboxEnded,
+        "the sandbox was deleted while it was being created",
+    )
 }
