@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mentis_proto::api::{self, SandboxState};
+use mentis_proto::api;
 
 use crate::support::*;
 
