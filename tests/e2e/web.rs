@@ -2,7 +2,8 @@
 //! Debian's chromium (headless, driven by playwright-core from web/node_modules: web/drive-terminal.mjs), which
 //! types into a real terminal of the sandbox, reads the answer from xterm.js's buffer, follows the window's
 //! size (`stty size`) and takes a screenshot (target/web-terminal.png; docs/images/web-terminal.png is one).
-//! The WebSocket refuses forged and expired tokens; a runtime without the listener makes no links.
+//! The WebSocket refuses forged and expired tokens; links name a live sandbox and a terminal it has; a runtime
+//! without the listener makes no links.
 
 use std::path::Path;
 use std::time::Duration;
@@ -141,7 +142,8 @@ async fn forged_and_expired_tokens_are_refused() -> Result<()> {
         "{answer}"
     );
     // A link to one terminal opens no other.
-    let one = link_to(&h, &sandbox, "term-000000000000", 60).await?.token;
+    let (_, terminal) = open_page(port, &good, "").await?;
+    let one = link_to(&h, &sandbox, &terminal, 60).await?.token;
     let answer = handshake_with(port, &one, "&terminal=term-111111111111").await?;
     ensure!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     // A key of another space makes no link for the sandbox.
@@ -229,5 +231,59 @@ async fn mcp_answers_a_body_that_is_not_json_with_a_json_rpc_parse_error() -> Re
     .await?;
     ensure!(response.starts_with("HTTP/1.1 200"), "{response}");
     ensure!(response.contains("\"serverInfo\""), "{response}");
+    h.stop().await
+}
+
+/// The page's WebSocket opened with `token` (and `more` in the query), once its terminal has started: the
+/// socket and the terminal's id.
+async fn open_page(port: u16, token: &str, more: &str) -> Result<(ws::Ws, String)> {
+    let mut sock = ws::connect(
+        port,
+        &format!("/terminal/ws?cols=80&rows=24{more}"),
+        &format!("Sec-WebSocket-Protocol: mentis-terminal, token.{token}\r\n"),
+    )
+    .await?;
+    loop {
+        let m = sock.next_message(Duration::from_secs(60)).await?;
+        if m.opcode != ws::TEXT {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(&m.text())?;
+        ensure!(v["type"] == "started", "{v}");
+        let id = v["terminal_id"].as_str().context("no terminal id")?;
+        return Ok((sock, id.to_owned()));
+    }
+}
+
+/// CreateTerminalLink refuses what the page could not open (issue 40): a terminal the sandbox does not have
+/// (NOT_FOUND) and a sandbox that has ended (FAILED_PRECONDITION).
+#[tokio::test]
+async fn links_need_a_live_sandbox_and_a_terminal_it_has() -> Result<()> {
+    let (mut h, port) = start().await?;
+    let sandbox = h.create_default().await?.sandbox_id;
+    let (code, reason, _) = refusal(link_to(&h, &sandbox, "term-000000000000", 60).await);
+    ensure!(
+        code == tonic::Code::NotFound && reason == "TERMINAL_NOT_FOUND",
+        "{code:?} {reason}"
+    );
+    // A terminal it has: the link opens it.
+    let (_, terminal) = open_page(port, &link(&h, &sandbox, 60).await?.token, "").await?;
+    let to_it = link_to(&h, &sandbox, &terminal, 60).await?.token;
+    let (_, again) = open_page(port, &to_it, "").await?;
+    ensure!(again == terminal, "{again} {terminal}");
+
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: sandbox.clone(),
+        })
+        .await?;
+    ensure!(h.get(&sandbox).await?.state == api::SandboxState::Terminated as i32);
+    for terminal in ["", terminal.as_str()] {
+        let (code, reason, _) = refusal(link_to(&h, &sandbox, terminal, 60).await);
+        ensure!(
+            code == tonic::Code::FailedPrecondition && reason == "SANDBOX_ENDED",
+            "{terminal:?}: {code:?} {reason}"
+        );
+    }
     h.stop().await
 }

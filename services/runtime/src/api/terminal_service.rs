@@ -193,8 +193,12 @@ impl TerminalApi {
     }
 
     /// The link of CreateTerminalLink, checked: the caller may use the sandbox, the terminal id is one, the
-    /// lifetime within bounds.
-    fn link(&self, caller: &Caller, r: &api::CreateTerminalLinkRequest) -> Result<Link, Status> {
+    /// lifetime within bounds, the sandbox can open the terminal now (`Manager::check_terminal_link`).
+    async fn link(
+        &self,
+        caller: &Caller,
+        r: &api::CreateTerminalLinkRequest,
+    ) -> Result<Link, Status> {
         if self.manager.config().http_listen.is_none() {
             return Err(to_status(Error::new(
                 Reason::FailedPrecondition,
@@ -225,8 +229,12 @@ impl TerminalApi {
             s => Duration::from_secs(s.into()),
         };
         let sandbox_id = access::sandbox(caller, &self.manager, &r.sandbox_id)?;
-        // An unknown sandbox is NOT_FOUND now rather than when the page opens.
-        self.manager.get(sandbox_id).map_err(to_status)?;
+        // An unknown sandbox is NOT_FOUND, one that cannot open the terminal FAILED_PRECONDITION, a terminal
+        // it does not have NOT_FOUND: now rather than when the page opens.
+        self.manager
+            .check_terminal_link(sandbox_id, terminal_id.as_deref())
+            .await
+            .map_err(to_status)?;
         Ok(Link {
             sandbox_id,
             terminal_id,
@@ -257,7 +265,7 @@ impl terminal_service_server::TerminalService for TerminalApi {
         req: Request<api::CreateTerminalLinkRequest>,
     ) -> Result<Response<api::CreateTerminalLinkResponse>, Status> {
         let caller = caller(&req)?;
-        let link = self.link(&caller, req.get_ref())?;
+        let link = self.link(&caller, req.get_ref()).await?;
         let token = self.links.sign(&link);
         Ok(Response::new(api::CreateTerminalLinkResponse {
             path: format!("/terminal#token={token}"),
