@@ -384,6 +384,9 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("TerminalService/CreateTerminalLink", "a lifetime over an hour", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), terminal_id: String::new(), ttl_seconds: 3601 }), InvalidArgument, "INVALID_ARGUMENT"),
         case("TerminalService/CreateTerminalLink", "an unknown terminal", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), terminal_id: "term-000000000000".into(), ttl_seconds: 0 }), NotFound, "TERMINAL_NOT_FOUND"),
         case("TerminalService/CreateTerminalLink", "nothing wrong", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), ..Default::default() }), Ok, ""),
+        case("TerminalService/RevokeTerminalLinks", "an empty sandbox id", one(api::RevokeTerminalLinksRequest { sandbox_id: String::new() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TerminalService/RevokeTerminalLinks", "an unknown sandbox", one(api::RevokeTerminalLinksRequest { sandbox_id: unknown.clone() }), NotFound, "SANDBOX_NOT_FOUND"),
+        case("TerminalService/RevokeTerminalLinks", "nothing wrong", one(api::RevokeTerminalLinksRequest { sandbox_id: sb.clone() }), Ok, ""),
     ]
 }
 
