@@ -22,6 +22,8 @@ use tonic::transport::Channel;
 
 pub use mentis_proto::api::observation::Kind;
 
+pub mod ws;
+
 /// The image under test: `MENTIS_EXECUTOR_IMAGE` or the runtime's default.
 pub fn executor_image() -> String {
     std::env::var("MENTIS_EXECUTOR_IMAGE")

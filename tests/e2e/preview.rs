@@ -430,3 +430,61 @@ async fn a_visit_wakes_a_paused_sandbox_and_traffic_keeps_it_awake() -> Result<(
         .await?;
     h.stop().await
 }
+
+/// A WebSocket to the echo server through `url` (its path and token), answering.
+async fn echo_socket(port: u16, url: &api::GetPreviewUrlResponse) -> Result<ws::Ws> {
+    let mut sock = ws::connect(port, &url.path, "").await?;
+    sock.send_text("ping").await?;
+    let answer = sock.next_message(Duration::from_secs(10)).await?;
+    ensure!(answer.text() == "echo: ping", "{answer:?}");
+    Ok(sock)
+}
+
+/// Revocation and expiry close what they opened: a WebSocket through the proxy ends within a second of
+/// RevokePreviewUrls (of its port, or of every port) and at its URL's expiry, instead of echoing on for as
+/// long as it stays open (issue 40: 35 s later it still did, and kept its sandbox from going idle).
+#[tokio::test]
+async fn an_open_websocket_ends_when_its_url_is_revoked_or_expires() -> Result<()> {
+    let (mut h, port) = start(|_| {}).await?;
+    let sandbox = h.create_default().await?.sandbox_id;
+    serve(&mut h, &sandbox).await?;
+
+    // Revoking the port's URLs ends the socket; one of another port of the sandbox is untouched.
+    let url = preview(&h, &sandbox, 8765, 0).await?;
+    let mut sock = echo_socket(port, &url).await?;
+    let page = preview(&h, &sandbox, 8000, 0).await?;
+    revoke(&h, &sandbox, 8765).await?;
+    let (took, _) = sock.closed_within(Duration::from_secs(1)).await?;
+    ensure!(took < Duration::from_secs(1), "closed after {took:?}");
+    ensure!(curl(&[&at(port, &page.path)]).await?.status == 200);
+
+    // Revoking every port's ends a socket opened by a URL made since.
+    let url = preview(&h, &sandbox, 8765, 0).await?;
+    let mut sock = echo_socket(port, &url).await?;
+    let mut kept = echo_socket(port, &url).await?;
+    revoke(&h, &sandbox, 0).await?;
+    for s in [&mut sock, &mut kept] {
+        let (took, _) = s.closed_within(Duration::from_secs(1)).await?;
+        ensure!(took < Duration::from_secs(1), "closed after {took:?}");
+    }
+
+    // A URL that expires ends its socket at the expiry (Unix seconds: between 1 and 2 s from now).
+    let short = preview(&h, &sandbox, 8765, 2).await?;
+    let expires = std::time::UNIX_EPOCH
+        + Duration::from_secs(
+            u64::try_from(short.expire_time.context("no expiry")?.seconds)
+                .context("an expiry before 1970")?,
+        );
+    let mut sock = echo_socket(port, &short).await?;
+    sock.send_text("still there").await?;
+    ensure!(sock.next_message(Duration::from_secs(1)).await?.text() == "echo: still there");
+    sock.closed_within(Duration::from_secs(5)).await?;
+    let late = std::time::SystemTime::now()
+        .duration_since(expires)
+        .unwrap_or_default();
+    ensure!(
+        late < Duration::from_secs(1),
+        "closed {late:?} after the expiry"
+    );
+    h.stop().await
+}

@@ -87,7 +87,7 @@ impl App {
             }
         };
         let snapshots = Arc::new(Snapshots::new(archives, Arc::clone(&store)));
-        let links = Links::new(Arc::clone(&store));
+        let links = Links::new(Arc::clone(&store), Arc::clone(&keyring));
         let previews = Arc::new(Previews::new(&config, http, Arc::clone(&store)));
         let manager = Manager::new(
             Arc::clone(&config),

@@ -12,6 +12,7 @@ use std::time::SystemTime;
 use mentis_core::{Error, Reason, Resource, ResourceKind, Result, SpaceId};
 use rand::RngCore;
 use sha2::{Digest as _, Sha256};
+use tokio::sync::watch;
 
 use crate::store::Store;
 pub use crate::store::{KeyDigest, KeyRecord};
@@ -93,6 +94,14 @@ impl Caller {
         }
     }
 
+    /// The scoped key calling; `None` for the admin.
+    pub fn key_id(&self) -> Option<&str> {
+        match self {
+            Self::Admin => None,
+            Self::Scoped { key_id, .. } => Some(key_id),
+        }
+    }
+
     /// The spaces the caller may see; `None` = all of them.
     pub fn spaces(&self) -> Option<&BTreeSet<SpaceId>> {
         match self {
@@ -143,6 +152,8 @@ pub struct Keyring {
     store: Arc<Store>,
     /// Which spaces exist now, as which generation.
     generations: Arc<SpaceGenerations>,
+    /// Told of every revocation, so that what a key made ends with it (terminal links: `link::Links`).
+    revoked: watch::Sender<()>,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -170,6 +181,7 @@ impl Keyring {
             keys: RwLock::new(keys),
             store,
             generations,
+            revoked: watch::Sender::new(()),
         })
     }
 
@@ -180,6 +192,7 @@ impl Keyring {
             keys: RwLock::new(HashMap::new()),
             store,
             generations,
+            revoked: watch::Sender::new(()),
         }
     }
 
@@ -296,8 +309,21 @@ impl Keyring {
             self.store.put_api_key(&revoked)?;
             *key = revoked;
             tracing::info!(key_id = %id, "API key revoked");
+            self.revoked.send_replace(());
         }
         Ok(key.clone())
+    }
+
+    /// Whether the scoped key `id` is known and not revoked.
+    pub fn is_live(&self, id: &str) -> bool {
+        self.read()
+            .values()
+            .any(|k| k.id == id && k.revoked_at.is_none())
+    }
+
+    /// Changes with every revocation (see [`Keyring::is_live`] for whose).
+    pub fn revocations(&self) -> watch::Receiver<()> {
+        self.revoked.subscribe()
     }
 
     /// Takes a deleted space out of every key's scope; a key left with no space is revoked.
@@ -314,6 +340,8 @@ impl Keyring {
             self.store.put_api_key(&changed)?;
             *key = changed;
         }
+        // A key revoked here ends what it made, as RevokeApiKey does.
+        self.revoked.send_replace(());
         Ok(())
     }
 

@@ -14,3 +14,9 @@ pub fn now() -> SystemTime {
     let (wall, mono) = ANCHOR.get_or_init(|| (SystemTime::now(), Instant::now()));
     *wall + mono.elapsed()
 }
+
+/// Sleeps until `at` on the runtime's clock (returns at once when it has passed).
+pub async fn sleep_until(at: SystemTime) {
+    let left = at.duration_since(now()).unwrap_or_default();
+    tokio::time::sleep(left).await;
+}

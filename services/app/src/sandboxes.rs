@@ -419,6 +419,17 @@ impl Manager {
         self.terminals.open(sandbox, first).await
     }
 
+    /// Refuses a web terminal link the page could not open: FailedPrecondition when the sandbox opens no
+    /// terminal (ended, between states, PAUSED without auto_resume), NotFound when it is RUNNING without
+    /// `terminal`. Nothing is resumed.
+    pub async fn check_terminal_link(
+        &self,
+        sandbox: SandboxId,
+        terminal: Option<&str>,
+    ) -> Result<()> {
+        self.terminals.check_link(sandbox, terminal).await
+    }
+
     /// A sandbox's terminals.
     pub async fn list_terminals(
         &self,

@@ -2,7 +2,8 @@
 //! `/preview/<sandbox>/<port>/...` or its host `<port>-<sandbox>.<domain>`), checks its token (query
 //! parameter, header or cookie), wakes the sandbox when it is PAUSED with auto_resume, and passes the request
 //! to that port over a fresh HTTP/1.1 connection on the executor network; a WebSocket (any upgrade) is then
-//! tunnelled both ways until either side closes, counting as activity all the while.
+//! tunnelled both ways until either side closes, counting as activity all the while. What a token opened
+//! (the connection to the app, a tunnel) ends when its URL is revoked or expires (`Previews::ended`).
 //!
 //! A token that came in the query is turned into an HttpOnly cookie scoped to the app (its path prefix, or
 //! its host), so the app's own links and requests carry it; the token never reaches the app (the parameter,
@@ -358,6 +359,10 @@ impl Proxy {
                 Err(_) => return refused_here("no HTTP/1.1 on"),
             };
         let shutdown = self.shutdown.clone();
+        // A connection ends with its token too: a response still streaming is cut off when the URL is
+        // revoked or expires.
+        let previews = Arc::clone(&self.previews);
+        let grant = ticket.clone();
         self.tasks.spawn(
             async move {
                 tokio::select! {
@@ -365,6 +370,9 @@ impl Proxy {
                         tracing::debug!(error = %e, "a preview connection ended with an error");
                     },
                     () = shutdown.cancelled() => {}
+                    why = previews.ended(&grant) => {
+                        tracing::debug!(reason = %why, "a preview connection ended with its token");
+                    }
                 }
             }
             .instrument(tracing::debug_span!("preview connection", sandbox = %target.sandbox, port = target.port)),
@@ -379,11 +387,17 @@ impl Proxy {
             let manager = Arc::clone(&self.manager);
             let sandbox = target.sandbox;
             let shutdown = self.shutdown.clone();
+            let previews = Arc::clone(&self.previews);
+            let grant = ticket.clone();
             self.tasks.spawn(
                 async move {
                     tokio::select! {
                         () = tunnel(client_side, app_side, manager, sandbox) => {}
                         () = shutdown.cancelled() => {}
+                        // Revoking the URL or its expiry closes both sides (issue 40).
+                        why = previews.ended(&grant) => {
+                            tracing::info!(%sandbox, reason = %why, "a preview tunnel ended with its token");
+                        }
                     }
                 }
                 .instrument(tracing::debug_span!("preview tunnel", %sandbox)),

@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::StreamExt as _;
+use mentis_core::Reason;
 use mentis_proto::api::{self, open_request, open_response};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -301,7 +302,7 @@ async fn socket(
     };
     let mut link = match web.links.open(token) {
         Ok(link) => link,
-        Err(e @ (LinkError::Forged | LinkError::Expired)) => {
+        Err(e) => {
             tracing::info!(error = %e, "web terminal: a link was refused");
             return refused(StatusCode::UNAUTHORIZED, &e.to_string());
         }
@@ -323,7 +324,7 @@ async fn socket(
         .protocols([SUBPROTOCOL])
         .max_message_size(MAX_MESSAGE)
         .max_frame_size(MAX_MESSAGE)
-        .on_upgrade(move |socket| bridge(socket, web.terminals, link, cols, rows))
+        .on_upgrade(move |socket| bridge(socket, web, link, cols, rows))
 }
 
 /// A control message from the page, as the terminal request it stands for.
@@ -360,11 +361,26 @@ fn error_message(status: &Status) -> Message {
     }))
 }
 
+/// Why a link's page is closed, as the `error` message says it: the link expired or was revoked, or the
+/// key that made it was.
+fn ended_status(e: LinkError) -> Status {
+    let reason = match e {
+        LinkError::KeyRevoked => Reason::ApiKeyRevoked,
+        LinkError::Forged | LinkError::Expired | LinkError::Revoked => Reason::Unauthenticated,
+    };
+    crate::api::status::to_status(mentis_core::Error::new(reason, e.to_string()))
+}
+
 /// One page's terminal: the socket's messages become the stream's requests and the stream's responses the
-/// socket's messages, until either side ends. The terminal outlives the page (like a gRPC client's).
-async fn bridge(mut socket: WebSocket, terminals: TerminalApi, link: Link, cols: u32, rows: u32) {
+/// socket's messages, until either side ends, or the link stops opening (its expiry, its revocation or its
+/// key's: `Links::ended`), which closes the socket with an `error`. The terminal outlives the page (like a
+/// gRPC client's).
+async fn bridge(mut socket: WebSocket, web: Web, link: Link, cols: u32, rows: u32) {
+    let Web { terminals, links } = web;
+    let link_ended = links.ended(&link);
+    tokio::pin!(link_ended);
     let sandbox_id = link.sandbox_id.to_string();
-    let first = match link.terminal_id {
+    let first = match link.terminal_id.clone() {
         None => open_request::Kind::Start(open_request::Start {
             sandbox_id,
             cols,
@@ -386,6 +402,12 @@ async fn bridge(mut socket: WebSocket, terminals: TerminalApi, link: Link, cols:
     let mut responses = std::pin::pin!(terminals.bridge(requests, Caller::Admin));
     loop {
         tokio::select! {
+            e = &mut link_ended => {
+                tracing::info!(sandbox_id = %link.sandbox_id, error = %e, "web terminal: a page's link ended");
+                let _ = socket.send(error_message(&ended_status(e))).await;
+                let _ = socket.send(Message::Close(None)).await;
+                return;
+            }
             m = socket.recv() => {
                 let request = match m {
                     Some(Ok(Message::Binary(data))) => {

@@ -26,6 +26,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 pub mod actions;
 mod keys;
+pub mod links;
 pub mod previews;
 pub mod private;
 pub mod seal;
@@ -323,6 +324,8 @@ impl Store {
         conn.execute_batch(snapshots::SCHEMA)
             .map_err(db_err("schema"))?;
         conn.execute_batch(previews::SCHEMA)
+            .map_err(db_err("schema"))?;
+        conn.execute_batch(links::SCHEMA)
             .map_err(db_err("schema"))?;
         conn.execute_batch(templates::SCHEMA)
             .map_err(db_err("schema"))?;
@@ -639,6 +642,11 @@ impl Store {
             params![id.to_string()],
         )
         .map_err(db_err("delete a sandbox's preview generations"))?;
+        conn.execute(
+            "DELETE FROM link_generations WHERE sandbox_id = ?1",
+            params![id.to_string()],
+        )
+        .map_err(db_err("delete a sandbox's link generation"))?;
         Ok(())
     }
 

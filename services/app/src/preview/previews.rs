@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mentis_core::{Error, Reason, Result, SandboxId};
+use tokio::sync::watch;
 
 use super::token::{Ticket, TicketError};
 use crate::auth::link::unix;
@@ -45,6 +46,8 @@ pub struct Previews {
     domain: Option<String>,
     /// Revocation generations read so far (this runtime is their only writer).
     generations: Mutex<HashMap<(SandboxId, u16), u64>>,
+    /// Told of every revocation, so that what a token opened ends with it ([`Previews::ended`]).
+    revoked: watch::Sender<()>,
 }
 
 impl std::fmt::Debug for Previews {
@@ -95,6 +98,7 @@ impl Previews {
             port_part,
             domain: config.preview_domain.clone(),
             generations: Mutex::new(HashMap::new()),
+            revoked: watch::Sender::new(()),
         }
     }
 
@@ -154,14 +158,52 @@ impl Previews {
         })
     }
 
-    /// Revokes every URL of `port` of `sandbox` handed out so far (0: of every port).
+    /// Revokes every URL of `port` of `sandbox` handed out so far (0: of every port); what they opened
+    /// ends at once ([`Previews::ended`]).
     pub fn revoke(&self, sandbox: SandboxId, port: u16) -> Result<()> {
         let g = self.store.revoke_previews(sandbox, port)?;
         self.generations
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert((sandbox, port), g);
+        self.revoked.send_replace(());
         Ok(())
+    }
+
+    /// Whether `ticket`'s generations are still those of its sandbox and port.
+    fn current(&self, ticket: &Ticket) -> std::result::Result<(), Refusal> {
+        let current = |p| {
+            self.generation(ticket.sandbox_id, p)
+                .map_err(|_| Refusal::Revoked)
+        };
+        if ticket.sandbox_generation != current(0)?
+            || ticket.port_generation != current(ticket.port)?
+        {
+            return Err(Refusal::Revoked);
+        }
+        Ok(())
+    }
+
+    /// Resolves when `ticket` stops opening: at once when its URLs are revoked, else at its expiry (what
+    /// it opened, a connection to the app or a WebSocket tunnel, ends then). Checks the ticket first, so a
+    /// revocation between [`Previews::check`] and this call is not missed.
+    pub async fn ended(&self, ticket: &Ticket) -> Refusal {
+        let mut revoked = self.revoked.subscribe();
+        let expiry = crate::clock::sleep_until(UNIX_EPOCH + Duration::from_secs(ticket.expires_at));
+        tokio::pin!(expiry);
+        loop {
+            if let Err(r) = self.current(ticket) {
+                return r;
+            }
+            tokio::select! {
+                // The sender lives in `self`: `changed` fails only when nothing is left to revoke.
+                changed = revoked.changed() => if changed.is_err() {
+                    (&mut expiry).await;
+                    return Refusal::Ticket(TicketError::Expired);
+                },
+                () = &mut expiry => return Refusal::Ticket(TicketError::Expired),
+            }
+        }
     }
 
     /// The ticket of `token` when it opens `port` of `sandbox` now.
@@ -176,10 +218,79 @@ impl Previews {
         if ticket.sandbox_id != sandbox || ticket.port != port {
             return Err(Refusal::Elsewhere);
         }
-        let current = |p| self.generation(sandbox, p).map_err(|_| Refusal::Revoked);
-        if ticket.sandbox_generation != current(0)? || ticket.port_generation != current(port)? {
-            return Err(Refusal::Revoked);
-        }
+        self.current(&ticket)?;
         Ok(ticket)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn previews() -> Previews {
+        let http = SocketAddr::from(([127, 0, 0, 1], 8080));
+        Previews::new(
+            &RuntimeConfig::default(),
+            Some(http),
+            Arc::new(Store::in_memory().unwrap()),
+        )
+    }
+
+    fn ticket(p: &Previews, sandbox: SandboxId, port: u16, ttl: Duration) -> Ticket {
+        let issued = p.issue(sandbox, port, ttl).unwrap();
+        p.check(Some(&issued.token), sandbox, port).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_a_url_opened_ends_at_its_revocation_or_expiry() {
+        let p = previews();
+        let (a, b) = (SandboxId::new(), SandboxId::new());
+        let hour = Duration::from_secs(3600);
+        let port = ticket(&p, a, 8000, hour);
+        let other_port = ticket(&p, a, 8001, hour);
+        let every_port = ticket(&p, a, 8002, hour);
+        let elsewhere = ticket(&p, b, 8000, hour);
+        let (port_ended, other_ended, every_ended, elsewhere_ended) = (
+            p.ended(&port),
+            p.ended(&other_port),
+            p.ended(&every_port),
+            p.ended(&elsewhere),
+        );
+        tokio::pin!(port_ended, other_ended, every_ended, elsewhere_ended);
+        tokio::select! {
+            _ = &mut port_ended => panic!("ended unrevoked"),
+            _ = &mut other_ended => panic!("ended unrevoked"),
+            _ = &mut every_ended => panic!("ended unrevoked"),
+            _ = &mut elsewhere_ended => panic!("ended unrevoked"),
+            () = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+        // One port's revocation ends that port's only; the sandbox's every port's; another sandbox's none.
+        p.revoke(a, 8000).unwrap();
+        assert_eq!(port_ended.await, Refusal::Revoked);
+        tokio::select! {
+            _ = &mut other_ended => panic!("another port's ended"),
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        p.revoke(a, 0).unwrap();
+        assert_eq!(other_ended.await, Refusal::Revoked);
+        assert_eq!(every_ended.await, Refusal::Revoked);
+        tokio::select! {
+            _ = &mut elsewhere_ended => panic!("another sandbox's ended"),
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        // A revocation before `ended` is called is not missed.
+        let late = ticket(&p, b, 9000, hour);
+        p.revoke(b, 9000).unwrap();
+        assert_eq!(p.ended(&late).await, Refusal::Revoked);
+        // Expiry: Unix seconds, so between 4 and 5 s of this clock.
+        let short = ticket(&p, b, 8000, Duration::from_secs(5));
+        let start = tokio::time::Instant::now();
+        assert_eq!(p.ended(&short).await, Refusal::Ticket(TicketError::Expired));
+        assert!(
+            start.elapsed() <= Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }

@@ -127,6 +127,8 @@ mod tests {
             sandbox_id: SandboxId::new(),
             terminal_id: None,
             expires_at: 2_000,
+            key_id: None,
+            generation: 0,
         }
         .token(&sealer);
         assert_eq!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use mentis_core::terminal::{TerminalInfo, TerminalInput, TerminalOutput, TerminalSettings};
-use mentis_core::{Error, Reason, Result, SandboxId};
+use mentis_core::{Error, Reason, Result, SandboxId, SandboxState};
 use tokio::sync::mpsc;
 
 use super::handle::SandboxHandle;
@@ -129,6 +129,41 @@ impl Terminals {
             to_executor: Some(to_executor),
             outputs,
         })
+    }
+
+    /// Whether a web terminal link to `sandbox` (and `terminal`) can open: the sandbox opens terminals
+    /// (RUNNING, or PAUSED with auto_resume, which the page's visit resumes), and a RUNNING one has
+    /// `terminal` (a paused one is not woken to ask: its page's attach says TERMINAL_NOT_FOUND).
+    pub(super) async fn check_link(
+        &self,
+        sandbox: SandboxId,
+        terminal: Option<&str>,
+    ) -> Result<()> {
+        let handle = self.registry.handle(sandbox)?;
+        let state = handle.state();
+        if state == SandboxState::Paused && handle.snapshot().expiry.auto_resume {
+            return Ok(());
+        }
+        let executor = handle.running_executor()?;
+        let Some(terminal) = terminal else {
+            return Ok(());
+        };
+        if executor
+            .list_terminals()
+            .await?
+            .iter()
+            .any(|t| t.terminal_id == terminal)
+        {
+            return Ok(());
+        }
+        Err(Error::new(
+            Reason::TerminalNotFound,
+            format!(
+                "sandbox {sandbox} has no terminal {}",
+                mentis_core::quoted(terminal)
+            ),
+        )
+        .about(mentis_core::Resource::sandbox(sandbox)))
     }
 
     pub(super) async fn list(&self, sandbox: SandboxId) -> Result<Vec<TerminalInfo>> {

@@ -192,9 +192,13 @@ impl TerminalApi {
         )
     }
 
-    /// The link of CreateTerminalLink, checked: the caller may use the sandbox, the terminal id is one, the
-    /// lifetime within bounds.
-    fn link(&self, caller: &Caller, r: &api::CreateTerminalLinkRequest) -> Result<Link, Status> {
+    /// CreateTerminalLink: the caller may use the sandbox, the terminal id is one, the sandbox can open it
+    /// now (`Manager::check_terminal_link`); the link (`Links::create`) is bound to the caller's key.
+    async fn link(
+        &self,
+        caller: &Caller,
+        r: &api::CreateTerminalLinkRequest,
+    ) -> Result<(Link, String), Status> {
         if self.manager.config().http_listen.is_none() {
             return Err(to_status(Error::new(
                 Reason::FailedPrecondition,
@@ -208,30 +212,17 @@ impl TerminalApi {
                 .map_err(|e| to_status(invalid_terminal(e)))?;
             Some(r.terminal_id.clone())
         };
-        let ttl = match r.ttl_seconds {
-            0 => link::DEFAULT_TTL,
-            s if Duration::from_secs(s.into()) > link::MAX_TTL => {
-                return Err(to_status(
-                    Error::new(
-                        Reason::InvalidArgument,
-                        format!(
-                            "ttl_seconds is {s}; a link lives at most {} seconds",
-                            link::MAX_TTL.as_secs()
-                        ),
-                    )
-                    .at("ttl_seconds"),
-                ));
-            }
-            s => Duration::from_secs(s.into()),
-        };
+        let ttl = link::ttl(r.ttl_seconds).map_err(to_status)?;
         let sandbox_id = access::sandbox(caller, &self.manager, &r.sandbox_id)?;
-        // An unknown sandbox is NOT_FOUND now rather than when the page opens.
-        self.manager.get(sandbox_id).map_err(to_status)?;
-        Ok(Link {
-            sandbox_id,
-            terminal_id,
-            expires_at: link::unix(crate::clock::now() + ttl),
-        })
+        // An unknown sandbox is NOT_FOUND, one that cannot open the terminal FAILED_PRECONDITION, a terminal
+        // it does not have NOT_FOUND: now rather than when the page opens.
+        self.manager
+            .check_terminal_link(sandbox_id, terminal_id.as_deref())
+            .await
+            .map_err(to_status)?;
+        self.links
+            .create(caller, sandbox_id, terminal_id, ttl)
+            .map_err(to_status)
     }
 }
 
@@ -257,8 +248,7 @@ impl terminal_service_server::TerminalService for TerminalApi {
         req: Request<api::CreateTerminalLinkRequest>,
     ) -> Result<Response<api::CreateTerminalLinkResponse>, Status> {
         let caller = caller(&req)?;
-        let link = self.link(&caller, req.get_ref())?;
-        let token = self.links.sign(&link);
+        let (link, token) = self.link(&caller, req.get_ref()).await?;
         Ok(Response::new(api::CreateTerminalLinkResponse {
             path: format!("/terminal#token={token}"),
             token,
@@ -266,6 +256,19 @@ impl terminal_service_server::TerminalService for TerminalApi {
                 std::time::UNIX_EPOCH + Duration::from_secs(link.expires_at),
             )),
         }))
+    }
+
+    async fn revoke_terminal_links(
+        &self,
+        req: Request<api::RevokeTerminalLinksRequest>,
+    ) -> Result<Response<api::RevokeTerminalLinksResponse>, Status> {
+        let caller = caller(&req)?;
+        let sandbox = access::sandbox(&caller, &self.manager, &req.get_ref().sandbox_id)?;
+        // An unknown sandbox is NOT_FOUND whoever asks; an ended one's links are revoked all the same.
+        self.manager.get(sandbox).map_err(to_status)?;
+        self.links.revoke(sandbox).map_err(to_status)?;
+        tracing::info!(sandbox_id = %sandbox, "terminal links revoked");
+        Ok(Response::new(api::RevokeTerminalLinksResponse {}))
     }
 
     async fn list_terminals(

@@ -26,7 +26,7 @@
   term.open(document.getElementById('terminal'));
   fit.fit();
   // For tests and the browser's console: the terminal and the socket's state.
-  window.mentis = { term, state: 'connecting', terminalId: null };
+  window.mentis = { term, state: 'connecting', terminalId: null, error: null };
   const state = (s) => { window.mentis.state = s; document.body.dataset.state = s; };
   state('connecting');
 
@@ -65,6 +65,7 @@
       sessionStorage.removeItem('mentis.terminal');
     } else if (m.type === 'error') {
       show(`error: ${m.reason || m.code}: ${m.message}`, true);
+      window.mentis.error = m;
       // The terminal is gone: a reload starts a new one.
       if (m.reason === 'TERMINAL_NOT_FOUND') sessionStorage.removeItem('mentis.terminal');
     }
@@ -72,7 +73,7 @@
   ws.onclose = (e) => {
     if (window.mentis.state === 'connecting') {
       show('the runtime refused the link (expired or invalid): ask for a new one', true);
-    } else if (window.mentis.state === 'open') {
+    } else if (window.mentis.state === 'open' && !window.mentis.error) {
       show('disconnected', true);
     }
     if (window.mentis.state !== 'exited') state('closed');
