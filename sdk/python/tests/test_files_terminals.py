@@ -410,7 +410,7 @@ def test_a_terminal_link_opens_the_web_terminal(runtime):
         with urllib.request.urlopen(page_url, timeout=10) as page:
             assert page.status == 200
         with pytest.raises(mentis.InvalidArgument):
-            sandbox.terminals.link(ttl=10 * 3600)
+            sandbox.terminals.link(ttl=13 * 3600)
         term.close()
 
 

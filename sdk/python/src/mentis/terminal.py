@@ -610,7 +610,8 @@ class Terminals:
 
     def link(self, terminal_id: str = "", *, ttl: int = 0) -> TerminalLink:
         """A link to the runtime's web terminal for this sandbox, attached to `terminal_id` (empty: the page
-        starts a login bash), that can be opened for `ttl` seconds (0: 5 minutes; at most an hour).
+        starts a login bash), that opens, and whose page stays open, for `ttl` seconds (0: an hour; at most 12
+        hours).
         FailedPrecondition when the runtime serves no web page (MENTIS_HTTP_LISTEN unset)."""
         conn = self._sb._conn
         r = _call(

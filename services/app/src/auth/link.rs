@@ -19,10 +19,11 @@ use tokio::sync::watch;
 use super::{Caller, Keyring};
 use crate::store::{Sealer, Signed, Store};
 
-/// A link's lifetime when the request names none.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
+/// A link's lifetime when the request names none: its page stays open that long (a link dies with the key
+/// that made it and can be revoked, so it need not be short to be safe).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 /// The longest lifetime a link may ask for.
-pub const MAX_TTL: Duration = Duration::from_secs(3600);
+pub const MAX_TTL: Duration = Duration::from_secs(12 * 3600);
 /// What a link opens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Link {
@@ -318,8 +319,8 @@ mod tests {
         assert!(links.open(&later).is_ok());
 
         assert_eq!(ttl(0).unwrap(), DEFAULT_TTL);
-        assert_eq!(ttl(3600).unwrap(), MAX_TTL);
-        let e = ttl(3601).unwrap_err();
+        assert_eq!(ttl(12 * 3600).unwrap(), MAX_TTL);
+        let e = ttl(12 * 3600 + 1).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         assert_eq!(e.field(), Some("ttl_seconds"));
     }
