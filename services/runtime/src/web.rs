@@ -25,12 +25,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
-use tracing::Instrument as _;
 
 use crate::api::TerminalApi;
 use crate::auth::link::{Link, LinkError, Links};
 use crate::auth::{Caller, Keyring};
-use crate::server::door::{Activity, Guarded, MarkRequests};
+use crate::server::door::{Guarded, serve_http};
 
 /// The WebSocket subprotocol the page speaks (the server picks it among those the page offers).
 pub const SUBPROTOCOL: &str = "mentis-terminal";
@@ -91,31 +90,16 @@ pub fn serve(
         .layer(axum::middleware::from_fn_with_state(
             previews,
             crate::proxy::middleware,
-        ))
-        // A connection's first request is marked (see `server::door`): until then it has a deadline.
-        .layer(MarkRequests);
-    let listening = async move {
-        let stopping = shutdown.clone();
-        let server = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<Activity>(),
-        )
-        .with_graceful_shutdown(async move { stopping.cancelled().await });
-        // An open WebSocket or MCP stream may outlast the shutdown: after a grace the listener stops regardless.
-        let served = tokio::select! {
-            served = server => served,
-            () = async {
-                shutdown.cancelled().await;
-                tokio::time::sleep(std::time::Duration::from_secs(10)).await;
-            } => Ok(()),
-        };
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the web terminal's listener failed");
-        }
-    };
-    tasks.spawn(listening.instrument(
-        tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "http listener"),
-    ));
+        ));
+    // An open WebSocket or MCP stream may outlast the shutdown: after a grace the listener stops regardless.
+    serve_http(
+        listener,
+        app,
+        "http",
+        std::time::Duration::from_secs(10),
+        shutdown,
+        tasks,
+    );
 }
 
 fn router(web: Web) -> Router {

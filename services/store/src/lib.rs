@@ -440,16 +440,29 @@ impl Store {
 
     /// The spaces whose deletion began and did not finish.
     pub fn spaces_being_deleted(&self) -> Result<Vec<SpaceId>> {
+        self.ids(
+            "SELECT id FROM spaces WHERE deleting = 1 ORDER BY id",
+            "read spaces being deleted",
+            |id| SpaceId::parse(id).ok(),
+        )
+    }
+
+    /// The first column of `sql`'s rows (text), as `parse` reads them (rows it cannot read are skipped);
+    /// `what` names them in errors.
+    fn ids<T>(
+        &self,
+        sql: &str,
+        what: &'static str,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Result<Vec<T>> {
         let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT id FROM spaces WHERE deleting = 1 ORDER BY id")
-            .map_err(db_err("read spaces"))?;
+        let mut stmt = conn.prepare(sql).map_err(db_err(what))?;
         let rows = stmt
             .query_map([], |r| r.get::<_, String>(0))
-            .map_err(db_err("read spaces"))?;
+            .map_err(db_err(what))?;
         let mut out = Vec::new();
         for row in rows {
-            if let Ok(id) = SpaceId::parse(&row.map_err(db_err("read a space"))?) {
+            if let Some(id) = parse(&row.map_err(db_err(what))?) {
                 out.push(id);
             }
         }

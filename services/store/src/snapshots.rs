@@ -89,20 +89,11 @@ impl Store {
 
     /// The sandboxes whose restore began and never ended.
     pub fn unfinished_restores(&self) -> Result<Vec<SandboxId>> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT sandbox_id FROM restores ORDER BY sandbox_id")
-            .map_err(db_err("read restores"))?;
-        let rows = stmt
-            .query_map([], |r| r.get::<_, String>(0))
-            .map_err(db_err("read restores"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            if let Ok(id) = SandboxId::parse(&row.map_err(db_err("read a restore"))?) {
-                out.push(id);
-            }
-        }
-        Ok(out)
+        self.ids(
+            "SELECT sandbox_id FROM restores ORDER BY sandbox_id",
+            "read restores",
+            |id| SandboxId::parse(id).ok(),
+        )
     }
 
     /// Records a complete snapshot.

@@ -529,6 +529,42 @@ where
     }
 }
 
+/// Serves `app` (HTTP) on `listener` behind its door until `shutdown`, in a task of `tasks` spanned `name`:
+/// connections still open `grace` after the shutdown (a WebSocket, a stream) are cut.
+pub fn serve_http(
+    listener: Guarded,
+    app: axum::Router,
+    name: &'static str,
+    grace: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+    tasks: &tokio_util::task::TaskTracker,
+) {
+    use tracing::Instrument as _;
+    // A connection's first request is marked: until then it has a deadline.
+    let app = app.layer(MarkRequests);
+    let serving = async move {
+        let stopping = shutdown.clone();
+        let server = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<Activity>(),
+        )
+        .with_graceful_shutdown(async move { stopping.cancelled().await });
+        let served = tokio::select! {
+            served = server => served,
+            () = async {
+                shutdown.cancelled().await;
+                tokio::time::sleep(grace).await;
+            } => Ok(()),
+        };
+        if let Err(e) = served {
+            tracing::error!(error = %e, listener = name, "the listener failed");
+        }
+    };
+    tasks.spawn(serving.instrument(
+        tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "listener", name),
+    ));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,9 +7,8 @@ use axum::response::IntoResponse as _;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument as _;
 
-use super::door::{Activity, Guarded, MarkRequests};
+use super::door::{Guarded, serve_http};
 use crate::metrics::MetricsExport;
 
 /// Serves `GET /metrics` on `listener` until `shutdown`, in a task of `tasks` (nothing when the export has no
@@ -40,28 +39,14 @@ pub(super) fn serve(
                     .into_response()
             }),
         )
-        .fallback(|| async { (StatusCode::NOT_FOUND, "GET /metrics\n") })
-        .layer(MarkRequests);
-    let serving = async move {
-        let stopping = shutdown.clone();
-        let server = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<Activity>(),
-        )
-        .with_graceful_shutdown(async move { stopping.cancelled().await });
-        // A scrape still open after a short grace is cut.
-        let served = tokio::select! {
-            served = server => served,
-            () = async {
-                shutdown.cancelled().await;
-                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-            } => Ok(()),
-        };
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the metrics listener failed");
-        }
-    };
-    tasks.spawn(serving.instrument(
-        tracing::info_span!(target: mentis_telemetry::UNTRACED, parent: None, "metrics listener"),
-    ));
+        .fallback(|| async { (StatusCode::NOT_FOUND, "GET /metrics\n") });
+    // A scrape still open after a short grace is cut.
+    serve_http(
+        listener,
+        app,
+        "metrics",
+        std::time::Duration::from_secs(2),
+        shutdown,
+        tasks,
+    );
 }

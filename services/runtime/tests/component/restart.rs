@@ -190,19 +190,13 @@ async fn a_space_deletion_a_stop_interrupted_is_finished_at_the_next_start() {
         })
         .await
         .unwrap();
-    let backend = rt.backend.clone();
-    let mut rt = {
-        let _busy = Busy::hold();
-        let stopped = rt.runtime.take().unwrap().stop();
-        stopped.await.unwrap();
-        // What a stop right after DeleteSpace began leaves: the space marked, everything else still there.
-        let store = mentis_store::Store::open(rt.data_dir.path()).unwrap();
+    // What a stop right after DeleteSpace began leaves: the space marked, everything else still there.
+    let mut rt = restart_after(rt, |store| {
         store
             .mark_space_deleting(&mentis_core::SpaceId::parse("tz").unwrap())
             .unwrap();
-        drop(store);
-        TestRuntime::start_on(backend, rt.config.clone(), rt.data_dir.clone()).await
-    };
+    })
+    .await;
     let got = rt
         .spaces
         .get_space(api::GetSpaceRequest {
@@ -249,18 +243,12 @@ async fn a_sandbox_whose_restore_a_stop_interrupted_is_discarded_at_the_next_sta
     let mut rt = TestRuntime::start().await;
     let restoring = rt.create_default().await;
     let bystander = rt.create_default().await;
-    let backend = rt.backend.clone();
-    let mut rt = {
-        let _busy = Busy::hold();
-        let stopped = rt.runtime.take().unwrap().stop();
-        stopped.await.unwrap();
-        // What a stop in the middle of CreateSandbox from a snapshot leaves: the sandbox made and running,
-        // its restore begun and not ended.
-        let store = mentis_store::Store::open(rt.data_dir.path()).unwrap();
+    // What a stop in the middle of CreateSandbox from a snapshot leaves: the sandbox made and running, its
+    // restore begun and not ended.
+    let mut rt = restart_after(rt, |store| {
         store.begin_restore(sid(&restoring), "snap-x").unwrap();
-        drop(store);
-        TestRuntime::start_on(backend, rt.config.clone(), rt.data_dir.clone()).await
-    };
+    })
+    .await;
     let got = rt.get(&restoring.sandbox_id).await.unwrap();
     assert_eq!(got.state, SandboxState::Terminated as i32, "{got:?}");
     assert!(got.state_reason.contains("restoring"), "{got:?}");
@@ -271,12 +259,22 @@ async fn a_sandbox_whose_restore_a_stop_interrupted_is_discarded_at_the_next_sta
     );
     assert_eq!(rt.state(&bystander.sandbox_id).await, SandboxState::Running);
     // Only once: the next start finds nothing left to discard.
-    let backend = rt.backend.clone();
-    let mut rt = {
-        let _busy = Busy::hold();
-        let stopped = rt.runtime.take().unwrap().stop();
-        stopped.await.unwrap();
-        TestRuntime::start_on(backend, rt.config.clone(), rt.data_dir.clone()).await
-    };
+    let mut rt = restart_after(rt, |_| {}).await;
     assert_eq!(rt.state(&bystander.sandbox_id).await, SandboxState::Running);
+}
+
+/// Stops `rt`, lets `meddle` change its store as a stop at a bad moment would have left it, and starts a
+/// runtime again on the same store and backend.
+async fn restart_after(
+    mut rt: TestRuntime,
+    meddle: impl FnOnce(&mentis_store::Store),
+) -> TestRuntime {
+    let backend = rt.backend.clone();
+    let _busy = Busy::hold();
+    let stopped = rt.runtime.take().unwrap().stop();
+    stopped.await.unwrap();
+    let store = mentis_store::Store::open(rt.data_dir.path()).unwrap();
+    meddle(&store);
+    drop(store);
+    TestRuntime::start_on(backend, rt.config.clone(), rt.data_dir.clone()).await
 }
