@@ -53,6 +53,14 @@ impl DockerBackend {
         {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
+            // A reference the engine's grammar refuses (ours is checked first; this is the backstop).
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 400,
+                message,
+            }) => Err(Error::invalid(format!(
+                "the engine takes {} for no image reference: {message}",
+                mentis_core::quoted(image)
+            ))),
             Err(e) => Err(error::to_core("inspect an image", e)),
         }
     }

@@ -42,8 +42,7 @@ pub async fn build(
         return Err(header_first());
     };
     images::check_image_name(&header.image, "header.image").map_err(to_status)?;
-    mentis_core::sandbox::validate_env(&header.build_args, "header.build_args")
-        .map_err(|e| to_status(e.into()))?;
+    images::check_build_args(&header.build_args, "header.build_args").map_err(to_status)?;
     let dockerfile =
         images::dockerfile_path(&header.dockerfile, "header.dockerfile").map_err(to_status)?;
     let chunks = requests.map(|m| match m {
