@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mentis_core::{Error, ImageBuild, Reason, Result, SandboxBackend, quoted};
+
+use crate::config::BuildPolicy;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -40,6 +42,8 @@ pub enum BuildEvent {
 /// Builds and imports on the runtime's backend; builds run on the runtime's tracker and stop at shutdown.
 pub struct Images {
     backend: Arc<dyn SandboxBackend>,
+    /// What RUN steps get.
+    policy: BuildPolicy,
     spool_dir: PathBuf,
     tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -112,12 +116,14 @@ fn spool_error(what: &str, e: std::io::Error) -> Error {
 impl Images {
     pub fn new(
         backend: Arc<dyn SandboxBackend>,
+        policy: BuildPolicy,
         spool_dir: PathBuf,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
             backend,
+            policy,
             spool_dir,
             tasks,
             shutdown,
@@ -156,12 +162,23 @@ impl Images {
     }
 
     /// Starts `build` from `context` once its FROM images are known to the engine: the build's events come
-    /// as the engine writes them, its image or its error last.
+    /// as the engine writes them, its image or its error last. Its RUN steps get the policy's limits, and no
+    /// network unless the build asks for egress and the policy allows it (FAILED_PRECONDITION otherwise).
     pub async fn build(
         &self,
-        build: ImageBuild,
+        mut build: ImageBuild,
         context: Upload,
     ) -> Result<mpsc::UnboundedReceiver<Result<BuildEvent>>> {
+        if build.egress && !self.policy.egress {
+            return Err(Error::new(
+                Reason::FailedPrecondition,
+                "this runtime gives builds no network (MENTIS_BUILD_EGRESS=deny): build without egress, \
+                 with what the context brings",
+            )
+            .at("header.egress"));
+        }
+        build.cpu = self.policy.cpu;
+        build.memory_mb = self.policy.memory_mb;
         let path = context.path.clone();
         let file = build.dockerfile.clone();
         let text = tokio::task::spawn_blocking(move || dockerfile_in(&path, &file))

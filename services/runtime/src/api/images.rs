@@ -61,6 +61,8 @@ pub async fn build(
         dockerfile,
         build_args: header.build_args.into_iter().collect(),
         no_cache: header.no_cache,
+        egress: header.egress,
+        ..ImageBuild::default()
     };
     let events = images.build(build, context).await.map_err(to_status)?;
     let responses = tokio_stream::wrappers::UnboundedReceiverStream::new(events).map(|event| {
