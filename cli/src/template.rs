@@ -92,6 +92,9 @@ pub struct BuildArgs {
     /// Build every step again.
     #[arg(long)]
     no_cache: bool,
+    /// Give RUN steps a route out (when the runtime allows it: MENTIS_BUILD_EGRESS=allow).
+    #[arg(long)]
+    egress: bool,
 }
 
 #[derive(Args, Debug)]
@@ -261,6 +264,7 @@ async fn build(
                 dockerfile: a.file,
                 build_args: pairs(&a.build_args, "--build-arg")?,
                 no_cache: a.no_cache,
+                egress: a.egress,
             },
         )),
     })

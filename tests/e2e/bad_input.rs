@@ -168,6 +168,51 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
     );
     assert!(h.guard.containers().is_empty() && h.guard.volumes().is_empty());
 
+    // Image headers past what the engine's request can carry (issue 40: INTERNAL, the engine's URL too
+    // long), at their full size: within the default message limit, beyond the table's.
+    let mut templates =
+        mentis_proto::api::template_service_client::TemplateServiceClient::new(h.channel.clone());
+    let header = api::BuildImageHeader {
+        image: "mentis/e2e-refused:1".into(),
+        build_args: (0..100)
+            .map(|i| (format!("ARG{i}"), "x".repeat(30_000)))
+            .collect(),
+        ..Default::default()
+    };
+    let messages = [
+        api::build_image_request::Kind::Header(header),
+        api::build_image_request::Kind::Context(bytes::Bytes::from_static(&[0; 1024])),
+    ]
+    .map(|kind| api::BuildImageRequest { kind: Some(kind) });
+    assert_eq!(
+        refusal(templates.build_image(futures::stream::iter(messages)).await),
+        r(
+            Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+            Some("header.build_args")
+        )
+    );
+    let messages = [
+        api::import_image_request::Kind::Header(api::ImportImageHeader {
+            image: "mentis/e2e-refused:1".into(),
+            changes: vec![format!("ENV LONG={}", "x".repeat(70_000))],
+        }),
+        api::import_image_request::Kind::Data(bytes::Bytes::from_static(&[0; 1024])),
+    ]
+    .map(|kind| api::ImportImageRequest { kind: Some(kind) });
+    assert_eq!(
+        refusal(
+            templates
+                .import_image(futures::stream::iter(messages))
+                .await
+        ),
+        r(
+            Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+            Some("header.changes")
+        )
+    );
+
     // Actions: missing, empty command, bad action id, absurd timeout.
     let sb = h.create_default().await?;
     let id = sb.sandbox_id.clone();
@@ -303,13 +348,25 @@ async fn every_method_answers_malformed_input_with_the_status_docs_errors_lists(
     );
     let last_seq = h.get(&id).await?.last_seq;
     let image = no_command_image(&h.guard.instance)?;
+    let built = format!("mentis/e2e-crlf:{}", h.guard.instance);
     let fixture = table::Fixture {
         sandbox: id.clone(),
         last_seq,
         no_command_image: image.clone(),
+        built_image: built.clone(),
+        refused_image: format!("mentis/e2e-refused:{}", h.guard.instance),
     };
     let cases = table::cases(&fixture);
     let wrong = table::run(&h.channel, &cases).await;
+    let crlf_label = docker(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{.Config.Labels.crlf}}",
+        &built,
+    ]);
+    let _ = docker(&["image", "rm", "--force", &built]);
+    let _ = docker(&["image", "rm", "--force", &fixture.refused_image]);
     let _ = docker(&["image", "rm", "--force", &image]);
     assert!(
         wrong.is_empty(),
@@ -318,6 +375,8 @@ async fn every_method_answers_malformed_input_with_the_status_docs_errors_lists(
         cases.len(),
         wrong.join("\n")
     );
+    // The build across a CRLF continuation made its image.
+    assert_eq!(crlf_label?.trim(), "yes");
 
     // InspectVariables names the names that do not exist.
     h.py(&id, "present = 1").await?;

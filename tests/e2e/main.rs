@@ -4,6 +4,7 @@
 
 mod auth;
 mod bad_input;
+mod builds;
 mod cli;
 mod disk;
 mod faults;

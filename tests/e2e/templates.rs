@@ -395,7 +395,7 @@ async fn a_template_with_a_pool_serves_its_sandboxes_warm() -> anyhow::Result<()
 }
 
 /// A tar of `files` (name, content), as a build context.
-fn context(files: &[(&str, &str)]) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn context(files: &[(&str, &str)]) -> anyhow::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     for (name, content) in files {
         let mut header = tar::Header::new_gnu();
@@ -413,13 +413,21 @@ async fn build(
     image: &str,
     context: Vec<u8>,
 ) -> anyhow::Result<(String, Result<api::BuiltImage, tonic::Status>)> {
+    let header = api::BuildImageHeader {
+        image: image.to_owned(),
+        ..Default::default()
+    };
+    build_with(client, header, context).await
+}
+
+/// BuildImage of `context` with `header`: the output, and the image or the status it ended with.
+pub(crate) async fn build_with(
+    client: &mut TemplateServiceClient<ApiChannel>,
+    header: api::BuildImageHeader,
+    context: Vec<u8>,
+) -> anyhow::Result<(String, Result<api::BuiltImage, tonic::Status>)> {
     let mut messages = vec![api::BuildImageRequest {
-        kind: Some(api::build_image_request::Kind::Header(
-            api::BuildImageHeader {
-                image: image.to_owned(),
-                ..Default::default()
-            },
-        )),
+        kind: Some(api::build_image_request::Kind::Header(header)),
     }];
     // In small chunks, as a client streaming a big context would send it.
     for chunk in context.chunks(1000) {

@@ -11,6 +11,7 @@ pub use mentis_core::DataMount;
 use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
 
 mod auth;
+mod builds;
 mod error;
 mod limits;
 mod preview;
@@ -21,6 +22,7 @@ pub use error::ConfigError;
 use error::err;
 
 pub use auth::AuthConfig;
+pub use builds::{BuildPolicy, MAX_BUILD_MEMORY_MB};
 pub use limits::DiskLimits;
 pub use snapshots::SnapshotStoreConfig;
 pub use transport::{
@@ -134,6 +136,9 @@ pub struct RuntimeConfig {
     /// Where snapshots go: `MENTIS_DATA_DIR/snapshots`, or the bucket of `MENTIS_S3_ENDPOINT` (with
     /// `MENTIS_S3_BUCKET`, `MENTIS_S3_REGION` (us-east-1), `MENTIS_S3_PREFIX`; credentials from `AWS_*`).
     pub snapshot_store: SnapshotStoreConfig,
+    /// `MENTIS_BUILD_LIMITS` (`cpu=1,memory_mb=1024`), `MENTIS_BUILD_EGRESS` (deny|allow, default deny):
+    /// what each RUN step of an image build gets, and whether a build may ask for a route out.
+    pub builds: BuildPolicy,
 }
 
 /// Terminals (TerminalService).
@@ -358,6 +363,7 @@ impl Default for RuntimeConfig {
             connections: ConnectionLimits::default(),
             mcp_max_output: mentis_mcp::DEFAULT_MAX_OUTPUT,
             snapshot_store: SnapshotStoreConfig::Local,
+            builds: BuildPolicy::default(),
         }
     }
 }
@@ -376,6 +382,7 @@ impl RuntimeConfig {
             tls: transport::tls(&get)?,
             connections: transport::connection_limits(&get)?,
             snapshot_store: snapshots::snapshot_store(&get)?,
+            builds: builds::policy(&get)?,
             limits: limits::policy(&get, LimitsPolicy::default(), disk_limits)?,
             disk_limits,
             read_only_rootfs: limits::read_only(&get)?,

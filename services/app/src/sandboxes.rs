@@ -145,6 +145,7 @@ impl Manager {
         );
         let images = Images::new(
             Arc::clone(&backend),
+            config.builds,
             config.data_dir.join("uploads"),
             tasks.clone(),
             shutdown.clone(),

@@ -27,6 +27,35 @@ fn repo_and_tag(image: &str) -> (&str, &str) {
     }
 }
 
+/// The CFS period of a build step's CPU quota, in microseconds.
+const CPU_PERIOD_US: i32 = 100_000;
+
+/// `mb` MiB in bytes, as the build API's client takes them (32 bits: the config bounds `mb` at 2047).
+fn memory_bytes(mb: i64) -> i32 {
+    i32::try_from(mb.saturating_mul(1 << 20)).unwrap_or(i32::MAX)
+}
+
+/// The CFS quota of `cpu` cores per [`CPU_PERIOD_US`].
+fn cpu_quota_us(cpu: f64) -> i32 {
+    // Bounded by the config (0.01 to 1024 cores); the cast saturates anyway.
+    #[allow(clippy::cast_possible_truncation)]
+    let quota = (cpu * f64::from(CPU_PERIOD_US)).round() as i32;
+    quota.max(1000)
+}
+
+/// A failed step's message, with what its exit code 137 most likely means.
+fn explained(error: String, build: &ImageBuild) -> String {
+    if error.contains("returned a non-zero code: 137") {
+        format!(
+            "{error} (137: killed, most likely by the build's memory limit of {} MiB, \
+             MENTIS_BUILD_LIMITS)",
+            build.memory_mb
+        )
+    } else {
+        error
+    }
+}
+
 /// The error of a build or import (`what`) the engine ended: its message when it refused or a step failed
 /// (the client's image or context is to blame, FAILED_PRECONDITION), else as any Docker error.
 fn refused(what: &str, e: bollard::errors::Error) -> Error {
@@ -53,6 +82,14 @@ impl DockerBackend {
         {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
+            // A reference the engine's grammar refuses (ours is checked first; this is the backstop).
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 400,
+                message,
+            }) => Err(Error::invalid(format!(
+                "the engine takes {} for no image reference: {message}",
+                mentis_core::quoted(image)
+            ))),
             Err(e) => Err(error::to_core("inspect an image", e)),
         }
     }
@@ -84,6 +121,18 @@ impl DockerBackend {
             .rm(true)
             .forcerm(true)
             .labels(&labels)
+            // RUN steps: no network at all, or the egress network of sandboxes that asked for a route out
+            // (its host guard included); never the default bridge.
+            .networkmode(if build.egress {
+                &self.config.egress_network
+            } else {
+                "none"
+            })
+            .memory(memory_bytes(build.memory_mb))
+            // No swap beyond the memory.
+            .memswap(memory_bytes(build.memory_mb))
+            .cpuperiod(CPU_PERIOD_US)
+            .cpuquota(cpu_quota_us(build.cpu))
             .build();
         let body = bollard::body_try_stream(file_stream(context).await?);
         // No call timeout: a build takes as long as its steps (the client may hang up to stop waiting).
@@ -92,6 +141,7 @@ impl DockerBackend {
             match event {
                 Ok(info) => {
                     if let Some(error) = info.error_detail.and_then(|d| d.message) {
+                        let error = explained(error, build);
                         let failed = bollard::errors::Error::DockerStreamError { error };
                         return Err(refused(&format!("the build of {}", build.image), failed));
                     }
@@ -100,6 +150,12 @@ impl DockerBackend {
                     {
                         output(text);
                     }
+                }
+                Err(bollard::errors::Error::DockerStreamError { error }) => {
+                    let failed = bollard::errors::Error::DockerStreamError {
+                        error: explained(error, build),
+                    };
+                    return Err(refused(&format!("the build of {}", build.image), failed));
                 }
                 Err(e) => return Err(refused(&format!("the build of {}", build.image), e)),
             }
@@ -140,6 +196,29 @@ impl DockerBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_s_limits_become_the_engine_s_units() {
+        assert_eq!(memory_bytes(1024), 1 << 30);
+        assert_eq!(memory_bytes(2047), 2047 << 20);
+        assert_eq!(memory_bytes(4096), i32::MAX);
+        assert_eq!(cpu_quota_us(1.0), 100_000);
+        assert_eq!(cpu_quota_us(0.5), 50_000);
+        assert_eq!(cpu_quota_us(0.001), 1000);
+        let build = ImageBuild {
+            memory_mb: 64,
+            ..ImageBuild::default()
+        };
+        let said = explained(
+            "The command '/bin/sh -c x' returned a non-zero code: 137".into(),
+            &build,
+        );
+        assert!(
+            said.ends_with("memory limit of 64 MiB, MENTIS_BUILD_LIMITS)"),
+            "{said}"
+        );
+        assert_eq!(explained("other".into(), &build), "other");
+    }
 
     #[test]
     fn an_image_name_splits_into_repository_and_tag() {

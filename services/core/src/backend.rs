@@ -77,7 +77,7 @@ pub struct BackendSandbox {
 }
 
 /// An image to build from a Dockerfile and its context.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ImageBuild {
     /// The name to tag it with.
     pub image: String,
@@ -85,6 +85,12 @@ pub struct ImageBuild {
     pub dockerfile: String,
     pub build_args: std::collections::BTreeMap<String, String>,
     pub no_cache: bool,
+    /// RUN steps get a route out (as a sandbox with egress) instead of no network at all.
+    pub egress: bool,
+    /// CPU cores of each RUN step.
+    pub cpu: f64,
+    /// Memory of each RUN step in MiB, with no swap beyond it.
+    pub memory_mb: i64,
 }
 
 /// Where sandboxes run.

@@ -25,8 +25,8 @@ pub enum Shape {
 /// The shape of a method named `Service/Method`.
 pub fn shape(rpc: &str) -> Shape {
     match rpc.rsplit('/').next().unwrap_or_default() {
-        "Connect" | "Open" => Shape::Bidi,
-        "WriteFile" | "Upload" => Shape::ClientStream,
+        "Connect" | "Open" | "BuildImage" => Shape::Bidi,
+        "WriteFile" | "Upload" | "ImportImage" => Shape::ClientStream,
         "Execute" | "StreamObservations" | "ReadFile" | "Download" => Shape::ServerStream,
         _ => Shape::Unary,
     }

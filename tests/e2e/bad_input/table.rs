@@ -52,6 +52,56 @@ pub struct Fixture {
     pub last_seq: u64,
     /// An image with no command (no ENTRYPOINT or CMD).
     pub no_command_image: String,
+    /// The name a valid build of the suite tags (removed by the test).
+    pub built_image: String,
+    /// The name the refused builds and imports ask for (removed by the test, should one be made).
+    pub refused_image: String,
+}
+
+/// A build context holding only `dockerfile`.
+fn dockerfile(text: &str) -> bytes::Bytes {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(text.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    builder
+        .append_data(&mut header, "Dockerfile", text.as_bytes())
+        .expect("a tar in memory");
+    builder.into_inner().expect("a tar in memory").into()
+}
+
+/// BuildImage of `header` with `context`.
+fn build(header: api::BuildImageHeader, context: bytes::Bytes) -> Vec<Vec<u8>> {
+    use api::build_image_request::Kind;
+    vec![
+        api::BuildImageRequest {
+            kind: Some(Kind::Header(header)),
+        }
+        .encode_to_vec(),
+        api::BuildImageRequest {
+            kind: Some(Kind::Context(context)),
+        }
+        .encode_to_vec(),
+    ]
+}
+
+/// ImportImage of `image` with `changes` and some data (never read: the header is refused first).
+fn import(image: &str, changes: Vec<String>) -> Vec<Vec<u8>> {
+    use api::import_image_request::Kind;
+    vec![
+        api::ImportImageRequest {
+            kind: Some(Kind::Header(api::ImportImageHeader {
+                image: image.into(),
+                changes,
+            })),
+        }
+        .encode_to_vec(),
+        api::ImportImageRequest {
+            kind: Some(Kind::Data(bytes::Bytes::from_static(b"not read"))),
+        }
+        .encode_to_vec(),
+    ]
 }
 
 /// The methods of the public API, `Service/Method`, from the descriptor set the runtime serves.
@@ -117,6 +167,7 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
     let unknown = uuid::Uuid::new_v4().to_string();
     let huge = "x".repeat(LIMIT / 2);
     let deep = "d/".repeat(3000);
+    let tag = api::BuildImageHeader { image: f.refused_image.clone(), ..Default::default() };
     let spec = |s: api::SandboxSpec| one(api::CreateSandboxRequest { spec: Some(s) });
     let image = |i: &str| {
         spec(api::SandboxSpec {
@@ -353,6 +404,19 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("TemplateService/ImportImage", "data before the header", one(api::ImportImageRequest { kind: Some(api::import_image_request::Kind::Data(bytes::Bytes::from_static(b"x"))) }), InvalidArgument, "INVALID_ARGUMENT"),
         case("TemplateService/ImportImage", "an instruction an import does not apply", one(api::ImportImageRequest { kind: Some(api::import_image_request::Kind::Header(api::ImportImageHeader { image: "x/y:1".into(), changes: vec!["RUN rm -rf /".into()] })) }), InvalidArgument, "INVALID_ARGUMENT"),
         case("TemplateService/ImportImage", "no data", one(api::ImportImageRequest { kind: Some(api::import_image_request::Kind::Header(api::ImportImageHeader { image: "x/y:1".into(), changes: vec![] })) }), InvalidArgument, "INVALID_ARGUMENT"),
+        // Issue 40: each of these was INTERNAL (or FAILED_PRECONDITION for a digest).
+        case("TemplateService/BuildImage", "FROM Mentis/Executor:latest (upper case)", build(tag.clone(), dockerfile("FROM Mentis/Executor:latest\n")), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/BuildImage", "FROM a::b", build(tag.clone(), dockerfile("FROM a::b\n")), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/BuildImage", "FROM x@y", build(tag.clone(), dockerfile("FROM x@y\n")), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/BuildImage", "a valid FROM \\ and CRLF continuation", build(api::BuildImageHeader { image: f.built_image.clone(), ..Default::default() }, dockerfile(&format!("FROM \\\r\n  {}\r\nLABEL crlf=yes\r\n", f.no_command_image))), Ok, ""),
+        case("TemplateService/BuildImage", "a tag with a digest", build(api::BuildImageHeader { image: format!("x/y@sha256:{}", "0".repeat(64)), ..Default::default() }, dockerfile("FROM scratch\n")), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/BuildImage", "65 build args", build(api::BuildImageHeader { build_args: (0..65).map(|i| (format!("A{i}"), "1".to_owned())).collect(), ..tag.clone() }, dockerfile("FROM scratch\n")), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/BuildImage", "20 KB of build args", build(api::BuildImageHeader { build_args: (0..2).map(|i| (format!("A{i}"), "x".repeat(10_000))).collect(), ..tag.clone() }, dockerfile("FROM scratch\n")), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/BuildImage", "build args of 15,000 quotes (90 KB escaped)", build(api::BuildImageHeader { build_args: [("A".to_owned(), "\"".repeat(15_000))].into(), ..tag.clone() }, dockerfile("FROM scratch\n")), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/BuildImage", "a 2000-byte Dockerfile path", build(api::BuildImageHeader { dockerfile: "d/".repeat(1000), ..tag.clone() }, dockerfile("FROM scratch\n")), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/ImportImage", "a 20,000-character change", import(&f.refused_image, vec![format!("ENV A={}", "x".repeat(20_000))]), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/ImportImage", "65 changes", import(&f.refused_image, vec!["ENV A=1".to_owned(); 65]), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/ImportImage", "a tag with a digest", import(&format!("x/y@sha256:{}", "0".repeat(64)), vec![]), InvalidArgument, "INVALID_ARGUMENT"),
         // SandboxService, with a template
         case("SandboxService/CreateSandbox", "an unknown template", one(api::CreateSandboxRequest { spec: Some(api::SandboxSpec { template: "no-such-template".into(), ..Default::default() }) }), NotFound, "NOT_FOUND"),
         // TerminalService

@@ -42,8 +42,7 @@ pub async fn build(
         return Err(header_first());
     };
     images::check_image_name(&header.image, "header.image").map_err(to_status)?;
-    mentis_core::sandbox::validate_env(&header.build_args, "header.build_args")
-        .map_err(|e| to_status(e.into()))?;
+    images::check_build_args(&header.build_args, "header.build_args").map_err(to_status)?;
     let dockerfile =
         images::dockerfile_path(&header.dockerfile, "header.dockerfile").map_err(to_status)?;
     let chunks = requests.map(|m| match m {
@@ -62,6 +61,8 @@ pub async fn build(
         dockerfile,
         build_args: header.build_args.into_iter().collect(),
         no_cache: header.no_cache,
+        egress: header.egress,
+        ..ImageBuild::default()
     };
     let events = images.build(build, context).await.map_err(to_status)?;
     let responses = tokio_stream::wrappers::UnboundedReceiverStream::new(events).map(|event| {
