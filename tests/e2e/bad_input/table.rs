@@ -445,7 +445,7 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("TerminalService/CreateTerminalLink", "an empty sandbox id", one(api::CreateTerminalLinkRequest { sandbox_id: String::new(), ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
         case("TerminalService/CreateTerminalLink", "an unknown sandbox", one(api::CreateTerminalLinkRequest { sandbox_id: unknown.clone(), ..Default::default() }), NotFound, "SANDBOX_NOT_FOUND"),
         case("TerminalService/CreateTerminalLink", "a malformed terminal id", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), terminal_id: "../x".into(), ttl_seconds: 0 }), InvalidArgument, "INVALID_TERMINAL"),
-        case("TerminalService/CreateTerminalLink", "a lifetime over an hour", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), terminal_id: String::new(), ttl_seconds: 3601 }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TerminalService/CreateTerminalLink", "a lifetime over 12 hours", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), terminal_id: String::new(), ttl_seconds: 12 * 3600 + 1 }), InvalidArgument, "INVALID_ARGUMENT"),
         case("TerminalService/CreateTerminalLink", "an unknown terminal", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), terminal_id: "term-000000000000".into(), ttl_seconds: 0 }), NotFound, "TERMINAL_NOT_FOUND"),
         case("TerminalService/CreateTerminalLink", "nothing wrong", one(api::CreateTerminalLinkRequest { sandbox_id: sb.clone(), ..Default::default() }), Ok, ""),
         case("TerminalService/RevokeTerminalLinks", "an empty sandbox id", one(api::RevokeTerminalLinksRequest { sandbox_id: String::new() }), InvalidArgument, "INVALID_ARGUMENT"),
