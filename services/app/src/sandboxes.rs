@@ -756,7 +756,7 @@ impl Manager {
         // Times as the store keeps them (ms), so what is returned now is what Get returns later.
         let now = stored_time(crate::clock::now());
         (template.created_at, template.updated_at) = (now, now);
-        let space = self.spaces.record(&template.space_id)?;
+        let space = self.spaces.admitting(&template.space_id)?;
         let pool = pool::template_pool(&self.config, &space, &template)
             .map_err(|e| e.within("template"))?;
         self.check_template_quota(&space, &template, true)?;
@@ -847,7 +847,7 @@ impl Manager {
             .get_template(space, name)?
             .updated(update, stored_time(crate::clock::now()));
         updated.check("template")?;
-        let record = self.spaces.record(space)?;
+        let record = self.spaces.admitting(space)?;
         let pool = pool::template_pool(&self.config, &record, &updated)
             .map_err(|e| e.within("template"))?;
         self.check_template_quota(&record, &updated, false)?;

@@ -107,7 +107,7 @@ impl Provisioner {
             Some(t)
         };
         // The space narrows the runtime's limits and may set the root filesystem's default.
-        let space = self.spaces.record(&req.space()?)?;
+        let space = self.spaces.admitting(&req.space()?)?;
         let policy = self
             .config
             .limits
@@ -225,7 +225,7 @@ impl Provisioner {
         let space_id = record.space_id.clone();
         let admitted = self.registry.admit(
             &handle,
-            || self.spaces.record(&space_id),
+            || self.spaces.admitting(&space_id),
             &spec.env,
             recording,
         );

@@ -238,12 +238,7 @@ impl Registry {
             .count();
         let excess = ended.len().saturating_sub(KEPT_ENDED);
         for (_, id) in ended.iter().take(expired.max(excess)) {
-            if let Some(h) = map.remove(id) {
-                h.log.discard();
-            }
-            if let Err(e) = self.store.delete_sandbox(*id) {
-                tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not forget a sandbox in the store");
-            }
+            self.forget(&mut map, *id);
         }
     }
 
@@ -258,12 +253,17 @@ impl Registry {
             .map(|s| s.id)
             .collect();
         for id in ended {
-            if let Some(h) = map.remove(&id) {
-                h.log.discard();
-            }
-            if let Err(e) = self.store.delete_sandbox(id) {
-                tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not forget a sandbox in the store");
-            }
+            self.forget(&mut map, id);
+        }
+    }
+
+    /// Forgets an ended sandbox: its handle, its log (and journal), its record.
+    fn forget(&self, map: &mut HashMap<SandboxId, Arc<SandboxHandle>>, id: SandboxId) {
+        if let Some(h) = map.remove(&id) {
+            h.log.discard();
+        }
+        if let Err(e) = self.store.delete_sandbox(id) {
+            tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not forget a sandbox in the store");
         }
     }
 
