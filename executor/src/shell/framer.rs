@@ -1,7 +1,8 @@
-//! Where a session command's output ends: the session shell writes an end marker (a byte 0x1E, the
-//! session's token, on stdout `:STATUS`, then a newline) after each command, on stdout and on stderr. The
-//! framer passes everything before a marker on as output and reports the marker; a marker split across
-//! reads is put together, and output that merely starts like one is held back only until it cannot be one.
+//! Where a session command's output starts and ends: the session shell writes a start marker (a byte 0x1E,
+//! the session's token, `+`, a newline) on stdout as the command starts, and an end marker (0x1E, the
+//! token, on stdout `:STATUS`, then a newline) after each command, on stdout and on stderr. The framer
+//! passes everything else on as output and reports the markers; a marker split across reads is put
+//! together, and output that merely starts like one is held back only until it cannot be one.
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -9,6 +10,8 @@ use bytes::{Buf, Bytes, BytesMut};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Piece {
     Output(Bytes),
+    /// The start marker: the command runs.
+    Start,
     /// The end marker; on stdout with the command's exit status.
     End(Option<i32>),
 }
@@ -51,12 +54,18 @@ impl Framer {
                         }
                         break;
                     };
-                    let status = std::str::from_utf8(&after[..newline])
-                        .ok()
-                        .and_then(|s| s.strip_prefix(':'))
-                        .and_then(|s| s.parse::<i32>().ok());
+                    let piece = if &after[..newline] == b"+" {
+                        Piece::Start
+                    } else {
+                        Piece::End(
+                            std::str::from_utf8(&after[..newline])
+                                .ok()
+                                .and_then(|s| s.strip_prefix(':'))
+                                .and_then(|s| s.parse::<i32>().ok()),
+                        )
+                    };
                     self.buf.advance(self.marker.len() + newline + 1);
-                    pieces.push(Piece::End(status));
+                    pieces.push(piece);
                 }
                 None => {
                     // Everything but a tail that could begin a marker.
@@ -100,7 +109,7 @@ mod tests {
 
     #[test]
     fn output_and_markers_are_told_apart_however_the_reads_fall() {
-        let whole = "hello\nno newline\x1etok:3\nnext\x1etok:0\n";
+        let whole = "\x1etok+\nhello\nno newline\x1etok:3\n\x1etok+\nnext\x1etok:0\n";
         let expected_text = "hello\nno newlinenext";
         // Every way of cutting the stream in two gives the same output and ends.
         for cut in 0..=whole.len() {
@@ -111,14 +120,16 @@ mod tests {
                 .iter()
                 .filter_map(|p| match p {
                     Piece::Output(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                    Piece::End(_) => None,
+                    Piece::Start | Piece::End(_) => None,
                 })
                 .collect();
+            let starts = pieces.iter().filter(|p| **p == Piece::Start).count();
+            assert_eq!(starts, 2, "cut at {cut}");
             let ends: Vec<_> = pieces
                 .iter()
                 .filter_map(|p| match p {
                     Piece::End(s) => Some(*s),
-                    Piece::Output(_) => None,
+                    Piece::Start | Piece::Output(_) => None,
                 })
                 .collect();
             assert_eq!(text, expected_text, "cut at {cut}");
@@ -143,7 +154,7 @@ mod tests {
             .iter()
             .flat_map(|p| match p {
                 Piece::Output(b) => b.to_vec(),
-                Piece::End(_) => panic!("no end"),
+                Piece::Start | Piece::End(_) => panic!("no marker"),
             })
             .collect();
         assert_eq!(text, long.as_bytes());

@@ -5,8 +5,11 @@
 //! The session's bash reads commands from its stdin, each as a line with its length in bytes and then the
 //! command (read whole with `read -N` under LC_ALL=C: large reads, where reading up to a NUL would take
 //! a system call per byte), and runs each inside a function,
-//! `eval`'d, with stdin from /dev/null; after each it writes an end marker with the exit status to stdout
-//! and a marker to stderr (see `framer`). A timeout or cancel sends SIGINT to the session's process group:
+//! `eval`'d, with stdin from /dev/null. Inside that function, before the command, it writes a start marker
+//! to stdout; after each it writes an end marker with the exit status to stdout and a marker to stderr (see
+//! `framer`). A timeout or cancel sends SIGINT to the session's process group, and only once the start
+//! marker has come: a SIGINT while the shell still reads the command would end its `read` and so the
+//! loop (bash runs the trap and `read` fails), taking the session's state with it. After the start marker:
 //! the foreground program dies, the shell's INT trap returns from the function (the rest of the command
 //! list does not run) and the shell waits for the next command. A command that does not end within
 //! [`INTERRUPT_GRACE`] of the SIGINT (one that ignores or traps SIGINT; a busy loop of the shell's own
@@ -47,7 +50,7 @@ use crate::reclaim::{Processes, Role, Tracked};
 /// lines; otherwise as [`LOOP`].
 const SH_LOOP: &str = concat!(
     r#"__mentis_t=$1
-__mentis_run() { eval "$1"; }
+__mentis_run() { printf '\036%s+\n' "$__mentis_t"; eval "$1"; }
 trap 'return 130 2>/dev/null' INT
 while IFS= read -r __mentis_n; do
 "#,
@@ -65,10 +68,11 @@ pub(crate) const MAX_SESSIONS: usize = 32;
 /// After the SIGINT of a timeout or cancel, how long the command has to end before the shell is killed.
 pub(crate) const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
-/// The session shell's loop. `$1` is the marker token. The INT trap's `return` leaves `__mentis_run` (and
-/// so the rest of the command); outside it, it does nothing.
+/// The session shell's loop. `$1` is the marker token. `__mentis_run` writes the start marker, then runs
+/// the command. The INT trap's `return` leaves `__mentis_run` (and so the rest of the command); outside
+/// it, it does nothing (but a SIGINT during `read` ends the loop: see the module's doc).
 const LOOP: &str = r#"__mentis_t=$1
-__mentis_run() { eval "$1"; }
+__mentis_run() { printf '\036%s+\n' "$__mentis_t"; eval "$1"; }
 trap 'return 130 2>/dev/null' INT
 while IFS= read -r __mentis_n && LC_ALL=C IFS= read -r -N "$__mentis_n" __mentis_c; do
   __mentis_run "$__mentis_c" </dev/null
@@ -330,6 +334,10 @@ async fn drive(
     let mut status: Option<i32> = None;
     let (mut out_done, mut err_done) = (false, false);
     let mut stop: Option<(Stop, Instant)> = None;
+    // Whether the start marker came: the command runs in `__mentis_run`, where a SIGINT is safe.
+    let mut running = false;
+    // A stop asked for before the start marker: its SIGINT waits for it.
+    let mut interrupt_due = false;
     loop {
         if out_done && err_done {
             flush(&mut pending, sink).await;
@@ -363,6 +371,12 @@ async fn drive(
                     for piece in shell.out.feed(&out_buf[..n]) {
                         match piece {
                             Piece::Output(data) => push(&mut pending, OutputStream::Stdout, data, sink).await,
+                            Piece::Start => {
+                                running = true;
+                                if std::mem::take(&mut interrupt_due) {
+                                    interrupt(shell.pid);
+                                }
+                            }
                             Piece::End(s) => { status = s; out_done = true; }
                         }
                     }
@@ -374,6 +388,7 @@ async fn drive(
                     for piece in shell.err.feed(&err_buf[..n]) {
                         match piece {
                             Piece::Output(data) => push(&mut pending, OutputStream::Stderr, data, sink).await,
+                            Piece::Start => {}
                             Piece::End(_) => err_done = true,
                         }
                     }
@@ -381,11 +396,11 @@ async fn drive(
                 _ => return shell_ended(shell, &mut pending, sink, stop, timeout, started).await,
             },
             () = tokio::time::sleep_until(deadline), if stop.is_none() => {
-                interrupt(shell.pid);
+                interrupt_when(running, &mut interrupt_due, shell.pid);
                 stop = Some((Stop::TimedOut, Instant::now()));
             }
             () = ctx.cancel.cancelled(), if stop.is_none() => {
-                interrupt(shell.pid);
+                interrupt_when(running, &mut interrupt_due, shell.pid);
                 stop = Some((Stop::Cancelled, Instant::now()));
             }
             () = sleep_until(kill_at), if kill_at.is_some() => {
@@ -494,6 +509,15 @@ fn stopped(reason: EndReason, message: &str, duration: Duration) -> CmdEnd {
     }
 }
 
+/// The SIGINT of a stop: now when the command runs, else when its start marker comes (`due`).
+fn interrupt_when(running: bool, due: &mut bool, pid: i32) {
+    if running {
+        interrupt(pid);
+    } else {
+        *due = true;
+    }
+}
+
 /// SIGINT to the session's process group: its shell (trapped) and the command's foreground programs.
 fn interrupt(pid: i32) {
     let _ = killpg(Pid::from_raw(pid), Signal::SIGINT);
@@ -556,7 +580,9 @@ mod tests {
             let at = seen.find(marker).unwrap();
             let end = at + seen[at..].find('\n').unwrap();
             let status = seen[at + marker.len()..end].parse().unwrap();
-            out.push((seen[..at].to_owned(), status));
+            let output = seen[..at].strip_prefix("\u{1e}T+\n");
+            let output = output.unwrap_or_else(|| panic!("no start marker first: {seen:?}"));
+            out.push((output.to_owned(), status));
             seen = seen[end + 1..].to_owned();
         }
         out
@@ -588,5 +614,123 @@ mod tests {
         for program in [process::Shell::Bash, process::Shell::Sh] {
             assert_eq!(run_in(program, &commands).await, want, "{program:?}");
         }
+    }
+
+    /// The loop in bash, in `dir`, as [`start`] runs it (not demoted: a test runs as whoever runs it).
+    async fn test_shell(dir: &std::path::Path, processes: &Arc<Processes>) -> Shell {
+        let mut command = tokio::process::Command::new("bash");
+        command
+            .arg("-c")
+            .arg(LOOP)
+            .arg("mentis-session")
+            .arg("T")
+            .current_dir(dir)
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let (mut child, tracked) = processes
+            .spawn(Role::Action, &mut command)
+            .await
+            .result
+            .unwrap();
+        let pid = i32::try_from(child.id().unwrap()).unwrap();
+        Shell {
+            pid,
+            group: ProcessGroup::new(pid),
+            control: child.stdin.take().unwrap(),
+            stdout: child.stdout.take().unwrap(),
+            stderr: child.stderr.take().unwrap(),
+            child,
+            out: Framer::new("T"),
+            err: Framer::new("T"),
+            _tracked: tracked,
+        }
+    }
+
+    /// Drives `command` in `shell` as `run` does, cancelled first when `cancelled`; its cmd_end, whether the
+    /// shell stays, and its stdout.
+    async fn drive_one(
+        shell: &mut Shell,
+        dir: &std::path::Path,
+        processes: &Arc<Processes>,
+        command: &str,
+        cancelled: bool,
+    ) -> (CmdEnd, bool, String) {
+        let action = ShellAction {
+            command: command.to_owned(),
+            work_dir: String::new(),
+            env: std::collections::BTreeMap::new(),
+            timeout: Duration::from_secs(60),
+            stdin: Bytes::new(),
+            keep_stdin_open: false,
+            session: Some("s".to_owned()),
+        };
+        let cancel = CancellationToken::new();
+        if cancelled {
+            cancel.cancel();
+        }
+        let env = HashMap::new();
+        let ctx = Context {
+            action: &action,
+            sandbox_env: &env,
+            workspace: dir,
+            cancel: &cancel,
+            processes,
+        };
+        let (mut sink, mut reader) = EventSink::channel();
+        let (end, keep) = drive(shell, &ctx, &mut sink, Instant::now()).await;
+        drop(sink);
+        let mut stdout = Vec::new();
+        while let Some(event) = reader.next().await {
+            if let ObservationKind::CmdOutput {
+                stream: OutputStream::Stdout,
+                data,
+            } = event.kind
+            {
+                stdout.extend_from_slice(&data);
+            }
+        }
+        (end, keep, String::from_utf8(stdout).unwrap())
+    }
+
+    /// The race of the e2e test `sessions::a_timeout_or_cancel_interrupts_only_the_command_and_a_stubborn_one_costs_the_shell`
+    /// made certain: the cancel comes before bash has read the command (a long one, which it reads for a
+    /// while). A SIGINT then would end bash's `read` and the loop, and the session's state with it; it waits
+    /// for the start marker instead, and the command is interrupted as it starts.
+    #[tokio::test]
+    async fn a_cancel_before_the_command_runs_interrupts_it_and_keeps_the_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let processes = Processes::new(false);
+        let mut shell = test_shell(dir.path(), &processes).await;
+        let (end, keep, _) =
+            drive_one(&mut shell, dir.path(), &processes, "export KEPT=yes", false).await;
+        assert_eq!(
+            (end.reason, end.exit_code, keep),
+            (EndReason::Exited, 0, true),
+            "{end:?}"
+        );
+        let long = format!("{}sleep 30; echo after", ": padding\n".repeat(20_000));
+        for _ in 0..5 {
+            let started = Instant::now();
+            let (end, keep, out) = drive_one(&mut shell, dir.path(), &processes, &long, true).await;
+            assert_eq!(end.reason, EndReason::Cancelled, "{end:?}");
+            assert!(end.message.contains("keeps its state"), "{end:?}");
+            assert!(keep, "{end:?}");
+            assert_eq!(out, "", "the rest of the command does not run");
+            assert!(
+                started.elapsed() < INTERRUPT_GRACE,
+                "{:?}",
+                started.elapsed()
+            );
+        }
+        let (end, keep, out) =
+            drive_one(&mut shell, dir.path(), &processes, "echo $KEPT", false).await;
+        assert_eq!(
+            (end.exit_code, keep, out.as_str()),
+            (0, true, "yes\n"),
+            "{end:?}"
+        );
     }
 }
