@@ -12,6 +12,7 @@ mod files;
 mod gvisor;
 mod hardening;
 mod health;
+mod image_owners;
 mod images;
 mod ipython;
 mod isolation;
