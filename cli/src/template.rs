@@ -42,6 +42,13 @@ pub enum TemplateCommand {
     Build(BuildArgs),
     /// Make an image from a root filesystem tarball (plain or gzip) on the runtime's engine.
     Import(ImportArgs),
+    /// Share an image with every space (admin; text: the image's name).
+    Share {
+        image: String,
+        /// Give it back to its own space alone instead.
+        #[arg(long)]
+        unshare: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -95,6 +102,9 @@ pub struct BuildArgs {
     /// Give RUN steps a route out (when the runtime allows it: MENTIS_BUILD_EGRESS=allow).
     #[arg(long)]
     egress: bool,
+    /// The space the image belongs to (default: `default`).
+    #[arg(long, default_value = "", hide_default_value = true)]
+    space: String,
 }
 
 #[derive(Args, Debug)]
@@ -107,6 +117,9 @@ pub struct ImportArgs {
     /// A Dockerfile instruction to apply, such as "ENV PATH=/usr/bin:/bin" (repeatable).
     #[arg(long = "change", short = 'c', value_name = "INSTRUCTION")]
     changes: Vec<String>,
+    /// The space the image belongs to (default: `default`).
+    #[arg(long, default_value = "", hide_default_value = true)]
+    space: String,
 }
 
 pub async fn run(conn: &Conn, cmd: TemplateCommand, format: Format) -> Result<Status> {
@@ -222,6 +235,7 @@ pub async fn run(conn: &Conn, cmd: TemplateCommand, format: Format) -> Result<St
                     api::ImportImageHeader {
                         image: a.tag,
                         changes: a.changes,
+                        space_id: a.space,
                     },
                 )),
             })
@@ -231,6 +245,18 @@ pub async fn run(conn: &Conn, cmd: TemplateCommand, format: Format) -> Result<St
             .collect::<Vec<_>>();
             let image = c
                 .import_image(futures::stream::iter(messages))
+                .await?
+                .into_inner()
+                .image
+                .unwrap_or_default();
+            print_image(&image, format);
+        }
+        TemplateCommand::Share { image, unshare } => {
+            let image = c
+                .share_image(api::ShareImageRequest {
+                    image,
+                    shared: !unshare,
+                })
                 .await?
                 .into_inner()
                 .image
@@ -265,6 +291,7 @@ async fn build(
                 build_args: pairs(&a.build_args, "--build-arg")?,
                 no_cache: a.no_cache,
                 egress: a.egress,
+                space_id: a.space,
             },
         )),
     })
@@ -294,7 +321,12 @@ async fn build(
 fn print_image(image: &api::BuiltImage, format: Format) {
     match format {
         Format::Json => {
-            output::print_json(&json!({ "image": image.image, "image_id": image.image_id }));
+            output::print_json(&json!({
+                "image": image.image,
+                "image_id": image.image_id,
+                "space_id": image.space_id,
+                "shared": image.shared,
+            }));
         }
         Format::Text => println!("{}", image.image),
     }

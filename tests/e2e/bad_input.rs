@@ -196,6 +196,7 @@ async fn bad_requests_get_clear_statuses_and_the_runtime_keeps_serving() -> anyh
         api::import_image_request::Kind::Header(api::ImportImageHeader {
             image: "mentis/e2e-refused:1".into(),
             changes: vec![format!("ENV LONG={}", "x".repeat(70_000))],
+            ..Default::default()
         }),
         api::import_image_request::Kind::Data(bytes::Bytes::from_static(&[0; 1024])),
     ]

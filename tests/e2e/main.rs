@@ -13,6 +13,7 @@ mod flood;
 mod gvisor;
 mod hardening;
 mod health;
+mod image_owners;
 mod images;
 mod ipython;
 mod isolation;

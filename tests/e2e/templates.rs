@@ -562,6 +562,7 @@ async fn images_are_built_from_a_dockerfile_or_imported_from_a_root_filesystem_t
                     "ENV PATH=/bin".to_owned(),
                     "LABEL origin=tarball".to_owned(),
                 ],
+                ..Default::default()
             },
         )),
     }];

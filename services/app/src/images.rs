@@ -3,12 +3,16 @@
 //! reads it as a stream; nothing is whole in memory), checked, and handed to the backend. A build runs in a
 //! task of the runtime's tracker, its output sent back as the engine writes it.
 
+mod owners;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mentis_core::{Error, ImageBuild, Reason, Result, SandboxBackend, quoted};
+use mentis_core::{Error, ImageBuild, Reason, Result, SandboxBackend, SpaceId, quoted};
 
+use crate::auth::Caller;
 use crate::config::BuildPolicy;
+pub use owners::{ImageOwner, Owners};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -32,16 +36,19 @@ const CHANGES: [&str; 9] = [
     "WORKDIR",
 ];
 
-/// What a build says while it runs: the engine's output, then the image (or the build's error, last).
+/// What a build says while it runs: the engine's output, then the image and who may use it (or the
+/// build's error, last).
 #[derive(Debug)]
 pub enum BuildEvent {
     Output(String),
-    Built { image: String, image_id: String },
+    Built { image: String, owner: ImageOwner },
 }
 
 /// Builds and imports on the runtime's backend; builds run on the runtime's tracker and stop at shutdown.
 pub struct Images {
     backend: Arc<dyn SandboxBackend>,
+    /// Who may use the images.
+    owners: Arc<Owners>,
     /// What RUN steps get.
     policy: BuildPolicy,
     spool_dir: PathBuf,
@@ -116,6 +123,7 @@ fn spool_error(what: &str, e: std::io::Error) -> Error {
 impl Images {
     pub fn new(
         backend: Arc<dyn SandboxBackend>,
+        owners: Arc<Owners>,
         policy: BuildPolicy,
         spool_dir: PathBuf,
         tasks: TaskTracker,
@@ -123,6 +131,7 @@ impl Images {
     ) -> Self {
         Self {
             backend,
+            owners,
             policy,
             spool_dir,
             tasks,
@@ -161,12 +170,25 @@ impl Images {
         })
     }
 
-    /// Starts `build` from `context` once its FROM images are known to the engine: the build's events come
-    /// as the engine writes them, its image or its error last. Its RUN steps get the policy's limits, and no
-    /// network unless the build asks for egress and the policy allows it (FAILED_PRECONDITION otherwise).
+    /// PERMISSION_DENIED unless `caller` may make sandboxes and templates of `space` from `image` (see
+    /// [`Owners::check_use`]).
+    pub async fn check_use(&self, caller: &Caller, space: &SpaceId, image: &str) -> Result<()> {
+        self.owners.check_use(caller, space, image).await
+    }
+
+    /// Shares an image with every space, or gives it back to its own (see [`Owners::share`]).
+    pub async fn share(&self, image: &str, shared: bool) -> Result<ImageOwner> {
+        self.owners.share(image, shared).await
+    }
+
+    /// Starts `build` from `context` for `space` once its FROM images are known to the engine: the
+    /// build's events come as the engine writes them, its image (the space's) or its error last. Its RUN
+    /// steps get the policy's limits, and no network unless the build asks for egress and the policy allows
+    /// it (FAILED_PRECONDITION otherwise).
     pub async fn build(
         &self,
         mut build: ImageBuild,
+        space: SpaceId,
         context: Upload,
     ) -> Result<mpsc::UnboundedReceiver<Result<BuildEvent>>> {
         if build.egress && !self.policy.egress {
@@ -179,6 +201,7 @@ impl Images {
         }
         build.cpu = self.policy.cpu;
         build.memory_mb = self.policy.memory_mb;
+        build.space = space.as_str().to_owned();
         let path = context.path.clone();
         let file = build.dockerfile.clone();
         let text = tokio::task::spawn_blocking(move || dockerfile_in(&path, &file))
@@ -211,6 +234,7 @@ impl Images {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let backend = Arc::clone(&self.backend);
+        let owners = Arc::clone(&self.owners);
         let shutdown = self.shutdown.clone();
         let span = tracing::info_span!("image build", image = %build.image);
         self.tasks.spawn(
@@ -228,12 +252,14 @@ impl Images {
                     )),
                 };
                 drop(context);
-                let last = built.map(|image_id| {
-                    tracing::info!(image = %build.image, %image_id, "image built");
-                    BuildEvent::Built {
+                // Unrecorded, the image would still be labelled with its space, and so nobody's but the
+                // admin's: the error says the record failed.
+                let last = built.and_then(|image_id| {
+                    tracing::info!(image = %build.image, %image_id, %space, "image built");
+                    Ok(BuildEvent::Built {
                         image: build.image.clone(),
-                        image_id,
-                    }
+                        owner: owners.record(&image_id, &build.image, &space)?,
+                    })
                 });
                 let _ = tx.send(last);
             }
@@ -242,15 +268,23 @@ impl Images {
         Ok(rx)
     }
 
-    /// Imports the root filesystem `rootfs` as `image` with `changes` (instructions it applies); the
-    /// image's id.
-    pub async fn import(&self, image: &str, changes: &[String], rootfs: Upload) -> Result<String> {
+    /// Imports the root filesystem `rootfs` as `image` for `space` with `changes` (instructions it
+    /// applies); who may use it.
+    pub async fn import(
+        &self,
+        image: &str,
+        changes: &[String],
+        space: &SpaceId,
+        rootfs: Upload,
+    ) -> Result<ImageOwner> {
+        let mut changes = changes.to_vec();
+        changes.push(format!("LABEL {}={space}", mentis_core::IMAGE_SPACE_LABEL));
         let image_id = self
             .backend
-            .import_image(image, changes, &rootfs.path)
+            .import_image(image, &changes, &rootfs.path)
             .await?;
-        tracing::info!(image = %image, %image_id, "image imported");
-        Ok(image_id)
+        tracing::info!(image = %image, %image_id, %space, "image imported");
+        self.owners.record(&image_id, image, space)
     }
 }
 

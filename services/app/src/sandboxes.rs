@@ -40,8 +40,9 @@ pub use pool::{Pool, PoolStats};
 pub use registry::ListQuery;
 pub use spaces::SpaceView;
 
+use crate::auth::Caller;
 use crate::config::RuntimeConfig;
-use crate::images::Images;
+use crate::images::{Images, Owners};
 use crate::observations::ObservationLog;
 use crate::snapshots::Snapshots;
 use crate::store::Store;
@@ -126,8 +127,14 @@ impl Manager {
             Arc::clone(&config),
             Arc::clone(&keeper),
         ));
+        let owners = Arc::new(Owners::new(
+            &config,
+            Arc::clone(&store),
+            Arc::clone(&backend),
+        ));
         let provisioner = Arc::new(Provisioner::new(
             Arc::clone(&config),
+            Arc::clone(&owners),
             Arc::clone(&backend),
             Arc::clone(&store),
             Arc::clone(&registry),
@@ -145,6 +152,7 @@ impl Manager {
         );
         let images = Images::new(
             Arc::clone(&backend),
+            Arc::clone(&owners),
             config.builds,
             config.data_dir.join("uploads"),
             tasks.clone(),
@@ -298,6 +306,7 @@ impl Manager {
         &self,
         req: SandboxRequest,
         snapshot: Option<&SnapshotRecord>,
+        caller: &Caller,
     ) -> Result<Sandbox> {
         if let Some(record) = snapshot {
             let space = req.space()?;
@@ -309,7 +318,7 @@ impl Manager {
                 .at("spec.snapshot_id"));
             }
         }
-        let sandbox = self.provisioner.create(req).await?;
+        let sandbox = self.provisioner.create(req, caller).await?;
         if let Some(record) = snapshot {
             self.restore_into(sandbox.id, record).await?;
         }

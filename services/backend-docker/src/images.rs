@@ -94,6 +94,44 @@ impl DockerBackend {
         }
     }
 
+    pub(crate) async fn image_info_inner(
+        &self,
+        image: &str,
+    ) -> Result<Option<mentis_core::ImageInfo>> {
+        let info = match self
+            .call("inspect image", self.docker.inspect_image(image))
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 400,
+                message,
+            }) => {
+                return Err(Error::invalid(format!(
+                    "the engine takes {} for no image reference: {message}",
+                    mentis_core::quoted(image)
+                )));
+            }
+            Err(e) => return Err(error::to_core("inspect an image", e)),
+        };
+        let names = info
+            .repo_tags
+            .unwrap_or_default()
+            .into_iter()
+            .chain(info.repo_digests.unwrap_or_default())
+            .collect();
+        let space_label = info
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|mut labels| labels.remove(mentis_core::IMAGE_SPACE_LABEL));
+        Ok(Some(mentis_core::ImageInfo {
+            id: info.id.unwrap_or_default(),
+            names,
+            space_label,
+        }))
+    }
+
     async fn image_id(&self, image: &str) -> Result<String> {
         let info = self
             .call("inspect image", self.docker.inspect_image(image))
@@ -108,10 +146,13 @@ impl DockerBackend {
         context: &std::path::Path,
         output: &(dyn Fn(String) + Send + Sync),
     ) -> Result<String> {
-        let labels = std::collections::HashMap::from([(
-            "io.mentis.built-by".to_owned(),
-            "mentis-runtime".to_owned(),
-        )]);
+        let labels = std::collections::HashMap::from([
+            ("io.mentis.built-by".to_owned(), "mentis-runtime".to_owned()),
+            (
+                mentis_core::IMAGE_SPACE_LABEL.to_owned(),
+                build.space.clone(),
+            ),
+        ]);
         let options = BuildImageOptionsBuilder::default()
             .t(&build.image)
             .dockerfile(&build.dockerfile)

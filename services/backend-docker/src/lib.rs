@@ -398,6 +398,10 @@ impl SandboxBackend for DockerBackend {
         self.has_image_inner(image).await
     }
 
+    async fn image_info(&self, image: &str) -> Result<Option<mentis_core::ImageInfo>> {
+        self.image_info_inner(image).await
+    }
+
     async fn build_image(
         &self,
         build: &mentis_core::ImageBuild,

@@ -91,6 +91,22 @@ pub struct ImageBuild {
     pub cpu: f64,
     /// Memory of each RUN step in MiB, with no swap beyond it.
     pub memory_mb: i64,
+    /// The space it is built for (the image is labelled with it).
+    pub space: String,
+}
+
+/// Label of the images a runtime builds or imports for a space: the space's id.
+pub const IMAGE_SPACE_LABEL: &str = "io.mentis.space";
+
+/// An image as the engine knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// The engine's id (`sha256:...`), which every name of the image shares.
+    pub id: String,
+    /// Its names, as the engine lists them (`RepoTags` and `RepoDigests`, in their familiar form).
+    pub names: Vec<String>,
+    /// Its [`IMAGE_SPACE_LABEL`], when a runtime made it for a space.
+    pub space_label: Option<String>,
 }
 
 /// Where sandboxes run.
@@ -106,6 +122,11 @@ pub trait SandboxBackend: Send + Sync + 'static {
     /// that cannot run a sandbox: no shell, a program that exits), the error that says why, so the create
     /// fails within seconds rather than at the ready timeout. None while it runs (or cannot tell).
     async fn why_stopped(&self, _id: SandboxId) -> Result<Option<Error>> {
+        Ok(None)
+    }
+
+    /// The image `image` names, None when the engine has none (or this backend cannot tell).
+    async fn image_info(&self, _image: &str) -> Result<Option<ImageInfo>> {
         Ok(None)
     }
 

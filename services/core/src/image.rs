@@ -55,6 +55,40 @@ pub fn check_reference(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The short form Docker lists an image's names in (`RepoTags`, `RepoDigests`): the default registry and
+/// `library/` left out, `:latest` when no tag or digest is given, only the digest when both are. Two
+/// references name the same image exactly when their familiar forms are equal.
+pub fn familiar(reference: &str) -> String {
+    let (rest, digest) = match reference.split_once('@') {
+        Some((r, d)) => (r, Some(d)),
+        None => (reference, None),
+    };
+    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
+    };
+    let (domain, path) = match name.split_once('/') {
+        Some((first, path)) if is_domain_like(first) => (Some(first), path),
+        _ => (None, name),
+    };
+    let name = match domain {
+        None | Some("docker.io" | "index.docker.io") => {
+            let path = path
+                .strip_prefix("library/")
+                .filter(|p| !p.contains('/'))
+                .unwrap_or(path);
+            path.to_owned()
+        }
+        Some(d) => format!("{d}/{path}"),
+    };
+    match (digest, tag) {
+        (Some(d), _) => format!("{name}@{d}"),
+        (None, Some(t)) => format!("{name}:{t}"),
+        (None, None) => format!("{name}:latest"),
+    }
+}
+
 fn is_domain_like(first: &str) -> bool {
     first.contains(['.', ':'])
         || first == "localhost"
@@ -206,6 +240,34 @@ mod tests {
             "python:3@sha256:0123456789abcdef0123456789abcdef",
         ] {
             assert_eq!(check_reference(ok), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn references_to_one_image_have_one_familiar_form() {
+        let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        for (given, want) in [
+            ("python", "python:latest"),
+            ("python:3.12-slim", "python:3.12-slim"),
+            ("library/python:3", "python:3"),
+            ("docker.io/library/python:3", "python:3"),
+            ("index.docker.io/library/python", "python:latest"),
+            ("docker.io/team/app:1", "team/app:1"),
+            ("team/app", "team/app:latest"),
+            ("library/a/b", "library/a/b:latest"),
+            ("localhost:5000/team/app:v1", "localhost:5000/team/app:v1"),
+            ("localhost/x", "localhost/x:latest"),
+            (
+                "registry.example/library/x:1",
+                "registry.example/library/x:1",
+            ),
+            (&format!("python@{digest}"), &format!("python@{digest}")),
+            (
+                &format!("docker.io/library/python:3@{digest}"),
+                &format!("python@{digest}"),
+            ),
+        ] {
+            assert_eq!(familiar(given), want, "{given}");
         }
     }
 

@@ -207,6 +207,8 @@ reasons! {
     SpaceNotAllowed = "SPACE_NOT_ALLOWED", PermissionDenied, None;
     /// The call needs the admin key.
     AdminRequired = "ADMIN_REQUIRED", PermissionDenied, None;
+    /// A key of a space names an image of another space that is not shared, or an image by its id.
+    ImageNotAllowed = "IMAGE_NOT_ALLOWED", PermissionDenied, None;
     /// Denied, nothing more specific known.
     PermissionDenied = "PERMISSION_DENIED", PermissionDenied, None;
 

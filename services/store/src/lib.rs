@@ -25,6 +25,7 @@ use mentis_core::{
 use rusqlite::{Connection, OptionalExtension, params};
 
 pub mod actions;
+pub mod images;
 mod keys;
 pub mod links;
 pub mod previews;
@@ -52,8 +53,10 @@ pub struct KeyRecord {
     pub revoked_at: Option<SystemTime>,
 }
 
-/// Schema version in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 6;
+/// Schema version in `PRAGMA user_version` (7 added the images' owners and the spaces' generations: a
+/// runtime that did not know them would let every space use every image and an old key reach a space made
+/// again under its id, so it must not open a store that has them).
+const SCHEMA_VERSION: i64 = 7;
 
 /// The first schema whose tokens are derived and envs sealed: from it on, the key file must exist.
 const SEALED_SCHEMA: i64 = 6;
@@ -329,6 +332,8 @@ impl Store {
             .map_err(db_err("schema"))?;
         conn.execute_batch(templates::SCHEMA)
             .map_err(db_err("schema"))?;
+        conn.execute_batch(images::SCHEMA)
+            .map_err(db_err("schema"))?;
         // CREATE TABLE IF NOT EXISTS leaves an older table as it was: add what later versions added
         // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys; 4 added
         // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit; 6: the spaces'
@@ -469,10 +474,17 @@ impl Store {
         Ok(out)
     }
 
+    /// Deletes a space; its images become no space's (a space made again under its id gets none of them;
+    /// one the admin shared stays shared).
     pub fn delete_space(&self, id: &SpaceId) -> Result<()> {
-        self.conn()
-            .execute("DELETE FROM spaces WHERE id = ?1", params![id.as_str()])
+        let conn = self.conn();
+        conn.execute("DELETE FROM spaces WHERE id = ?1", params![id.as_str()])
             .map_err(db_err("delete a space"))?;
+        conn.execute(
+            "UPDATE images SET space_id = NULL WHERE space_id = ?1",
+            params![id.as_str()],
+        )
+        .map_err(db_err("disown a deleted space's images"))?;
         Ok(())
     }
 

@@ -94,6 +94,7 @@ fn import(image: &str, changes: Vec<String>) -> Vec<Vec<u8>> {
             kind: Some(Kind::Header(api::ImportImageHeader {
                 image: image.into(),
                 changes,
+                ..Default::default()
             })),
         }
         .encode_to_vec(),
@@ -402,8 +403,8 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("TemplateService/BuildImage", "no context", one(api::BuildImageRequest { kind: Some(api::build_image_request::Kind::Header(api::BuildImageHeader { image: "x/y:1".into(), ..Default::default() })) }), InvalidArgument, "INVALID_ARGUMENT"),
         case("TemplateService/BuildImage", "a context that is no tar", vec![api::BuildImageRequest { kind: Some(api::build_image_request::Kind::Header(api::BuildImageHeader { image: "x/y:1".into(), ..Default::default() })) }.encode_to_vec(), api::BuildImageRequest { kind: Some(api::build_image_request::Kind::Context(bytes::Bytes::from(vec![0xffu8; 2048]))) }.encode_to_vec()], InvalidArgument, "INVALID_ARGUMENT"),
         case("TemplateService/ImportImage", "data before the header", one(api::ImportImageRequest { kind: Some(api::import_image_request::Kind::Data(bytes::Bytes::from_static(b"x"))) }), InvalidArgument, "INVALID_ARGUMENT"),
-        case("TemplateService/ImportImage", "an instruction an import does not apply", one(api::ImportImageRequest { kind: Some(api::import_image_request::Kind::Header(api::ImportImageHeader { image: "x/y:1".into(), changes: vec!["RUN rm -rf /".into()] })) }), InvalidArgument, "INVALID_ARGUMENT"),
-        case("TemplateService/ImportImage", "no data", one(api::ImportImageRequest { kind: Some(api::import_image_request::Kind::Header(api::ImportImageHeader { image: "x/y:1".into(), changes: vec![] })) }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/ImportImage", "an instruction an import does not apply", one(api::ImportImageRequest { kind: Some(api::import_image_request::Kind::Header(api::ImportImageHeader { image: "x/y:1".into(), changes: vec!["RUN rm -rf /".into()], ..Default::default() })) }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/ImportImage", "no data", one(api::ImportImageRequest { kind: Some(api::import_image_request::Kind::Header(api::ImportImageHeader { image: "x/y:1".into(), changes: vec![], ..Default::default() })) }), InvalidArgument, "INVALID_ARGUMENT"),
         // Issue 40: each of these was INTERNAL (or FAILED_PRECONDITION for a digest).
         case("TemplateService/BuildImage", "FROM Mentis/Executor:latest (upper case)", build(tag.clone(), dockerfile("FROM Mentis/Executor:latest\n")), InvalidArgument, "INVALID_ARGUMENT"),
         case("TemplateService/BuildImage", "FROM a::b", build(tag.clone(), dockerfile("FROM a::b\n")), InvalidArgument, "INVALID_ARGUMENT"),
@@ -416,6 +417,14 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("TemplateService/BuildImage", "a 2000-byte Dockerfile path", build(api::BuildImageHeader { dockerfile: "d/".repeat(1000), ..tag.clone() }, dockerfile("FROM scratch\n")), InvalidArgument, "INVALID_ARGUMENT"),
         case("TemplateService/ImportImage", "a 20,000-character change", import(&f.refused_image, vec![format!("ENV A={}", "x".repeat(20_000))]), InvalidArgument, "INVALID_ARGUMENT"),
         case("TemplateService/ImportImage", "65 changes", import(&f.refused_image, vec!["ENV A=1".to_owned(); 65]), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/BuildImage", "a malformed space", build(api::BuildImageHeader { space_id: "Not A Space".into(), ..tag.clone() }, dockerfile("FROM scratch\n")), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/BuildImage", "an unknown space", build(api::BuildImageHeader { space_id: "no-such-space".into(), ..tag.clone() }, dockerfile("FROM scratch\n")), NotFound, "SPACE_NOT_FOUND"),
+        case("TemplateService/ImportImage", "an unknown space", vec![api::ImportImageRequest { kind: Some(api::import_image_request::Kind::Header(api::ImportImageHeader { image: f.refused_image.clone(), space_id: "no-such-space".into(), ..Default::default() })) }.encode_to_vec()], NotFound, "SPACE_NOT_FOUND"),
+        case("TemplateService/ShareImage", "an empty image", one(api::ShareImageRequest { image: String::new(), shared: true }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/ShareImage", "a malformed image", one(api::ShareImageRequest { image: "Not An Image".into(), shared: true }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/ShareImage", "a huge image", one(api::ShareImageRequest { image: huge.clone(), shared: true }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("TemplateService/ShareImage", "an image the engine does not have", one(api::ShareImageRequest { image: "mentis/no-such-image:none".into(), shared: true }), FailedPrecondition, "IMAGE_MISSING"),
+        case("TemplateService/ShareImage", "nothing wrong", one(api::ShareImageRequest { image: f.no_command_image.clone(), shared: false }), Ok, ""),
         case("TemplateService/ImportImage", "a tag with a digest", import(&format!("x/y@sha256:{}", "0".repeat(64)), vec![]), InvalidArgument, "INVALID_ARGUMENT"),
         // SandboxService, with a template
         case("SandboxService/CreateSandbox", "an unknown template", one(api::CreateSandboxRequest { spec: Some(api::SandboxSpec { template: "no-such-template".into(), ..Default::default() }) }), NotFound, "NOT_FOUND"),

@@ -21,14 +21,18 @@ use super::pool::{Member, Pool, Pools};
 use super::reach::ready_new_executor;
 use super::registry::{Admission, Recording, Registry};
 use super::spaces::Spaces;
+use crate::auth::Caller;
 use crate::config::RuntimeConfig;
 use crate::executor_client::ExecutorClient;
+use crate::images::Owners;
 use crate::observations::ObservationLog;
 use crate::store::Store;
 
 /// Brings sandboxes up and takes them down.
 pub struct Provisioner {
     pub(super) config: Arc<RuntimeConfig>,
+    /// Who may use which image.
+    owners: Arc<Owners>,
     pub(super) backend: Arc<dyn SandboxBackend>,
     store: Arc<Store>,
     registry: Arc<Registry>,
@@ -51,6 +55,7 @@ impl Provisioner {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: Arc<RuntimeConfig>,
+        owners: Arc<Owners>,
         backend: Arc<dyn SandboxBackend>,
         store: Arc<Store>,
         registry: Arc<Registry>,
@@ -63,6 +68,7 @@ impl Provisioner {
     ) -> Self {
         Self {
             config,
+            owners,
             backend,
             store,
             registry,
@@ -75,8 +81,9 @@ impl Provisioner {
         }
     }
 
-    /// Creates a sandbox and returns it RUNNING (or the live one that already carries the request's key).
-    pub async fn create(self: &Arc<Self>, req: SandboxRequest) -> Result<Sandbox> {
+    /// Creates a sandbox and returns it RUNNING (or the live one that already carries the request's key),
+    /// of an image `caller` may use in its space (the spec's, the template's or the runtime's default).
+    pub async fn create(self: &Arc<Self>, req: SandboxRequest, caller: &Caller) -> Result<Sandbox> {
         if self.shutdown.is_cancelled() {
             return Err(Error::new(
                 Reason::ShuttingDown,
@@ -125,6 +132,9 @@ impl Provisioner {
             .image
             .clone()
             .unwrap_or_else(|| self.config.executor_image.clone());
+        self.owners
+            .check_use(caller, &spec.space_id, &image)
+            .await?;
         // A pool member fits any request for its image, unless the space has data mounts of its own (those
         // are bound at container creation). Members have no egress network either (networks are attached
         // at creation here), their ulimits, disk and root filesystem are the runtime's defaults (`docker

@@ -5,12 +5,13 @@
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt as _};
-use mentis_core::{Error, ImageBuild};
+use mentis_core::{Error, ImageBuild, SpaceId};
 use mentis_proto::api;
 use tonic::{Status, Streaming};
 
 use super::status::to_status;
-use crate::images::{self, BuildEvent, Images, Spooling, Upload};
+use crate::images::{self, BuildEvent, ImageOwner, Spooling, Upload};
+use crate::sandboxes::Manager;
 
 pub type BuildStream = Pin<Box<dyn Stream<Item = Result<api::BuildImageResponse, Status>> + Send>>;
 
@@ -29,11 +30,32 @@ fn header_first() -> Status {
     to_status(Error::invalid("the first message must be the header").at("header"))
 }
 
+/// The space a header names (empty: "default"), which must exist.
+fn space(manager: &Manager, raw: &str) -> Result<SpaceId, Status> {
+    let space = SpaceId::parse_or_default(raw).map_err(|e| to_status(e.at("header.space_id")))?;
+    manager.get_space(&space).map_err(to_status)?;
+    Ok(space)
+}
+
+/// The public form of an image `image` and who may use it.
+pub fn built_image(image: String, owner: ImageOwner) -> api::BuiltImage {
+    api::BuiltImage {
+        image,
+        image_id: owner.image_id,
+        space_id: owner
+            .space_id
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_default(),
+        shared: owner.shared,
+    }
+}
+
 /// BuildImage: the header, the context spooled, then the build's events as they come.
 pub async fn build(
-    images: &Images,
+    manager: &Manager,
     mut requests: Streaming<api::BuildImageRequest>,
 ) -> Result<BuildStream, Status> {
+    let images = manager.images();
     use api::build_image_request::Kind;
     let Some(api::BuildImageRequest {
         kind: Some(Kind::Header(header)),
@@ -45,6 +67,7 @@ pub async fn build(
     images::check_build_args(&header.build_args, "header.build_args").map_err(to_status)?;
     let dockerfile =
         images::dockerfile_path(&header.dockerfile, "header.dockerfile").map_err(to_status)?;
+    let space = space(manager, &header.space_id)?;
     let chunks = requests.map(|m| match m {
         Ok(api::BuildImageRequest {
             kind: Some(Kind::Context(data)),
@@ -64,14 +87,15 @@ pub async fn build(
         egress: header.egress,
         ..ImageBuild::default()
     };
-    let events = images.build(build, context).await.map_err(to_status)?;
+    let events = images
+        .build(build, space, context)
+        .await
+        .map_err(to_status)?;
     let responses = tokio_stream::wrappers::UnboundedReceiverStream::new(events).map(|event| {
         use api::build_image_response::Kind;
         let kind = match event.map_err(to_status)? {
             BuildEvent::Output(text) => Kind::Output(text),
-            BuildEvent::Built { image, image_id } => {
-                Kind::Image(api::BuiltImage { image, image_id })
-            }
+            BuildEvent::Built { image, owner } => Kind::Image(built_image(image, owner)),
         };
         Ok(api::BuildImageResponse { kind: Some(kind) })
     });
@@ -80,9 +104,10 @@ pub async fn build(
 
 /// ImportImage: the header, the root filesystem spooled, then the import.
 pub async fn import(
-    images: &Images,
+    manager: &Manager,
     mut requests: Streaming<api::ImportImageRequest>,
 ) -> Result<api::ImportImageResponse, Status> {
+    let images = manager.images();
     use api::import_image_request::Kind;
     let Some(api::ImportImageRequest {
         kind: Some(Kind::Header(header)),
@@ -92,6 +117,7 @@ pub async fn import(
     };
     images::check_image_name(&header.image, "header.image").map_err(to_status)?;
     images::check_changes(&header.changes, "header.changes").map_err(to_status)?;
+    let space = space(manager, &header.space_id)?;
     let chunks = requests.map(|m| match m {
         Ok(api::ImportImageRequest {
             kind: Some(Kind::Data(data)),
@@ -103,14 +129,11 @@ pub async fn import(
     });
     let upload = images.rootfs_upload().await.map_err(to_status)?;
     let rootfs = spool(upload, Box::pin(chunks)).await?;
-    let image_id = images
-        .import(&header.image, &header.changes, rootfs)
+    let owner = images
+        .import(&header.image, &header.changes, &space, rootfs)
         .await
         .map_err(to_status)?;
     Ok(api::ImportImageResponse {
-        image: Some(api::BuiltImage {
-            image: header.image,
-            image_id,
-        }),
+        image: Some(built_image(header.image, owner)),
     })
 }

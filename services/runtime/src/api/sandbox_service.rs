@@ -87,7 +87,7 @@ impl SandboxService for SandboxApi {
         };
         let sandbox = self
             .manager
-            .create(request, snapshot.as_ref())
+            .create(request, snapshot.as_ref(), &caller)
             .await
             .map_err(to_status)?;
         Ok(Response::new(api::CreateSandboxResponse {

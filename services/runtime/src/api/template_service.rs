@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use mentis_core::SpaceId;
 use mentis_core::template::check_name;
+use mentis_core::{Error, SpaceId};
 use mentis_proto::api::{self, template_service_server::TemplateService};
 use tonic::{Request, Response, Status};
 
@@ -39,7 +39,7 @@ impl TemplateService for TemplateApi {
         req: Request<tonic::Streaming<api::BuildImageRequest>>,
     ) -> Result<Response<Self::BuildImageStream>, Status> {
         access::admin(&req, "BuildImage")?;
-        let stream = super::images::build(self.manager.images(), req.into_inner()).await?;
+        let stream = super::images::build(&self.manager, req.into_inner()).await?;
         Ok(Response::new(stream))
     }
 
@@ -48,8 +48,37 @@ impl TemplateService for TemplateApi {
         req: Request<tonic::Streaming<api::ImportImageRequest>>,
     ) -> Result<Response<api::ImportImageResponse>, Status> {
         access::admin(&req, "ImportImage")?;
-        let response = super::images::import(self.manager.images(), req.into_inner()).await?;
+        let response = super::images::import(&self.manager, req.into_inner()).await?;
         Ok(Response::new(response))
+    }
+
+    async fn share_image(
+        &self,
+        req: Request<api::ShareImageRequest>,
+    ) -> Result<Response<api::ShareImageResponse>, Status> {
+        access::admin(&req, "ShareImage")?;
+        let r = req.into_inner();
+        if r.image.is_empty() {
+            return Err(to_status(Error::invalid("image is required").at("image")));
+        }
+        mentis_core::image::check_reference(&r.image).map_err(|cause| {
+            to_status(
+                Error::invalid(format!(
+                    "image {} is not a valid image reference: {cause}",
+                    mentis_core::quoted(&r.image)
+                ))
+                .at("image"),
+            )
+        })?;
+        let owner = self
+            .manager
+            .images()
+            .share(&r.image, r.shared)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::ShareImageResponse {
+            image: Some(super::images::built_image(r.image, owner)),
+        }))
     }
 
     async fn create_template(
@@ -61,6 +90,13 @@ impl TemplateService for TemplateApi {
         caller
             .require_space(&template.space_id)
             .map_err(to_status)?;
+        if !template.image.is_empty() {
+            self.manager
+                .images()
+                .check_use(&caller, &template.space_id, &template.image)
+                .await
+                .map_err(to_status)?;
+        }
         let template = self.manager.create_template(template).map_err(to_status)?;
         Ok(Response::new(api::CreateTemplateResponse {
             template: Some(template_to_proto(&template)),
@@ -123,6 +159,13 @@ impl TemplateService for TemplateApi {
         let (space, name, update) =
             template_update_from_proto(r.template, r.update_mask).map_err(to_status)?;
         caller.require_space(&space).map_err(to_status)?;
+        if let Some(image) = update.image.as_deref().filter(|i| !i.is_empty()) {
+            self.manager
+                .images()
+                .check_use(&caller, &space, image)
+                .await
+                .map_err(to_status)?;
+        }
         let template = self
             .manager
             .update_template(&space, &name, update)
