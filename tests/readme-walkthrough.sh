@@ -57,7 +57,27 @@ cleanup() {
   docker volume ls -q --filter "label=io.mentis.instance=$instance" | xargs -r docker volume rm -f >/dev/null
   loops_under "$work" | xargs -r -n1 losetup -d 2>/dev/null || true
   rm -rf "$work"
+  # Whatever stopped the sandboxes' containers (DeleteSandbox, the runtime container and a dind engine going
+  # down, the removals above), no workspace's loop device may outlive them: the kernel frees each with its
+  # container's mount. Devices a runtime in a container attached name the image by the path it saw, so
+  # they are told by their image's name.
+  local stranded=
+  for _ in $(seq 1 50); do
+    stranded=$(comm -13 <(printf '%s\n' "$workspace_loops_before") <(workspace_loops))
+    [ -z "$stranded" ] && break
+    sleep 0.2
+  done
+  if [ -n "$stranded" ]; then
+    echo "readme-walkthrough: loop devices of workspaces outlived their sandboxes: $stranded" >&2
+    exit 1
+  fi
 }
+# Attached loop devices whose image is a workspace's (mentis-ws-<id>.ext4), sorted.
+workspace_loops() {
+  PATH="$PATH:/usr/sbin:/sbin" losetup --list --noheadings --output NAME,BACK-FILE 2>/dev/null |
+    awk '$2 ~ /\/mentis-ws-[^/]*\.ext4$/ {print $1}' | sort
+}
+workspace_loops_before=$(workspace_loops)
 # Loop devices whose disk image lies under $1 (bounded workspaces of this run's runtime).
 loops_under() {
   PATH="$PATH:/usr/sbin:/sbin" losetup --list --noheadings --output NAME,BACK-FILE 2>/dev/null |

@@ -1,8 +1,8 @@
 //! Disk limits (docs/ARCHITECTURE.md, Security model): each workspace is an ext4 filesystem of the sandbox's
 //! disk limit on a loop device. A sandbox that writes past it gets ENOSPC (as data: in its command's end,
 //! its cell's error, a file call's RESOURCE_EXHAUSTED) while it keeps answering, its neighbour writes on and
-//! the runtime serves on; the image is attached again after its loop device went away (a host reboot), and
-//! removed with the sandbox.
+//! the runtime serves on; its loop device lives as long as its container's mount, the image is attached
+//! again before the container starts, and removed with the sandbox.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -344,11 +344,31 @@ async fn with_disk_limits_off_workspaces_are_plain_volumes_and_no_limit_is_claim
     h.stop().await
 }
 
-/// A host reboot detaches every loop device, and the number an image gets afterwards may belong to another
-/// image by then: the runtime attaches the image again at start and moves the link its volume mounts, so
-/// the sandbox finds its own files.
+/// Whether the kernel frees `device` with its last user (its autoclear flag).
+fn autoclear(device: &str) -> bool {
+    let name = device.trim_start_matches("/dev/");
+    std::fs::read_to_string(format!("/sys/block/{name}/loop/autoclear"))
+        .is_ok_and(|v| v.trim() == "1")
+}
+
+/// Waits up to 10 s for no loop device to back `image`; the devices left.
+async fn loops_gone(image: &Path) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !loops_of(image).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    loops_of(image)
+}
+
+/// Issue 40, finding 9: loop devices are a finite host resource, and a workspace's stayed attached after its
+/// container was gone when the runtime did not remove it itself (a runtime container and its engine going
+/// down in the Compose walk-throughs stranded three, attached to deleted images). A workspace's device now
+/// lives only as long as its container's mount, whoever stops the container. After a stop the number may
+/// belong to another image (as after a host reboot): the runtime attaches the image again before the
+/// container starts and moves the link its volume mounts, so the sandbox finds its own files; a volume
+/// removed behind the runtime's back leaves neither a device nor, at the next start, an image.
 #[tokio::test]
-async fn after_its_loop_device_went_away_a_workspace_is_attached_again_with_its_files()
+async fn a_workspace_holds_a_loop_device_only_while_its_container_runs_and_gets_its_own_again()
 -> anyhow::Result<()> {
     let bin = env!("CARGO_BIN_EXE_mentis-runtime-under-test");
     let guard = Harness::new_instance();
@@ -366,15 +386,17 @@ async fn after_its_loop_device_went_away_a_workspace_is_attached_again_with_its_
     h.sh(&id, "echo kept > /workspace/file").await?;
     let image = image_of(&id)?;
     let device = loops_of(&image).pop().expect("attached");
+    assert!(
+        autoclear(&device),
+        "{device} is freed with its container's mount"
+    );
 
-    // What a reboot does: the runtime and the container stop, the loop device is gone, and another image
-    // takes its number.
+    // The runtime is killed and the container stopped behind its back (an engine going down, a host
+    // reboot): the device goes with the container, and another image takes its number.
     first.kill();
     docker(&["stop", "-t", "0", &container_of(&id)])?;
-    let status = std::process::Command::new("losetup")
-        .args(["-d", &device])
-        .status()?;
-    assert!(status.success());
+    let left = loops_gone(&image).await;
+    assert!(left.is_empty(), "the stopped container stranded {left:?}");
     let decoy_dir = tempfile::tempdir()?;
     let decoy = decoy_dir.path().join("decoy.ext4");
     let content = decoy_dir.path().join("content");
@@ -396,18 +418,8 @@ async fn after_its_loop_device_went_away_a_workspace_is_attached_again_with_its_
     let Harness {
         data_dir, guard, ..
     } = h;
-    let second = RuntimeProcess::start(bin, &instance, data_dir.path()).await?;
+    let mut second = RuntimeProcess::start(bin, &instance, data_dir.path()).await?;
     let mut h = second.harness(data_dir, guard).await?;
-    // The runtime listens before it has reconciled (its health says NOT_SERVING meanwhile).
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while loops_of(&image).is_empty() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let now = loops_of(&image);
-    assert_eq!(now.len(), 1, "{now:?}");
-    if decoy_attached {
-        assert_ne!(now[0], device, "the decoy holds {device}");
-    }
     let sb = h
         .wait_state(&id, api::SandboxState::Running, Duration::from_secs(60))
         .await?;
@@ -418,11 +430,37 @@ async fn after_its_loop_device_went_away_a_workspace_is_attached_again_with_its_
     );
     let kib = workspace_kib(&mut h, &id).await?;
     assert!(kib <= 64 * 1024, "{kib}");
+    let now = loops_of(&image);
+    assert_eq!(now.len(), 1, "{now:?}");
     if decoy_attached {
+        assert_ne!(now[0], device, "the decoy holds {device}");
         let _ = std::process::Command::new("losetup")
             .args(["-d", &device])
             .status();
     }
+    assert!(autoclear(&now[0]), "{now:?}");
+
+    // The runtime is killed again and its sandbox removed by hand (what the Compose walk-through's
+    // clean-up does): no device is left, and the next start removes the image.
+    second.kill();
+    docker(&["rm", "-f", "-v", &container_of(&id)])?;
+    docker(&["volume", "rm", "-f", &volume_of(&id)])?;
+    let left = loops_gone(&image).await;
+    assert!(left.is_empty(), "the removed container stranded {left:?}");
+    assert!(image.exists(), "nothing removed the image yet");
+    let Harness {
+        data_dir, guard, ..
+    } = h;
+    let third = RuntimeProcess::start(bin, &instance, data_dir.path()).await?;
+    let h = third.harness(data_dir, guard).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while image.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !image.exists(),
+        "the start removes an image whose volume is gone: {image:?}"
+    );
     h.stop().await
 }
 

@@ -5,9 +5,17 @@
 //! given back through `discard`).
 //!
 //! The volume names its device through the link `<dir>/<volume>.dev` → `/dev/loopN` and never the loop
-//! device itself, because the options of a volume cannot change while the loop number can: after a host
-//! reboot no image is attached, [`Disks::attach`] attaches it again wherever a loop device is free and only
-//! moves the link.
+//! device itself, because the options of a volume cannot change while the loop number can: before a
+//! container starts, [`Disks::attach`] attaches its image wherever a loop device is free and only moves the
+//! link.
+//!
+//! A loop device is a finite host resource that nothing frees when its user goes away, so none is left to
+//! outlive its container: once the container runs (its mount holds the device), [`Disks::release`]
+//! detaches the device lazily (`losetup -d` of a busy device sets the kernel's autoclear flag), and the
+//! kernel frees it when the container's mount goes, whoever stops the container: the runtime, `docker rm
+//! -f`, an engine or a runtime container going down (Compose, Docker-in-Docker), a host reboot. A
+//! container that starts again gets its image attached again first. At start the runtime releases what a
+//! stop left attached (an attach whose start never came, devices of an older runtime).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -156,11 +164,29 @@ impl Disks {
         self.attach(volume).await
     }
 
-    /// Makes sure the image of `volume` is attached to a loop device and the link points at it (again after
-    /// a host reboot, where the number may differ). Idempotent.
+    /// Makes sure the image of `volume` is attached to a loop device that stays until released, and the
+    /// link points at it (the number may differ from the last time). Idempotent. A device of the image
+    /// already released (autoclear) goes away with its last user: it is waited out (its container has just
+    /// stopped) and a device of its own attached, unless something still holds it after
+    /// [`RUNDOWN_WAIT`], which then keeps it for the mount to come.
     pub(crate) async fn attach(&self, volume: &str) -> Result<PathBuf> {
         let image = self.image(volume);
-        let device = match loops_of(&image).into_iter().next() {
+        let deadline = tokio::time::Instant::now() + RUNDOWN_WAIT;
+        let held = loop {
+            let devices = loops_of(&image);
+            if let Some(kept) = devices.iter().find(|d| !autoclear(d)) {
+                break Some(kept.clone());
+            }
+            if devices.is_empty() {
+                break None;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(%volume, devices = ?devices, "a released loop device is still held: using it");
+                break devices.into_iter().next();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let device = match held {
             Some(device) => device,
             None => {
                 let device = self.loop_device(&image).await?;
@@ -179,18 +205,38 @@ impl Disks {
         Ok(link)
     }
 
-    /// Detaches the image of `volume` and removes it and its link. Idempotent. Call it once the volume
-    /// is gone (a device still mounted is detached by the kernel when unmounted).
-    pub(crate) async fn remove(&self, volume: &str) -> Result<()> {
+    /// Lets the kernel free the loop devices of `volume`'s image once nothing holds them: at once when
+    /// nothing does, else when its container's mount goes (`losetup -d` of a busy device sets autoclear).
+    /// Call it once the container runs. Idempotent.
+    pub(crate) async fn release(&self, volume: &str) -> Result<()> {
         let image = self.image(volume);
         for device in loops_of(&image) {
+            if autoclear(&device) {
+                continue;
+            }
             let device = device.to_string_lossy().into_owned();
             if let Err(e) = self.run("losetup", &["-d", &device]).await {
-                // Detached meanwhile by someone else: what counts is that none is left.
-                if !loops_of(&image).is_empty() {
+                // Gone meanwhile: nothing is left to release.
+                if loops_of(&image).iter().any(|d| !autoclear(d)) {
                     return Err(e);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Detaches the image of `volume` and removes it and its link. Idempotent. Call it once the volume
+    /// is gone (a device still held is freed by the kernel with its last user).
+    pub(crate) async fn remove(&self, volume: &str) -> Result<()> {
+        let image = self.image(volume);
+        self.release(volume).await?;
+        // A device still held (a mount the engine has not let go of yet) goes with its last user.
+        let deadline = tokio::time::Instant::now() + RUNDOWN_WAIT;
+        while !loops_of(&image).is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if !loops_of(&image).is_empty() {
+            tracing::warn!(%volume, "a removed workspace image's loop device is still held; the kernel frees it with its last user");
         }
         for path in [image, self.link(volume)] {
             match std::fs::remove_file(&path) {
@@ -292,6 +338,18 @@ pub(crate) fn owner_of(user: &str) -> String {
         Some((uid, gid)) => format!("{uid}:{gid}"),
         None => format!("{user}:{user}"),
     }
+}
+
+/// How long [`Disks::attach`] waits for a released device of the image to go away.
+const RUNDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether the kernel frees `device` with its last user (autoclear, set by [`Disks::release`]).
+pub(crate) fn autoclear(device: &Path) -> bool {
+    let Some(name) = device.file_name() else {
+        return false;
+    };
+    std::fs::read_to_string(Path::new("/sys/block").join(name).join("loop/autoclear"))
+        .is_ok_and(|v| v.trim() == "1")
 }
 
 /// The loop devices whose backing file is `image`, from sysfs (a deleted image reads `<path> (deleted)`).

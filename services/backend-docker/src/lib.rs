@@ -334,6 +334,7 @@ impl DockerBackend {
         self.call("start container", self.docker.start_container(&name, None))
             .await
             .docker_ctx("start the container")?;
+        self.release_disk(spec.id).await;
 
         match self.endpoint_of(&name).await {
             Ok(endpoint) => Ok(endpoint),
@@ -481,6 +482,7 @@ impl SandboxBackend for DockerBackend {
                 self.call("start container", self.docker.start_container(&name, None))
                     .await
                     .docker_ctx("start the container")?;
+                self.release_disk(id).await;
             }
         }
         self.endpoint_of(&name).await
@@ -520,15 +522,16 @@ impl SandboxBackend for DockerBackend {
 
     async fn restart(&self, id: SandboxId) -> Result<Endpoint> {
         let name = Self::container_name(id);
-        self.attach_disk(id).await?;
+        // Stop, attach, start rather than the engine's restart: a bounded workspace's loop device goes
+        // with the container's stop (see `disk`) and must be attached again before the start mounts it.
         // No grace: the executor does not answer, and a stopped process would not act on SIGTERM anyway.
-        let options = bollard::query_parameters::RestartContainerOptionsBuilder::default()
+        let options = bollard::query_parameters::StopContainerOptionsBuilder::default()
             .t(0)
             .build();
         match self
             .call(
-                "restart container",
-                self.docker.restart_container(&name, Some(options)),
+                "stop container",
+                self.docker.stop_container(&name, Some(options)),
             )
             .await
         {
@@ -536,9 +539,14 @@ impl SandboxBackend for DockerBackend {
             Err(e) if is_not_found(&e) => {
                 return Err(gone(id));
             }
-            Err(e) => return Err(error::to_core("restart the container", e)),
+            // 304: stopped already.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304, ..
+            }) => {}
+            Err(e) => return Err(error::to_core("stop the container", e)),
         }
-        tracing::info!(sandbox_id = %id, "restarted the sandbox's container");
+        tracing::info!(sandbox_id = %id, "stopped the sandbox's container to start it afresh");
+        // ensure_running attaches the disk, starts the stopped container and releases the disk.
         self.ensure_running(id).await
     }
 

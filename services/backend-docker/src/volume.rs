@@ -94,8 +94,8 @@ impl DockerBackend {
         }
     }
 
-    /// Before a sandbox's container starts again: its disk image must be attached (after a host reboot
-    /// none is).
+    /// Before a sandbox's container starts again: its disk image must be attached (its device went with
+    /// the container's last stop: see [`crate::disk`]).
     pub(crate) async fn attach_disk(&self, id: SandboxId) -> Result<()> {
         let volume = Self::volume_name(id);
         match &self.disks {
@@ -104,9 +104,22 @@ impl DockerBackend {
         }
     }
 
-    /// At start: checks what disk limits need (when new sandboxes get them), attaches the image of every
-    /// workspace volume again, and removes images whose volume is gone (a crash between making the image and
-    /// the volume, or a volume removed by hand).
+    /// Once a sandbox's container runs: its disk image's device goes when the container's mount does.
+    /// A failure is logged (the device then stays until the sandbox is deleted or the next start).
+    pub(crate) async fn release_disk(&self, id: SandboxId) {
+        let volume = Self::volume_name(id);
+        if let Some(disks) = &self.disks
+            && disks.has(&volume)
+            && let Err(e) = disks.release(&volume).await
+        {
+            tracing::warn!(%volume, error = %e.chain(), "could not release a workspace's loop device");
+        }
+    }
+
+    /// At start: checks what disk limits need (when new sandboxes get them), releases the loop device of
+    /// every workspace image (those of running containers go with their mounts; others at once: an attach
+    /// whose start never came, devices of a runtime before releases), and removes images whose volume is
+    /// gone (a crash between making the image and the volume, or a volume removed by hand).
     pub(crate) async fn reconcile_disks(&self) -> Result<()> {
         let Some(disks) = &self.disks else {
             return Ok(());
@@ -121,8 +134,8 @@ impl DockerBackend {
                 .await
             {
                 Ok(_) => {
-                    if let Err(e) = disks.attach(&volume).await {
-                        tracing::warn!(%volume, error = %e.chain(), "could not attach a workspace image");
+                    if let Err(e) = disks.release(&volume).await {
+                        tracing::warn!(%volume, error = %e.chain(), "could not release a workspace's loop device");
                     }
                 }
                 Err(e) if is_not_found(&e) => {
