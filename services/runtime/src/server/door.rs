@@ -11,8 +11,9 @@
 //! the others.
 //!
 //! A request's arrival is told by [`MarkRequests`], a layer that finds the connection's [`Activity`] among
-//! the request's extensions (tonic puts a connection's [`tonic::transport::server::Connected`] info there;
-//! axum's `ConnectInfo` does the same for the HTTP listener).
+//! the request's extensions (tonic puts a connection's [`tonic::transport::server::Connected`] info there);
+//! the HTTP listeners ([`serve_http`]) mark each request themselves and also enforce a header-read timeout
+//! on every request.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -84,7 +85,7 @@ impl Door {
         if open.by_address.get(&address).copied().unwrap_or(0) >= self.limits.per_address {
             return Err(Refused::PerAddress);
         }
-        if open.total - open.evicted >= self.limits.total {
+        if open.total.saturating_sub(open.evicted) >= self.limits.total {
             open.make_room(address, &self.limits)?;
         }
         *open.by_address.entry(address).or_insert(0) += 1;
@@ -165,7 +166,10 @@ impl Drop for Ticket {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         open.total = open.total.saturating_sub(1);
-        if self.state.evicted.load(Ordering::Relaxed) {
+        // Marked evicted as it goes, under the lock `make_room` evicts under: its state may outlive it (a
+        // request's or a service's `Activity`), and an eviction then would count a closing connection that
+        // never gives its count back.
+        if self.state.evicted.swap(true, Ordering::Relaxed) {
             open.evicted = open.evicted.saturating_sub(1);
         }
         if let Some(n) = open.by_address.get_mut(&self.state.address) {
@@ -273,19 +277,6 @@ impl Guarded {
             let (conn, _) = guarded.accept().await;
             Some((Ok(conn), guarded))
         })
-    }
-}
-
-impl axum::serve::Listener for Guarded {
-    type Io = Conn;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        Guarded::accept(self).await
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.listener.local_addr()
     }
 }
 
@@ -479,13 +470,6 @@ impl tonic::transport::server::Connected for Conn {
     }
 }
 
-/// axum puts this in each request's extensions (as `ConnectInfo<Activity>`), where [`MarkRequests`] finds it.
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Guarded>> for Activity {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, Guarded>) -> Self {
-        stream.io().activity()
-    }
-}
-
 /// Marks the connection of each request as having brought one (see [`Conn`]'s first-request deadline).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MarkRequests;
@@ -529,8 +513,13 @@ where
     }
 }
 
-/// Serves `app` (HTTP) on `listener` behind its door until `shutdown`, in a task of `tasks` spanned `name`:
-/// connections still open `grace` after the shutdown (a WebSocket, a stream) are cut.
+/// Serves `app` (HTTP/1.1, WebSocket upgrades) on `listener` behind its door until `shutdown`, in a task of
+/// `tasks` spanned `name`: connections still open `grace` after the shutdown (a stream) are cut.
+///
+/// Each request's headers must arrive within the door's first-request time of the connection being ready
+/// for them (hyper's header-read timeout): a client that dribbles a request's headers, the first or a
+/// later one on a kept-alive connection, is cut then, and so is a kept-alive connection that brings no
+/// next request (the door's idle timeout alone would let it trickle a byte just often enough).
 pub fn serve_http(
     listener: Guarded,
     app: axum::Router,
@@ -540,24 +529,62 @@ pub fn serve_http(
     tasks: &tokio_util::task::TaskTracker,
 ) {
     use tracing::Instrument as _;
-    // A connection's first request is marked: until then it has a deadline.
-    let app = app.layer(MarkRequests);
+    let header_read = listener.door.limits.first_request;
     let serving = async move {
-        let stopping = shutdown.clone();
-        let server = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<Activity>(),
-        )
-        .with_graceful_shutdown(async move { stopping.cancelled().await });
-        let served = tokio::select! {
-            served = server => served,
-            () = async {
-                shutdown.cancelled().await;
-                tokio::time::sleep(grace).await;
-            } => Ok(()),
-        };
-        if let Err(e) = served {
-            tracing::error!(error = %e, listener = name, "the listener failed");
+        let connections = tokio_util::task::TaskTracker::new();
+        // Cancelled `grace` after the shutdown: what is still open is cut.
+        let cut = tokio_util::sync::CancellationToken::new();
+        loop {
+            let (conn, _) = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = shutdown.cancelled() => break,
+            };
+            let activity = conn.activity();
+            // A request marks its connection (the first-request deadline ends) and finds it in its
+            // extensions, as with axum's ConnectInfo.
+            let service = tower::ServiceExt::map_request(
+                app.clone(),
+                move |mut request: http::Request<hyper::body::Incoming>| {
+                    activity.request();
+                    request
+                        .extensions_mut()
+                        .insert(axum::extract::ConnectInfo(activity.clone()));
+                    request
+                },
+            );
+            let service = hyper_util::service::TowerToHyperService::new(service);
+            let (stopping, cut) = (shutdown.clone(), cut.clone());
+            connections.spawn(async move {
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(header_read);
+                let connection = builder
+                    .serve_connection(hyper_util::rt::TokioIo::new(conn), service)
+                    .with_upgrades();
+                tokio::pin!(connection);
+                let served = tokio::select! {
+                    served = connection.as_mut() => served,
+                    () = stopping.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        tokio::select! {
+                            served = connection.as_mut() => served,
+                            () = cut.cancelled() => Ok(()),
+                        }
+                    }
+                };
+                if let Err(e) = served {
+                    tracing::debug!(error = %e, listener = name, "connection ended");
+                }
+            });
+        }
+        connections.close();
+        if tokio::time::timeout(grace, connections.wait())
+            .await
+            .is_err()
+        {
+            cut.cancel();
+            connections.wait().await;
         }
     };
     tasks.spawn(serving.instrument(
@@ -797,5 +824,109 @@ mod tests {
             ended.expect_err("timed out").kind(),
             io::ErrorKind::TimedOut
         );
+    }
+
+    /// A connection's state may outlive it (an `Activity` in a request or a connection's service): the
+    /// e2e flood once evicted such a gone connection, whose count of evicted ones then never came back and
+    /// overflowed. A gone connection is never a victim, and the counts return to nothing.
+    #[tokio::test]
+    async fn a_connection_gone_while_its_state_lives_on_is_never_evicted() {
+        let (door, at) = guarded(limits(3, 10)).await;
+        let mut clients = Vec::new();
+        let mut conns = Vec::new();
+        for _ in 0..3 {
+            clients.push(connect(at, [127, 0, 0, 2]).await);
+            conns.push(door.accept().await.0);
+        }
+        let lingering = conns.remove(0).activity();
+        clients.push(connect(at, [127, 0, 0, 2]).await);
+        conns.push(door.accept().await.0);
+        // Full, and the oldest arrival is the gone one: the newcomer takes a live one's place.
+        clients.push(connect(at, [127, 0, 0, 3]).await);
+        let (newcomer, peer) = tokio::time::timeout(Duration::from_secs(5), door.accept())
+            .await
+            .expect("the newcomer is admitted");
+        assert_eq!(peer.ip(), IpAddr::from([127, 0, 0, 3]));
+        let evicted: Vec<bool> = conns
+            .iter()
+            .map(|c| c.ticket.state.evicted.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(evicted, [true, false, false], "the oldest live one");
+        drop((conns, newcomer, lingering));
+        let open = door
+            .door
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        assert_eq!((open.total, open.evicted, open.by_address.len()), (0, 0, 0));
+    }
+
+    /// Issue 40: after its first request, an HTTP/1 connection could dribble the next request's headers a
+    /// byte at a time, held open by the idle timeout alone. Each request's headers now have the door's
+    /// first-request time: a later request that stalls half-way is cut, while whole requests are served
+    /// on the same kept-alive connection.
+    #[tokio::test]
+    async fn an_http_connection_that_stalls_in_a_later_request_s_headers_is_cut() {
+        let mut limits = limits(10, 10);
+        limits.first_request = Duration::from_millis(500);
+        let (door, at) = guarded(limits).await;
+        let app = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let tasks = tokio_util::task::TaskTracker::new();
+        serve_http(
+            door,
+            app,
+            "test",
+            Duration::from_secs(1),
+            shutdown.clone(),
+            &tasks,
+        );
+
+        let mut client = connect(at, [127, 0, 0, 1]).await;
+        let mut response = Vec::new();
+        for _ in 0..2 {
+            client
+                .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .expect("write");
+            let mut buf = [0_u8; 256];
+            let n = client.read(&mut buf).await.expect("answered");
+            response = buf[..n].to_vec();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let response = String::from_utf8_lossy(&response);
+        assert!(
+            response.starts_with("HTTP/1.1 200") && response.ends_with("hello"),
+            "{response}"
+        );
+        // Half a request's headers, then a byte now and then: well within the idle time, never done.
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("write");
+        let started = Instant::now();
+        let dribbling = async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if client.write_all(b"X").await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), dribbling).await;
+        assert!(
+            closed_within(&mut client, Duration::from_secs(1))
+                .await
+                .is_some(),
+            "cut for stalling in its headers"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        shutdown.cancel();
+        tasks.close();
+        tasks.wait().await;
     }
 }
