@@ -412,6 +412,33 @@ def test_an_image_imported_from_a_root_filesystem_tar_makes_sandboxes(env, templ
         from_file = templates.import_image(f, images("file"), changes=["WORKDIR /srv"])
     assert _inspect(from_file.image, "{{.Config.WorkingDir}}") == "/srv"
 
+    # It belongs to its space (default): a key of another space may not use it until the admin shares it.
+    assert (imported.space_id, imported.shared) == ("default", False), imported
+    from mentis.v1 import key_pb2, key_pb2_grpc, space_pb2
+
+    channel = templates._conn._channel
+    other = _name("images")
+    templates._conn.spaces.CreateSpace(space_pb2.CreateSpaceRequest(space=space_pb2.Space(space_id=other)))
+    try:
+        keys = key_pb2_grpc.KeyServiceStub(channel)
+        secret = keys.CreateApiKey(key_pb2.CreateApiKeyRequest(name="other space", space_ids=[other])).secret
+        with pytest.raises(mentis.PermissionDenied) as not_theirs:
+            Sandbox.create(image=tag, space=other, api_key=secret)
+        assert not_theirs.value.reason == "IMAGE_NOT_ALLOWED", not_theirs.value
+        assert templates.share_image(tag).shared is True
+        with Sandbox.create(image=tag, space=other, api_key=secret) as sb:
+            assert sb.run("echo shared").stdout == "shared\n"
+        unshared = templates.share_image(tag, shared=False)
+        assert (unshared.image_id, unshared.space_id, unshared.shared) == (
+            imported.image_id,
+            "default",
+            False,
+        )
+        with pytest.raises(mentis.PermissionDenied):
+            Sandbox.create(image=tag, space=other, api_key=secret)
+    finally:
+        templates._conn.spaces.DeleteSpace(space_pb2.DeleteSpaceRequest(space_id=other, force=True))
+
     # What is not a root filesystem is refused, and nothing is made of it.
     refused = images("refused")
     with pytest.raises(mentis.MentisError):

@@ -567,11 +567,13 @@ class AsyncTemplates:
         build_args: dict[str, str] | None = None,
         no_cache: bool = False,
         on_output: Callable[[str], None] | None = None,
+        space_id: str | None = None,
+        egress: bool = False,
     ) -> BuiltImage:
         """See `Templates.build_image`. The context is sent whole before the output comes (the runtime builds
         once it has all of it)."""
         chunks = _context_chunks(context)
-        header = _build_header(tag, dockerfile, build_args, no_cache)
+        header = _build_header(tag, dockerfile, build_args, no_cache, space_id, egress)
         loop = asyncio.get_running_loop()
         end = object()
         conn = self._conn
@@ -606,10 +608,11 @@ class AsyncTemplates:
         tag: str,
         *,
         changes: builtins.list[str] | None = None,
+        space_id: str | None = None,
     ) -> BuiltImage:
         """See `Templates.import_image`."""
         chunks, close = _rootfs_chunks(rootfs)
-        header = template_pb2.ImportImageHeader(image=tag, changes=changes or [])
+        header = template_pb2.ImportImageHeader(image=tag, changes=changes or [], space_id=space_id or "")
         try:
             r = await _send(
                 self._conn,
@@ -620,6 +623,12 @@ class AsyncTemplates:
             )
         finally:
             close()
+        return _built(r.image)
+
+    async def share_image(self, tag: str, shared: bool = True) -> BuiltImage:
+        """See `Templates.share_image`."""
+        request = template_pb2.ShareImageRequest(image=tag, shared=shared)
+        r = await self._conn.call(self._conn.templates.ShareImage, request)
         return _built(r.image)
 
     async def close(self) -> None:

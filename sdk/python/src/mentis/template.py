@@ -73,10 +73,14 @@ class Template:
 @dataclass
 class BuiltImage:
     """An image made on the runtime's engine, ready for a template or `Sandbox.create(image=...)` to name:
-    `image` its name, `image_id` the engine's id of it (`sha256:...`)."""
+    `image` its name, `image_id` the engine's id of it (`sha256:...`), `space_id` the space it belongs to
+    (only that space's keys may use it, docs/SECURITY.md), `shared` whether the admin shared it with every
+    space."""
 
     image: str
     image_id: str
+    space_id: str = ""
+    shared: bool = False
 
 
 def _template(t: template_pb2.Template) -> Template:
@@ -100,7 +104,7 @@ def _template(t: template_pb2.Template) -> Template:
 
 
 def _built(b: template_pb2.BuiltImage) -> BuiltImage:
-    return BuiltImage(image=b.image, image_id=b.image_id)
+    return BuiltImage(image=b.image, image_id=b.image_id, space_id=b.space_id, shared=b.shared)
 
 
 def _message(name: str, space_id: str | None, fields: dict[str, Any]) -> template_pb2.Template:
@@ -163,10 +167,20 @@ def _update_request(
 
 
 def _build_header(
-    tag: str, dockerfile: str, build_args: dict[str, str] | None, no_cache: bool
+    tag: str,
+    dockerfile: str,
+    build_args: dict[str, str] | None,
+    no_cache: bool,
+    space_id: str | None,
+    egress: bool,
 ) -> template_pb2.BuildImageHeader:
     return template_pb2.BuildImageHeader(
-        image=tag, dockerfile=dockerfile, build_args=build_args or {}, no_cache=no_cache
+        image=tag,
+        dockerfile=dockerfile,
+        build_args=build_args or {},
+        no_cache=no_cache,
+        space_id=space_id or "",
+        egress=egress,
     )
 
 
@@ -309,15 +323,19 @@ class Templates:
         build_args: dict[str, str] | None = None,
         no_cache: bool = False,
         on_output: Callable[[str], None] | None = None,
+        space_id: str | None = None,
+        egress: bool = False,
     ) -> BuiltImage:
         """Builds image `tag` (for example `"team/tools:1"`) on the runtime's engine from the folder
         `context`, sent as a tar archive as it is read (every file of it: a `.dockerignore` is not applied),
         with the Dockerfile at `dockerfile` in it; `build_args` are ARG values. The engine's output is passed
         to `on_output` as it comes. Every FROM must name an image the engine has (there is no registry to
         pull from): FailedPrecondition before the build otherwise, and for a step that fails, after its
-        output. Admin keys only (PermissionDenied)."""
+        output. The image belongs to `space_id` (None: `default`): that space's keys may use it, others
+        not until `share_image`. RUN steps have no network unless `egress` (and the runtime allows it,
+        MENTIS_BUILD_EGRESS=allow; FailedPrecondition otherwise). Admin keys only (PermissionDenied)."""
         chunks = _context_chunks(context)
-        header = _build_header(tag, dockerfile, build_args, no_cache)
+        header = _build_header(tag, dockerfile, build_args, no_cache, space_id, egress)
         local: builtins.list[BaseException] = []
         ready = threading.Event()
         calls: builtins.list[Any] = []
@@ -353,13 +371,15 @@ class Templates:
         tag: str,
         *,
         changes: builtins.list[str] | None = None,
+        space_id: str | None = None,
     ) -> BuiltImage:
         """Makes image `tag` on the runtime's engine from a root filesystem as a tar archive (plain or gzip),
         as `docker import` does: `rootfs` is the archive's path, its bytes, or a binary file open for reading.
         `changes` are Dockerfile instructions applied to it (`"ENV PATH=/usr/bin:/bin"`, `"WORKDIR /srv"`;
-        CMD, ENTRYPOINT, ENV, EXPOSE, LABEL, ONBUILD, USER, VOLUME, WORKDIR). Admin keys only."""
+        CMD, ENTRYPOINT, ENV, EXPOSE, LABEL, ONBUILD, USER, VOLUME, WORKDIR). The image belongs to
+        `space_id` (None: `default`), as with `build_image`. Admin keys only."""
         chunks, close = _rootfs_chunks(rootfs)
-        header = template_pb2.ImportImageHeader(image=tag, changes=changes or [])
+        header = template_pb2.ImportImageHeader(image=tag, changes=changes or [], space_id=space_id or "")
         try:
             r = _send(
                 self._conn.templates.ImportImage,
@@ -369,6 +389,13 @@ class Templates:
             )
         finally:
             close()
+        return _built(r.image)
+
+    def share_image(self, tag: str, shared: bool = True) -> BuiltImage:
+        """Lets every space's keys use image `tag` (one built or imported for a space), or, with
+        `shared=False`, only its own space's again. NotFound for an image the runtime has no record of.
+        Admin keys only."""
+        r = self._call("ShareImage", template_pb2.ShareImageRequest(image=tag, shared=shared))
         return _built(r.image)
 
     def close(self) -> None:
