@@ -29,6 +29,7 @@ ALLOWED = {
     "mentis-telemetry": set(),
     "mentis-core": {"mentis-model"},
     "mentis-backend-docker": {"mentis-core", "mentis-telemetry"},
+    "mentis-backend-kubernetes": {"mentis-core", "mentis-telemetry"},
     "mentis-store": {"mentis-core"},
     "mentis-app": {
         "mentis-proto",

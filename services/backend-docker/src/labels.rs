@@ -5,15 +5,12 @@ use std::collections::HashMap;
 
 use mentis_core::{SandboxId, SpaceId};
 
-pub const LABEL_MANAGED: &str = "io.mentis.managed";
-pub const LABEL_SANDBOX_ID: &str = "io.mentis.sandbox-id";
-pub const LABEL_SPACE_ID: &str = "io.mentis.space-id";
-pub const LABEL_INSTANCE: &str = "io.mentis.instance";
+pub use mentis_core::layout::{
+    LABEL_INSTANCE, LABEL_MANAGED, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_SPACE_ID,
+};
 /// On a bounded workspace volume: the absolute path of its disk image (so that tools removing volumes by
 /// hand can detach and remove the image too: `deploy/clean-sandboxes.sh`).
 pub const LABEL_DISK_IMAGE: &str = "io.mentis.disk-image";
-/// On containers created for a warm pool: which sandbox they became is in the store, not in labels.
-pub const LABEL_POOL: &str = "io.mentis.pool";
 
 /// Labels of a sandbox's container and volume.
 pub(crate) fn for_sandbox(
@@ -21,20 +18,9 @@ pub(crate) fn for_sandbox(
     id: SandboxId,
     space: Option<&SpaceId>,
 ) -> HashMap<String, String> {
-    let mut labels = HashMap::from([
-        (LABEL_MANAGED.to_owned(), "true".to_owned()),
-        (LABEL_SANDBOX_ID.to_owned(), id.to_string()),
-        // Empty for a pool member: the space it is claimed for is recorded in the store.
-        (
-            LABEL_SPACE_ID.to_owned(),
-            space.map(ToString::to_string).unwrap_or_default(),
-        ),
-        (LABEL_INSTANCE.to_owned(), instance.to_owned()),
-    ]);
-    if space.is_none() {
-        labels.insert(LABEL_POOL.to_owned(), "true".to_owned());
-    }
-    labels
+    mentis_core::layout::labels_of(instance, id, space)
+        .into_iter()
+        .collect()
 }
 
 /// Docker list filter selecting the objects of one control-plane instance.

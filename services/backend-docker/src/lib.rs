@@ -52,12 +52,7 @@ fn docker_limits(limits: Limits) -> (i64, i64) {
     (limits.memory_mb.saturating_mul(1024 * 1024), nano_cpus)
 }
 
-/// Port the executor listens on inside every container.
-pub const EXECUTOR_PORT: u16 = 50052;
-/// Env var through which the executor receives its token (it removes it from its own environment).
-pub const TOKEN_ENV: &str = "MENTIS_EXECUTOR_TOKEN";
-/// Env var naming the sandbox user (`uid:gid`) to the executor (its identity module).
-pub const SANDBOX_USER_ENV: &str = "MENTIS_SANDBOX_USER";
+pub use mentis_core::layout::{EXECUTOR_PORT, SANDBOX_USER_ENV, TOKEN_ENV};
 
 /// Docker implementation of [`SandboxBackend`].
 pub struct DockerBackend {

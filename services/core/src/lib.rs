@@ -11,6 +11,7 @@ pub mod files;
 pub mod ids;
 pub mod image;
 pub mod kernel;
+pub mod layout;
 pub mod lifecycle;
 pub mod limits;
 pub mod observation;
