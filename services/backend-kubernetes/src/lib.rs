@@ -1,11 +1,14 @@
 //! The Kubernetes backend (docs/ARCHITECTURE.md, "Kubernetes backend", issue 35; under construction): a
-//! sandbox is a pod in the sandbox namespace. This first part makes the objects the backend sends, as plain
-//! values whose shape is tested without a cluster: the pod, its token's Secret and workspace claim
-//! ([`pod`]), and the instance's NetworkPolicies ([`policy`]); and it reads where a pod stands as a watch
-//! reports it ([`status`]: ready with its address, on its way, stuck, or failed with the cause a client
-//! sees). The client (`kube`) and the `SandboxBackend` come next.
+//! sandbox is a pod in the sandbox namespace. The objects it sends are made as plain values whose shape is
+//! tested without a cluster: the pod, its token's Secret and workspace claim ([`pod`]), and the instance's
+//! NetworkPolicies ([`policy`]). [`status`] reads where a pod stands as a watch reports it (ready with its
+//! address, on its way, stuck, or failed with the cause a client sees); [`cluster`] makes a sandbox's
+//! objects with the API's client (`kube`), follows its pod with a watch until it is ready or cannot be,
+//! and removes them ([`error`] maps the API's errors). The `SandboxBackend` over it comes next.
 
+pub mod cluster;
 pub mod config;
+pub mod error;
 pub mod pod;
 pub mod policy;
 pub mod status;

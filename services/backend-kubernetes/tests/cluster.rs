@@ -1,0 +1,340 @@
+//! The backend's conversation with the Kubernetes API, scripted (the logic layer of issue 35's tests): a
+//! kube client over a mock service (tower-test) that checks each request and answers as the API would:
+//! created objects, a watch's events (newline-delimited JSON), refusals.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http::{Method, Request, Response};
+use kube::client::Body;
+use mentis_backend_kubernetes::cluster::Cluster;
+use mentis_backend_kubernetes::{KubernetesConfig, Workspace};
+use mentis_core::{BackendSpec, Limits, Reason, SandboxId, SpaceId};
+use serde_json::{Value, json};
+use tower_test::mock::{Handle, SendResponse};
+
+type ApiHandle = Handle<Request<Body>, Response<Body>>;
+
+fn config() -> KubernetesConfig {
+    KubernetesConfig {
+        namespace: "sandboxes".to_owned(),
+        instance: "i1".to_owned(),
+        executor_image: "mentis/executor:latest".to_owned(),
+        sandbox_user: "1000:1000".to_owned(),
+        executor_env: Vec::new(),
+        workspace: Workspace::EmptyDir,
+        runtime_class: None,
+        image_pull_policy: None,
+        executor_port: 50052,
+        runtime_pod_labels: BTreeMap::new(),
+        runtime_namespace: "mentis".to_owned(),
+        internal_cidrs: Vec::new(),
+    }
+}
+
+fn spec() -> BackendSpec {
+    BackendSpec {
+        id: SandboxId::new(),
+        space_id: Some(SpaceId::parse_or_default("").expect("the default space")),
+        image: "team/tools:1".to_owned(),
+        limits: Limits {
+            cpu: 1.0,
+            memory_mb: 512,
+            pids: 256,
+            nofile: 1024,
+            disk_mb: 1024,
+        },
+        token: "secret-token".to_owned(),
+        data_mounts: Vec::new(),
+        executor_env: Vec::new(),
+        egress: false,
+        read_only_rootfs: true,
+    }
+}
+
+fn cluster() -> (Cluster, ApiHandle) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "sandboxes");
+    (Cluster::new(client, config()), handle)
+}
+
+fn respond(send: SendResponse<Response<Body>>, status: u16, body: &Value) {
+    send.send_response(
+        Response::builder()
+            .status(status)
+            .body(Body::from(serde_json::to_vec(body).expect("json")))
+            .expect("a response"),
+    );
+}
+
+/// The next request, checked for its method and path; its JSON body (Null when none) and the answer's
+/// sender.
+async fn expect(
+    handle: &mut ApiHandle,
+    method: Method,
+    path: &str,
+) -> (String, Value, SendResponse<Response<Body>>) {
+    let (request, send) = handle.next_request().await.expect("a request");
+    assert_eq!(request.method(), method, "{}", request.uri());
+    assert_eq!(request.uri().path(), path, "{}", request.uri());
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let bytes = request.into_body().collect_bytes().await.expect("the body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).expect("a JSON body")
+    };
+    (query, body, send)
+}
+
+fn with_version(mut object: Value, version: &str) -> Value {
+    object["metadata"]["resourceVersion"] = json!(version);
+    object
+}
+
+fn pod_with(pod: &Value, version: &str, status: Value) -> Value {
+    let mut pod = with_version(pod.clone(), version);
+    pod["status"] = status;
+    pod
+}
+
+fn events(events: &[(&str, Value)]) -> Body {
+    let mut lines = Vec::new();
+    for (kind, object) in events {
+        lines.extend(serde_json::to_vec(&json!({"type": kind, "object": object})).expect("json"));
+        lines.push(b'\n');
+    }
+    Body::from(lines)
+}
+
+/// Answers the Secret's and the pod's creation; the pod as created.
+async fn created(handle: &mut ApiHandle) -> Value {
+    let (_, secret, send) =
+        expect(handle, Method::POST, "/api/v1/namespaces/sandboxes/secrets").await;
+    assert_eq!(secret["stringData"]["token"], "secret-token");
+    respond(send, 201, &with_version(secret, "1"));
+    let (_, pod, send) = expect(handle, Method::POST, "/api/v1/namespaces/sandboxes/pods").await;
+    assert!(
+        !pod.to_string().contains("secret-token"),
+        "the token in the pod: {pod}"
+    );
+    let pod = with_version(pod, "2");
+    respond(send, 201, &pod);
+    pod
+}
+
+#[tokio::test]
+async fn a_created_pod_is_followed_by_a_watch_until_the_executor_can_be_reached() {
+    let (cluster, mut handle) = cluster();
+    let spec = spec();
+    let id = spec.id;
+    let api = tokio::spawn(async move {
+        let pod = created(&mut handle).await;
+        let (query, _, send) = expect(
+            &mut handle,
+            Method::GET,
+            "/api/v1/namespaces/sandboxes/pods",
+        )
+        .await;
+        assert!(
+            query.contains("watch=true") && query.contains("resourceVersion=2"),
+            "{query}"
+        );
+        assert!(
+            query.contains(&format!("metadata.name%3Dmentis-sb-{id}")),
+            "{query}"
+        );
+        let pending = pod_with(
+            &pod,
+            "3",
+            json!({"phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True"}]}),
+        );
+        let running = pod_with(
+            &pod,
+            "4",
+            json!({"phase": "Running", "podIP": "10.1.2.3",
+            "containerStatuses": [{"name": "sandbox", "image": "team/tools:1", "imageID": "", "ready": true,
+                "restartCount": 0, "state": {"running": {}}}]}),
+        );
+        send.send_response(
+            Response::builder()
+                .body(events(&[("ADDED", pending), ("MODIFIED", running)]))
+                .expect("a response"),
+        );
+    });
+    let pod = cluster.create(&spec).await.expect("created");
+    let version = pod.metadata.resource_version.clone().unwrap_or_default();
+    let endpoint = cluster
+        .wait_ready(
+            id,
+            &version,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("ready");
+    assert_eq!(endpoint.uri, "http://10.1.2.3:50052");
+    api.await.expect("the API's side");
+}
+
+#[tokio::test]
+async fn an_image_the_cluster_cannot_pull_fails_the_create_with_its_cause() {
+    let (cluster, mut handle) = cluster();
+    let spec = spec();
+    let id = spec.id;
+    let api = tokio::spawn(async move {
+        let pod = created(&mut handle).await;
+        let (_, _, send) = expect(
+            &mut handle,
+            Method::GET,
+            "/api/v1/namespaces/sandboxes/pods",
+        )
+        .await;
+        let pulling = pod_with(
+            &pod,
+            "3",
+            json!({"phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": "sandbox", "image": "team/tools:1", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"waiting": {"reason": "ErrImagePull",
+                "message": "pull access denied for team/tools"}}}]}),
+        );
+        send.send_response(
+            Response::builder()
+                .body(events(&[("MODIFIED", pulling)]))
+                .expect("a response"),
+        );
+    });
+    let pod = cluster.create(&spec).await.expect("created");
+    let version = pod.metadata.resource_version.clone().unwrap_or_default();
+    let e = cluster
+        .wait_ready(
+            id,
+            &version,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect_err("it cannot run");
+    assert_eq!(e.reason(), Reason::ImageMissing);
+    assert!(e.to_string().contains("pull access denied"), "{e}");
+    api.await.expect("the API's side");
+}
+
+#[tokio::test]
+async fn a_forbidden_create_says_what_the_role_lacks_and_removes_what_it_made() {
+    let (cluster, mut handle) = cluster();
+    let spec = spec();
+    let id = spec.id;
+    let api = tokio::spawn(async move {
+        let (_, secret, send) = expect(
+            &mut handle,
+            Method::POST,
+            "/api/v1/namespaces/sandboxes/secrets",
+        )
+        .await;
+        respond(send, 201, &with_version(secret, "1"));
+        let (_, _, send) = expect(
+            &mut handle,
+            Method::POST,
+            "/api/v1/namespaces/sandboxes/pods",
+        )
+        .await;
+        respond(
+            send,
+            403,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+            "reason": "Forbidden",
+            "message": "pods is forbidden: User \"system:serviceaccount:mentis:mentis\" cannot create resource \"pods\""}),
+        );
+        // What it made is removed (the pod was never made: 404 is fine).
+        let (_, _, send) = expect(
+            &mut handle,
+            Method::DELETE,
+            &format!("/api/v1/namespaces/sandboxes/pods/mentis-sb-{id}"),
+        )
+        .await;
+        respond(
+            send,
+            404,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound"}),
+        );
+        let (_, _, send) = expect(
+            &mut handle,
+            Method::DELETE,
+            &format!("/api/v1/namespaces/sandboxes/secrets/mentis-sb-{id}-token"),
+        )
+        .await;
+        respond(
+            send,
+            200,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}),
+        );
+    });
+    let e = cluster.create(&spec).await.expect_err("forbidden");
+    assert_eq!(e.reason(), Reason::FailedPrecondition);
+    let text = e.to_string();
+    assert!(
+        text.contains("forbids the runtime to create the sandbox's pod") && text.contains("Role"),
+        "{text}"
+    );
+    api.await.expect("the API's side");
+}
+
+#[tokio::test]
+async fn a_pod_no_node_takes_fails_after_its_stuck_time_with_the_scheduler_s_words() {
+    let (cluster, mut handle) = cluster();
+    let spec = spec();
+    let id = spec.id;
+    let api = tokio::spawn(async move {
+        let pod = created(&mut handle).await;
+        let (_, _, send) = expect(
+            &mut handle,
+            Method::GET,
+            "/api/v1/namespaces/sandboxes/pods",
+        )
+        .await;
+        let unschedulable = pod_with(
+            &pod,
+            "3",
+            json!({"phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient memory."}]}),
+        );
+        send.send_response(
+            Response::builder()
+                .body(events(&[("MODIFIED", unschedulable)]))
+                .expect("a response"),
+        );
+        // The watch ended: it is watched again from where it was, and nothing more comes.
+        let (query, _, send) = expect(
+            &mut handle,
+            Method::GET,
+            "/api/v1/namespaces/sandboxes/pods",
+        )
+        .await;
+        assert!(query.contains("resourceVersion=3"), "{query}");
+        (handle, send)
+    });
+    let pod = cluster.create(&spec).await.expect("created");
+    let version = pod.metadata.resource_version.clone().unwrap_or_default();
+    let started = std::time::Instant::now();
+    let e = cluster
+        .wait_ready(
+            id,
+            &version,
+            Duration::from_secs(30),
+            Duration::from_millis(300),
+        )
+        .await
+        .expect_err("stuck");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(e.reason(), Reason::ResourceExhausted);
+    assert!(e.to_string().contains("3 Insufficient memory"), "{e}");
+    drop(api.await.expect("the API's side"));
+}
