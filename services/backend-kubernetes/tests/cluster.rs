@@ -1,6 +1,7 @@
 //! The backend's conversation with the Kubernetes API, scripted (the logic layer of issue 35's tests): a
 //! kube client over a mock service (tower-test) that checks each request and answers as the API would:
-//! created objects, a watch's events (newline-delimited JSON), refusals.
+//! created objects, a watch's events (newline-delimited JSON), lists, refusals. `Cluster` (a sandbox's
+//! objects and its pod followed) and `KubernetesBackend` (prepare, list, reach, ping).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,8 +9,8 @@ use std::time::Duration;
 use http::{Method, Request, Response};
 use kube::client::Body;
 use mentis_backend_kubernetes::cluster::Cluster;
-use mentis_backend_kubernetes::{KubernetesConfig, Workspace};
-use mentis_core::{BackendSpec, Limits, Reason, SandboxId, SpaceId};
+use mentis_backend_kubernetes::{KubernetesBackend, KubernetesConfig, Waits, Workspace};
+use mentis_core::{BackendSpec, BackendState, Limits, Reason, SandboxBackend, SandboxId, SpaceId};
 use serde_json::{Value, json};
 use tower_test::mock::{Handle, SendResponse};
 
@@ -337,4 +338,118 @@ async fn a_pod_no_node_takes_fails_after_its_stuck_time_with_the_scheduler_s_wor
     assert_eq!(e.reason(), Reason::ResourceExhausted);
     assert!(e.to_string().contains("3 Insufficient memory"), "{e}");
     drop(api.await.expect("the API's side"));
+}
+
+fn backend(handle_config: KubernetesConfig) -> (KubernetesBackend, ApiHandle) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "sandboxes");
+    let waits = Waits {
+        start: Duration::from_secs(10),
+        stuck: Duration::from_secs(5),
+    };
+    (KubernetesBackend::new(client, handle_config, waits), handle)
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
+        "message": message})
+}
+
+#[tokio::test]
+async fn prepare_applies_the_network_policies_and_a_missing_grant_stops_the_start() {
+    let (backend, mut handle) = backend(config());
+    let api = tokio::spawn(async move {
+        for name in ["ingress", "no-egress", "egress"] {
+            let path = format!(
+                "/apis/networking.k8s.io/v1/namespaces/sandboxes/networkpolicies/mentis-i1-{name}"
+            );
+            let (query, policy, send) = expect(&mut handle, Method::PATCH, &path).await;
+            assert!(
+                query.contains("fieldManager=mentis-runtime") && query.contains("force=true"),
+                "{query}"
+            );
+            assert_eq!(policy["kind"], "NetworkPolicy");
+            respond(send, 200, &policy);
+        }
+        let (query, _, send) = expect(
+            &mut handle,
+            Method::GET,
+            "/api/v1/namespaces/sandboxes/pods",
+        )
+        .await;
+        assert!(
+            query.contains("labelSelector=io.mentis.managed%3Dtrue%2Cio.mentis.instance%3Di1"),
+            "{query}"
+        );
+        respond(
+            send,
+            403,
+            &status(
+                403,
+                "Forbidden",
+                "pods is forbidden: cannot list resource \"pods\"",
+            ),
+        );
+    });
+    let e = backend.prepare().await.expect_err("no grant to list pods");
+    assert_eq!(e.reason(), Reason::FailedPrecondition);
+    assert!(
+        e.to_string()
+            .contains("forbids the runtime to list the sandboxes' pods"),
+        "{e}"
+    );
+    api.await.expect("the API's side");
+}
+
+#[tokio::test]
+async fn list_tells_the_instance_s_pods_apart_and_a_pod_gone_is_container_gone() {
+    let (backend, mut handle) = backend(config());
+    let (running, failed) = (SandboxId::new(), SandboxId::new());
+    let api = tokio::spawn(async move {
+        let pod = |id: SandboxId, status: Value| {
+            json!({"metadata": {"name": format!("mentis-sb-{id}"), "namespace": "sandboxes",
+                "labels": {"io.mentis.sandbox-id": id.to_string(), "io.mentis.instance": "i1"}},
+                "spec": {"containers": [{"name": "sandbox", "image": "team/tools:1"}]}, "status": status})
+        };
+        let (_, _, send) = expect(
+            &mut handle,
+            Method::GET,
+            "/api/v1/namespaces/sandboxes/pods",
+        )
+        .await;
+        respond(
+            send,
+            200,
+            &json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "9"},
+            "items": [
+                pod(running, json!({"phase": "Running", "podIP": "10.0.0.9",
+                    "containerStatuses": [{"name": "sandbox", "image": "team/tools:1", "imageID": "",
+                        "ready": true, "restartCount": 0, "state": {"running": {}}}]})),
+                pod(failed, json!({"phase": "Failed", "reason": "Evicted", "message": "low on memory"})),
+            ]}),
+        );
+        let path = format!("/api/v1/namespaces/sandboxes/pods/mentis-sb-{failed}");
+        let (_, _, send) = expect(&mut handle, Method::GET, &path).await;
+        respond(send, 404, &status(404, "NotFound", "pods not found"));
+        let (_, _, send) = expect(&mut handle, Method::GET, "/version").await;
+        respond(
+            send,
+            200,
+            &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0", "gitCommit": "",
+            "gitTreeState": "", "buildDate": "", "goVersion": "", "compiler": "", "platform": ""}),
+        );
+    });
+    let mut listed = backend.list().await.expect("listed");
+    listed.sort_by_key(|s| s.state != BackendState::Running);
+    assert_eq!(
+        listed.iter().map(|s| (s.id, s.state)).collect::<Vec<_>>(),
+        [
+            (running, BackendState::Running),
+            (failed, BackendState::Missing)
+        ]
+    );
+    let e = backend.ensure_running(failed).await.expect_err("gone");
+    assert_eq!(e.reason(), Reason::ContainerGone);
+    backend.ping().await.expect("the API answers");
+    api.await.expect("the API's side");
 }

@@ -1,0 +1,226 @@
+//! [`KubernetesBackend`], the `SandboxBackend` of a cluster (under construction, issue 35): create, delete,
+//! reach, list and ping are built; restart, pause and resume, and changing a running pod's limits, are
+//! refused with FAILED_PRECONDITION saying so until they are.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use mentis_core::layout::{LABEL_INSTANCE, LABEL_MANAGED};
+use mentis_core::{
+    BackendSandbox, BackendSpec, BackendState, Endpoint, Error, Limits, Reason, Resource, Result,
+    SandboxBackend, SandboxId,
+};
+
+use crate::cluster::Cluster;
+use crate::config::KubernetesConfig;
+use crate::error::{is_not_found, to_core};
+use crate::pod::pod_name;
+use crate::status::{Progress, endpoint_uri, progress};
+
+/// The field manager of what the runtime applies.
+const FIELD_MANAGER: &str = "mentis-runtime";
+
+/// How long a pod may take to become ready, and to find a node.
+#[derive(Debug, Clone, Copy)]
+pub struct Waits {
+    /// From its creation to a running executor (images pulled, executor copied in).
+    pub start: Duration,
+    /// Unschedulable for this long: the create fails with the scheduler's words.
+    pub stuck: Duration,
+}
+
+/// Sandboxes as pods of one namespace.
+#[derive(Clone)]
+pub struct KubernetesBackend {
+    client: kube::Client,
+    config: KubernetesConfig,
+    cluster: Cluster,
+    pods: Api<Pod>,
+    policies: Api<NetworkPolicy>,
+    waits: Waits,
+}
+
+impl std::fmt::Debug for KubernetesBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubernetesBackend")
+            .field("namespace", &self.config.namespace)
+            .field("instance", &self.config.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubernetesBackend {
+    pub fn new(client: kube::Client, config: KubernetesConfig, waits: Waits) -> Self {
+        let ns = config.namespace.as_str();
+        Self {
+            pods: Api::namespaced(client.clone(), ns),
+            policies: Api::namespaced(client.clone(), ns),
+            cluster: Cluster::new(client.clone(), config.clone()),
+            client,
+            config,
+            waits,
+        }
+    }
+
+    /// A backend on the cluster the runtime runs in (its service account), or else `KUBECONFIG`'s.
+    pub async fn connect(config: KubernetesConfig, waits: Waits) -> Result<Self> {
+        let client = kube::Client::try_default().await.map_err(|e| {
+            Error::new(
+                Reason::EngineUnavailable,
+                format!(
+                    "no Kubernetes cluster to reach: neither the in-cluster service account nor KUBECONFIG \
+                     gave a usable configuration: {e}"
+                ),
+            )
+        })?;
+        Ok(Self::new(client, config, waits))
+    }
+
+    fn instance_selector(&self) -> String {
+        format!(
+            "{LABEL_MANAGED}=true,{LABEL_INSTANCE}={}",
+            self.config.instance
+        )
+    }
+
+    fn not_yet(&self, what: &str) -> Error {
+        Error::new(
+            Reason::FailedPrecondition,
+            format!("{what} is not built yet on the Kubernetes backend (issue 35)"),
+        )
+    }
+}
+
+fn gone(id: SandboxId) -> Error {
+    Error::new(
+        Reason::ContainerGone,
+        format!("the pod of sandbox {id} is gone"),
+    )
+    .about(Resource::sandbox(id))
+}
+
+#[async_trait::async_trait]
+impl SandboxBackend for KubernetesBackend {
+    async fn prepare(&self) -> Result<()> {
+        for policy in crate::policy::policies(&self.config) {
+            let name = policy.metadata.name.clone().unwrap_or_default();
+            self.policies
+                .patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&policy),
+                )
+                .await
+                .map_err(|e| to_core("apply the sandboxes' NetworkPolicies", e))?;
+        }
+        // What every create needs, asked once here so that a missing grant stops the start.
+        self.pods
+            .list(
+                &ListParams::default()
+                    .labels(&self.instance_selector())
+                    .limit(1),
+            )
+            .await
+            .map_err(|e| to_core("list the sandboxes' pods", e))?;
+        Ok(())
+    }
+
+    async fn create(&self, spec: &BackendSpec) -> Result<Endpoint> {
+        let pod = self.cluster.create(spec).await?;
+        let version = pod.metadata.resource_version.clone().unwrap_or_default();
+        match self
+            .cluster
+            .wait_ready(spec.id, &version, self.waits.start, self.waits.stuck)
+            .await
+        {
+            Ok(endpoint) => Ok(endpoint),
+            Err(e) => {
+                if let Err(left) = self.cluster.remove(spec.id).await {
+                    tracing::warn!(sandbox_id = %spec.id, error = %left.chain(), "could not remove a failed create's objects");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn delete(&self, id: SandboxId) -> Result<()> {
+        self.cluster.remove(id).await
+    }
+
+    async fn ensure_running(&self, id: SandboxId) -> Result<Endpoint> {
+        let pod = match self.pods.get(&pod_name(id)).await {
+            Ok(pod) => pod,
+            Err(e) if is_not_found(&e) => return Err(gone(id)),
+            Err(e) => return Err(to_core("read the sandbox's pod", e)),
+        };
+        match progress(&pod) {
+            Progress::Ready { ip } => Ok(Endpoint {
+                uri: endpoint_uri(&ip, self.config.executor_port),
+            }),
+            Progress::Failed(e) => Err(e.about(Resource::sandbox(id))),
+            Progress::Waiting(_) | Progress::Stuck(_) => {
+                let version = pod.metadata.resource_version.clone().unwrap_or_default();
+                self.cluster
+                    .wait_ready(id, &version, self.waits.start, self.waits.stuck)
+                    .await
+            }
+        }
+    }
+
+    async fn restart(&self, _id: SandboxId) -> Result<Endpoint> {
+        Err(self.not_yet("restarting a sandbox's pod"))
+    }
+
+    async fn update_limits(&self, _id: SandboxId, _limits: Limits) -> Result<()> {
+        Err(self.not_yet("changing a running pod's limits (pods/resize)"))
+    }
+
+    fn updates_limits(&self) -> bool {
+        false
+    }
+
+    async fn pause(&self, _id: SandboxId) -> Result<()> {
+        Err(self.not_yet("pausing a sandbox (by snapshot)"))
+    }
+
+    async fn resume(&self, _id: SandboxId) -> Result<()> {
+        Err(self.not_yet("resuming a sandbox (by snapshot)"))
+    }
+
+    async fn list(&self) -> Result<Vec<BackendSandbox>> {
+        let pods = self
+            .pods
+            .list(&ListParams::default().labels(&self.instance_selector()))
+            .await
+            .map_err(|e| to_core("list the sandboxes' pods", e))?;
+        Ok(pods
+            .items
+            .iter()
+            .filter_map(|pod| {
+                let id = pod
+                    .metadata
+                    .labels
+                    .as_ref()?
+                    .get(mentis_core::layout::LABEL_SANDBOX_ID)
+                    .and_then(|s| SandboxId::parse(s).ok())?;
+                // A pod runs, or will; one that failed or is going has nothing left (an emptyDir goes with
+                // it).
+                let state = match progress(pod) {
+                    Progress::Failed(_) => BackendState::Missing,
+                    _ => BackendState::Running,
+                };
+                Some(BackendSandbox { id, state })
+            })
+            .collect())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.client
+            .apiserver_version()
+            .await
+            .map(drop)
+            .map_err(|e| to_core("ask the API server its version", e))
+    }
+}
