@@ -135,8 +135,8 @@ async fn a_backgrounded_fork_bomb_is_reclaimed_and_the_next_command_runs() -> an
     h.stop().await
 }
 
-/// A bomb that left its command's process group (setsid), or that a cell started (in the kernel's group),
-/// is not among what ended actions left: the executor then kills every other process of the sandbox but
+/// A bomb (the filler: forks for ever) that left its command's process group (setsid), or that a cell
+/// started (in the kernel's group), is not among what ended actions left: the executor then kills every other process of the sandbox but
 /// the kernel, whose state survives.
 #[tokio::test]
 async fn a_bomb_outside_ended_groups_is_reclaimed_and_the_kernel_is_spared() -> anyhow::Result<()> {
@@ -152,12 +152,16 @@ async fn a_bomb_outside_ended_groups_is_reclaimed_and_the_kernel_is_spared() -> 
         ipython_result(&h.py(&id, "x = 41").await?)?.status,
         api::IpythonStatus::Ok as i32
     );
-    let from_a_cell = "import subprocess\nsubprocess.Popen(['bash', '-c', ':(){ :|:& };:'], \
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)";
+    // The filler rather than the classic bomb: at a limit this low bash's bomb may die out by itself within
+    // the two seconds (CI once saw the second case need no reclaim at all), the filler keeps it full.
+    let from_a_cell = format!(
+        "import subprocess\nsubprocess.Popen(['bash', '-c', {FILLER:?}], \
+         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"
+    );
     for how in ["setsid", "a cell"] {
         let start = match how {
-            "setsid" => h.sh(&id, &format!("setsid {BOMB}")).await?,
-            _ => h.py(&id, from_a_cell).await?,
+            "setsid" => h.sh(&id, &format!("setsid {FILLER}")).await?,
+            _ => h.py(&id, &from_a_cell).await?,
         };
         assert_eq!(terminals(&start).len(), 1, "{how}: {start:?}");
         tokio::time::sleep(Duration::from_secs(2)).await;
