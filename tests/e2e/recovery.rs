@@ -153,7 +153,7 @@ async fn a_bomb_outside_ended_groups_is_reclaimed_and_the_kernel_is_spared() -> 
         api::IpythonStatus::Ok as i32
     );
     // The filler rather than the classic bomb: at a limit this low bash's bomb may die out by itself within
-    // the two seconds (CI once saw the second case need no reclaim at all), the filler keeps it full.
+    // the two seconds (a local run once saw the second case need no reclaim at all), the filler keeps it full.
     let from_a_cell = format!(
         "import subprocess\nsubprocess.Popen(['bash', '-c', {FILLER:?}], \
          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"
