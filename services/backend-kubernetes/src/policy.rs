@@ -107,35 +107,25 @@ pub fn policies(config: &KubernetesConfig) -> Vec<NetworkPolicy> {
             ..Default::default()
         },
     );
-    let block = |cidr: &str, denied: &[&str]| NetworkPolicyPeer {
+    let block = |cidr: &str, except: Vec<String>| NetworkPolicyPeer {
         ip_block: Some(IPBlock {
             cidr: cidr.to_owned(),
-            except: Some(denied.iter().map(|c| (*c).to_owned()).collect()),
+            except: Some(except),
         }),
         ..Default::default()
     };
-    let denied_v4: Vec<&str> = ALWAYS_DENIED_V4
-        .iter()
-        .copied()
-        .chain(
-            config
-                .internal_cidrs
-                .iter()
-                .map(String::as_str)
-                .filter(|c| !c.contains(':')),
-        )
-        .collect();
-    let denied_v6: Vec<&str> = ALWAYS_DENIED_V6
-        .iter()
-        .copied()
-        .chain(
-            config
-                .internal_cidrs
-                .iter()
-                .map(String::as_str)
-                .filter(|c| c.contains(':')),
-        )
-        .collect();
+    // The ranges an address family never reaches: the fixed ones and the cluster's own of that family.
+    let denied = |always: &[&str], v6: bool| -> Vec<String> {
+        let internal = config
+            .internal_cidrs
+            .iter()
+            .filter(|c| c.contains(':') == v6);
+        always
+            .iter()
+            .map(|c| (*c).to_owned())
+            .chain(internal.cloned())
+            .collect()
+    };
     let egress = policy(
         config,
         "egress",
@@ -144,8 +134,8 @@ pub fn policies(config: &KubernetesConfig) -> Vec<NetworkPolicy> {
             policy_types: Some(vec!["Egress".to_owned()]),
             egress: Some(vec![NetworkPolicyEgressRule {
                 to: Some(vec![
-                    block("0.0.0.0/0", &denied_v4),
-                    block("::/0", &denied_v6),
+                    block("0.0.0.0/0", denied(ALWAYS_DENIED_V4, false)),
+                    block("::/0", denied(ALWAYS_DENIED_V6, true)),
                 ]),
                 ..Default::default()
             }]),

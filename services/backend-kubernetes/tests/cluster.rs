@@ -124,19 +124,54 @@ async fn created(handle: &mut ApiHandle) -> Value {
     pod
 }
 
+/// The API's side of a create that is then followed: the Secret and the pod made, then one watch answered
+/// with the pod in each of `statuses` in turn (ADDED, then MODIFIED). The watch's query, and the handle for
+/// what comes after.
+async fn create_then_watch(mut handle: ApiHandle, statuses: Vec<Value>) -> (String, ApiHandle) {
+    let pod = created(&mut handle).await;
+    let (query, _, send) = expect(
+        &mut handle,
+        Method::GET,
+        "/api/v1/namespaces/sandboxes/pods",
+    )
+    .await;
+    let seen: Vec<(&str, Value)> = statuses
+        .into_iter()
+        .enumerate()
+        .map(|(i, status)| {
+            let kind = if i == 0 { "ADDED" } else { "MODIFIED" };
+            (kind, pod_with(&pod, &(3 + i).to_string(), status))
+        })
+        .collect();
+    send.send_response(Response::builder().body(events(&seen)).expect("a response"));
+    (query, handle)
+}
+
+/// The client's side: `spec` created and followed, unschedulable for at most `stuck`.
+async fn create_and_wait(
+    cluster: &Cluster,
+    spec: &BackendSpec,
+    stuck: Duration,
+) -> mentis_core::Result<mentis_core::Endpoint> {
+    let pod = cluster.create(spec).await.expect("created");
+    let version = pod.metadata.resource_version.clone().unwrap_or_default();
+    cluster
+        .wait_ready(spec.id, &version, Duration::from_secs(10), stuck)
+        .await
+}
+
 #[tokio::test]
 async fn a_created_pod_is_followed_by_a_watch_until_the_executor_can_be_reached() {
-    let (cluster, mut handle) = cluster();
+    let (cluster, handle) = cluster();
     let spec = spec();
     let id = spec.id;
     let api = tokio::spawn(async move {
-        let pod = created(&mut handle).await;
-        let (query, _, send) = expect(
-            &mut handle,
-            Method::GET,
-            "/api/v1/namespaces/sandboxes/pods",
-        )
-        .await;
+        let pending = json!({"phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True"}]});
+        let running = json!({"phase": "Running", "podIP": "10.1.2.3",
+            "containerStatuses": [{"name": "sandbox", "image": "team/tools:1", "imageID": "", "ready": true,
+                "restartCount": 0, "state": {"running": {}}}]});
+        let (query, _) = create_then_watch(handle, vec![pending, running]).await;
         assert!(
             query.contains("watch=true") && query.contains("resourceVersion=2"),
             "{query}"
@@ -145,34 +180,8 @@ async fn a_created_pod_is_followed_by_a_watch_until_the_executor_can_be_reached(
             query.contains(&format!("metadata.name%3Dmentis-sb-{id}")),
             "{query}"
         );
-        let pending = pod_with(
-            &pod,
-            "3",
-            json!({"phase": "Pending",
-            "conditions": [{"type": "PodScheduled", "status": "True"}]}),
-        );
-        let running = pod_with(
-            &pod,
-            "4",
-            json!({"phase": "Running", "podIP": "10.1.2.3",
-            "containerStatuses": [{"name": "sandbox", "image": "team/tools:1", "imageID": "", "ready": true,
-                "restartCount": 0, "state": {"running": {}}}]}),
-        );
-        send.send_response(
-            Response::builder()
-                .body(events(&[("ADDED", pending), ("MODIFIED", running)]))
-                .expect("a response"),
-        );
     });
-    let pod = cluster.create(&spec).await.expect("created");
-    let version = pod.metadata.resource_version.clone().unwrap_or_default();
-    let endpoint = cluster
-        .wait_ready(
-            id,
-            &version,
-            Duration::from_secs(10),
-            Duration::from_secs(5),
-        )
+    let endpoint = create_and_wait(&cluster, &spec, Duration::from_secs(5))
         .await
         .expect("ready");
     assert_eq!(endpoint.uri, "http://10.1.2.3:50052");
@@ -181,41 +190,17 @@ async fn a_created_pod_is_followed_by_a_watch_until_the_executor_can_be_reached(
 
 #[tokio::test]
 async fn an_image_the_cluster_cannot_pull_fails_the_create_with_its_cause() {
-    let (cluster, mut handle) = cluster();
+    let (cluster, handle) = cluster();
     let spec = spec();
-    let id = spec.id;
     let api = tokio::spawn(async move {
-        let pod = created(&mut handle).await;
-        let (_, _, send) = expect(
-            &mut handle,
-            Method::GET,
-            "/api/v1/namespaces/sandboxes/pods",
-        )
-        .await;
-        let pulling = pod_with(
-            &pod,
-            "3",
-            json!({"phase": "Pending",
+        let pulling = json!({"phase": "Pending",
             "conditions": [{"type": "PodScheduled", "status": "True"}],
             "containerStatuses": [{"name": "sandbox", "image": "team/tools:1", "imageID": "", "ready": false,
                 "restartCount": 0, "state": {"waiting": {"reason": "ErrImagePull",
-                "message": "pull access denied for team/tools"}}}]}),
-        );
-        send.send_response(
-            Response::builder()
-                .body(events(&[("MODIFIED", pulling)]))
-                .expect("a response"),
-        );
+                "message": "pull access denied for team/tools"}}}]});
+        create_then_watch(handle, vec![pulling]).await;
     });
-    let pod = cluster.create(&spec).await.expect("created");
-    let version = pod.metadata.resource_version.clone().unwrap_or_default();
-    let e = cluster
-        .wait_ready(
-            id,
-            &version,
-            Duration::from_secs(10),
-            Duration::from_secs(5),
-        )
+    let e = create_and_wait(&cluster, &spec, Duration::from_secs(5))
         .await
         .expect_err("it cannot run");
     assert_eq!(e.reason(), Reason::ImageMissing);
@@ -285,29 +270,13 @@ async fn a_forbidden_create_says_what_the_role_lacks_and_removes_what_it_made() 
 
 #[tokio::test]
 async fn a_pod_no_node_takes_fails_after_its_stuck_time_with_the_scheduler_s_words() {
-    let (cluster, mut handle) = cluster();
+    let (cluster, handle) = cluster();
     let spec = spec();
-    let id = spec.id;
     let api = tokio::spawn(async move {
-        let pod = created(&mut handle).await;
-        let (_, _, send) = expect(
-            &mut handle,
-            Method::GET,
-            "/api/v1/namespaces/sandboxes/pods",
-        )
-        .await;
-        let unschedulable = pod_with(
-            &pod,
-            "3",
-            json!({"phase": "Pending",
+        let unschedulable = json!({"phase": "Pending",
             "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": "0/3 nodes are available: 3 Insufficient memory."}]}),
-        );
-        send.send_response(
-            Response::builder()
-                .body(events(&[("MODIFIED", unschedulable)]))
-                .expect("a response"),
-        );
+                "message": "0/3 nodes are available: 3 Insufficient memory."}]});
+        let (_, mut handle) = create_then_watch(handle, vec![unschedulable]).await;
         // The watch ended: it is watched again from where it was, and nothing more comes.
         let (query, _, send) = expect(
             &mut handle,
@@ -318,16 +287,8 @@ async fn a_pod_no_node_takes_fails_after_its_stuck_time_with_the_scheduler_s_wor
         assert!(query.contains("resourceVersion=3"), "{query}");
         (handle, send)
     });
-    let pod = cluster.create(&spec).await.expect("created");
-    let version = pod.metadata.resource_version.clone().unwrap_or_default();
     let started = std::time::Instant::now();
-    let e = cluster
-        .wait_ready(
-            id,
-            &version,
-            Duration::from_secs(30),
-            Duration::from_millis(300),
-        )
+    let e = create_and_wait(&cluster, &spec, Duration::from_millis(300))
         .await
         .expect_err("stuck");
     assert!(
@@ -340,14 +301,14 @@ async fn a_pod_no_node_takes_fails_after_its_stuck_time_with_the_scheduler_s_wor
     drop(api.await.expect("the API's side"));
 }
 
-fn backend(handle_config: KubernetesConfig) -> (KubernetesBackend, ApiHandle) {
+fn backend(config: KubernetesConfig) -> (KubernetesBackend, ApiHandle) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "sandboxes");
     let waits = Waits {
         start: Duration::from_secs(10),
         stuck: Duration::from_secs(5),
     };
-    (KubernetesBackend::new(client, handle_config, waits), handle)
+    (KubernetesBackend::new(client, config, waits), handle)
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Value {

@@ -501,12 +501,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let extensions = request.extensions();
-        if let Some(activity) = extensions.get::<Activity>() {
-            activity.request();
-        } else if let Some(axum::extract::ConnectInfo(activity)) =
-            extensions.get::<axum::extract::ConnectInfo<Activity>>()
-        {
+        if let Some(activity) = request.extensions().get::<Activity>() {
             activity.request();
         }
         self.inner.call(request)
@@ -540,15 +535,11 @@ pub fn serve_http(
                 () = shutdown.cancelled() => break,
             };
             let activity = conn.activity();
-            // A request marks its connection (the first-request deadline ends) and finds it in its
-            // extensions, as with axum's ConnectInfo.
+            // A request marks its connection: the first-request deadline ends.
             let service = tower::ServiceExt::map_request(
                 app.clone(),
-                move |mut request: http::Request<hyper::body::Incoming>| {
+                move |request: http::Request<hyper::body::Incoming>| {
                     activity.request();
-                    request
-                        .extensions_mut()
-                        .insert(axum::extract::ConnectInfo(activity.clone()));
                     request
                 },
             );
