@@ -36,6 +36,7 @@ ALLOWED = {
         "mentis-core",
         "mentis-store",
         "mentis-backend-docker",
+        "mentis-backend-kubernetes",
         "mentis-telemetry",
         "mentis-mcp",
     },

@@ -22,6 +22,7 @@ use tonic::transport::Channel;
 
 pub use mentis_proto::api::observation::Kind;
 
+pub mod kube_sim;
 pub mod ws;
 
 /// The image under test: `MENTIS_EXECUTOR_IMAGE` or the runtime's default.

@@ -17,6 +17,7 @@ mod image_owners;
 mod images;
 mod ipython;
 mod isolation;
+mod kubernetes;
 mod lifecycle;
 mod memory;
 mod metrics;

@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::link::Links;
 use crate::auth::{self, Keyring};
-use crate::config::{AuthConfig, DiskLimits, RuntimeConfig, SnapshotStoreConfig};
+use crate::config::{
+    AuthConfig, BackendChoice, DiskLimits, KubernetesSettings, RuntimeConfig, SnapshotStoreConfig,
+};
 use crate::preview::Previews;
 use crate::sandboxes::Manager;
 use crate::snapshots::{LocalStore, S3Store, SnapshotStore, Snapshots};
@@ -27,6 +29,55 @@ pub struct App {
 }
 
 impl App {
+    /// The backend `config` names (`MENTIS_BACKEND`), connected.
+    pub async fn backend(config: &RuntimeConfig) -> Result<Arc<dyn SandboxBackend>> {
+        match &config.backend {
+            BackendChoice::Docker => Self::docker_backend(config).await,
+            BackendChoice::Kubernetes(k8s) => Self::kubernetes_backend(config, k8s).await,
+        }
+    }
+
+    /// The Kubernetes backend `config` and `k8s` describe, connected to its cluster (docs/KUBERNETES.md).
+    async fn kubernetes_backend(
+        config: &RuntimeConfig,
+        k8s: &KubernetesSettings,
+    ) -> Result<Arc<dyn SandboxBackend>> {
+        let waits = mentis_backend_kubernetes::Waits {
+            start: config.ready_timeout,
+            stuck: k8s.unschedulable,
+        };
+        let backend = mentis_backend_kubernetes::KubernetesBackend::connect(
+            k8s.kubeconfig.as_deref(),
+            |own_namespace| {
+                let namespace = k8s
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| own_namespace.to_owned());
+                mentis_backend_kubernetes::KubernetesConfig {
+                    runtime_namespace: k8s
+                        .runtime_namespace
+                        .clone()
+                        .unwrap_or_else(|| namespace.clone()),
+                    namespace,
+                    instance: config.docker.instance.clone(),
+                    executor_image: config.executor_image.clone(),
+                    sandbox_user: config.docker.user.clone(),
+                    executor_env: config.docker.executor_env.clone(),
+                    workspace: k8s.workspace.clone(),
+                    runtime_class: k8s.runtime_class.clone(),
+                    image_pull_policy: k8s.image_pull_policy.clone(),
+                    executor_port: mentis_core::layout::EXECUTOR_PORT,
+                    runtime_pod_labels: k8s.runtime_pod_labels.clone(),
+                    internal_cidrs: k8s.internal_cidrs.clone(),
+                }
+            },
+            waits,
+        )
+        .await?;
+        tracing::info!(backend = ?backend, "sandboxes run as pods of a Kubernetes cluster");
+        Ok(Arc::new(backend))
+    }
+
     /// The Docker backend `config` describes, connected (the embedded default).
     pub async fn docker_backend(config: &RuntimeConfig) -> Result<Arc<dyn SandboxBackend>> {
         let mut docker = config.docker.clone();

@@ -13,6 +13,7 @@ use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
 mod auth;
 mod builds;
 mod error;
+mod kubernetes;
 mod limits;
 mod preview;
 mod snapshots;
@@ -23,6 +24,7 @@ use error::err;
 
 pub use auth::AuthConfig;
 pub use builds::{BuildPolicy, MAX_BUILD_MEMORY_MB};
+pub use kubernetes::{BackendChoice, KubernetesSettings, Workspace};
 pub use limits::DiskLimits;
 pub use snapshots::SnapshotStoreConfig;
 pub use transport::{
@@ -65,8 +67,12 @@ pub struct RuntimeConfig {
     pub executor_image: String,
     /// `MENTIS_DATA_DIR`: the durable store (`mentis.db`).
     pub data_dir: PathBuf,
-    /// `MENTIS_INSTANCE`, `MENTIS_NETWORK`, `MENTIS_CONTAINER_RUNTIME`.
+    /// `MENTIS_INSTANCE`, `MENTIS_NETWORK`, `MENTIS_CONTAINER_RUNTIME` (the instance, the sandbox user and
+    /// the executor's settings hold for either backend).
     pub docker: DockerConfig,
+    /// `MENTIS_BACKEND` (docker|kubernetes, default docker) and the Kubernetes backend's `MENTIS_K8S_*`
+    /// (docs/KUBERNETES.md).
+    pub backend: BackendChoice,
     /// `MENTIS_SANDBOX_DEFAULT`, `MENTIS_SANDBOX_MAX`: default and maximum limits of a sandbox, as
     /// `cpu=1,memory_mb=1024,pids=512,nofile=1024,disk_mb=4096` (any subset). Spaces may narrow them.
     /// With `disk_limits` off the runtime starts with this policy's disk limits taken out.
@@ -333,6 +339,7 @@ impl Default for RuntimeConfig {
             executor_image: DEFAULT_EXECUTOR_IMAGE.into(),
             data_dir: PathBuf::from("mentis-data"),
             docker: DockerConfig::default(),
+            backend: BackendChoice::Docker,
             limits: LimitsPolicy::default(),
             disk_limits: DiskLimits::Loop,
             read_only_rootfs: true,
@@ -379,6 +386,7 @@ impl RuntimeConfig {
         let disk_limits = limits::disk_limits(&get)?;
         let mut c = Self {
             auth: auth::from_lookup(&get)?,
+            backend: kubernetes::backend(&get)?,
             tls: transport::tls(&get)?,
             connections: transport::connection_limits(&get)?,
             snapshot_store: snapshots::snapshot_store(&get)?,

@@ -64,17 +64,41 @@ impl KubernetesBackend {
         }
     }
 
-    /// A backend on the cluster the runtime runs in (its service account), or else `KUBECONFIG`'s.
-    pub async fn connect(config: KubernetesConfig, waits: Waits) -> Result<Self> {
-        let client = kube::Client::try_default().await.map_err(|e| {
+    /// A client of the cluster `kubeconfig` names, or else of the one the runtime runs in (its service
+    /// account; `KUBECONFIG` or `~/.kube/config` first, as kubectl does).
+    pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
+        let unusable = |why: String| {
             Error::new(
                 Reason::EngineUnavailable,
-                format!(
-                    "no Kubernetes cluster to reach: neither the in-cluster service account nor KUBECONFIG \
-                     gave a usable configuration: {e}"
-                ),
+                format!("no Kubernetes cluster to reach: {why}"),
             )
-        })?;
+        };
+        let config = match kubeconfig {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| unusable(format!("kubeconfig {}: {e}", path.display())))?;
+                kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                    .await
+                    .map_err(|e| unusable(format!("kubeconfig {}: {e}", path.display())))?
+            }
+            None => kube::Config::infer().await.map_err(|e| {
+                unusable(format!(
+                    "neither a kubeconfig nor the in-cluster service account gave a usable configuration: {e}"
+                ))
+            })?,
+        };
+        kube::Client::try_from(config).map_err(|e| unusable(format!("a client: {e}")))
+    }
+
+    /// A backend on the cluster [`KubernetesBackend::client`] reaches; `config` is made knowing the
+    /// client's own namespace (where sandboxes go unless told otherwise).
+    pub async fn connect(
+        kubeconfig: Option<&std::path::Path>,
+        config: impl FnOnce(&str) -> KubernetesConfig,
+        waits: Waits,
+    ) -> Result<Self> {
+        let client = Self::client(kubeconfig).await?;
+        let config = config(client.default_namespace());
         Ok(Self::new(client, config, waits))
     }
 

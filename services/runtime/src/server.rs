@@ -98,9 +98,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Connects the Docker backend, reconciles, binds `config.listen` and serves in the background.
+    /// Connects the backend `config` names, reconciles, binds `config.listen` and serves in the background.
     pub async fn start(config: RuntimeConfig) -> Result<Self, ServeError> {
-        let backend = App::docker_backend(&config).await?;
+        let backend = App::backend(&config).await?;
         Self::start_with(config, backend).await
     }
 

@@ -1,0 +1,234 @@
+//! The Kubernetes backend end to end, against a SIMULATED cluster (tests/kube_sim.rs: an API server speaking
+//! the calls the backend makes, and a kubelet that runs each pod's containers on the Docker engine; no real
+//! cluster can run here). The real runtime, configured with a kubeconfig naming the simulated API, makes
+//! pods, follows them with a watch, reaches real executors at their pod IPs over real gRPC, and removes them
+//! (issue 35; docs/KUBERNETES.md says what the simulation does not cover).
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use mentis_e2e::kube_sim::Cluster;
+use mentis_e2e::*;
+use mentis_proto::api;
+use mentis_runtime::config::{BackendChoice, KubernetesSettings};
+
+/// Labels of "the runtime's pods" in the ingress NetworkPolicy (the simulation does not enforce it).
+fn runtime_labels() -> std::collections::BTreeMap<String, String> {
+    [("app.kubernetes.io/name".to_owned(), "mentis-e2e".to_owned())].into()
+}
+
+/// A runtime whose sandboxes are pods of `cluster`.
+async fn runtime_on(cluster: &Cluster) -> anyhow::Result<Harness> {
+    let kubeconfig = cluster.kubeconfig.clone();
+    Harness::start_with(move |c| {
+        c.backend = BackendChoice::Kubernetes(Box::new(KubernetesSettings {
+            kubeconfig: Some(kubeconfig),
+            runtime_pod_labels: runtime_labels(),
+            unschedulable: Duration::from_secs(10),
+            ..KubernetesSettings::default()
+        }));
+        c.health_interval = Duration::from_secs(1);
+    })
+    .await
+}
+
+fn pod_of(sandbox: &str) -> String {
+    format!("mentis-sb-{sandbox}")
+}
+
+#[tokio::test]
+async fn a_sandbox_is_a_pod_whose_executor_runs_shell_and_ipython_and_goes_with_its_delete()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(&executor_image()).await?;
+    let mut h = runtime_on(&cluster).await?;
+    let ns = cluster.namespace.clone();
+    // The instance's NetworkPolicies, applied at start.
+    let mut policies = cluster.names("networkpolicies", &ns);
+    policies.sort();
+    let instance = h.guard.instance.clone();
+    assert_eq!(
+        policies,
+        ["egress", "ingress", "no-egress"].map(|p| format!("mentis-{instance}-{p}")),
+    );
+
+    let sb = h.create_default().await?;
+    let id = sb.sandbox_id.clone();
+    assert_eq!(sb.state, api::SandboxState::Running as i32, "{sb:?}");
+    let pod = cluster
+        .object("pods", &ns, &pod_of(&id))
+        .expect("the sandbox's pod");
+    assert_eq!(
+        pod["metadata"]["labels"]["io.mentis.sandbox-id"],
+        id.as_str()
+    );
+    assert_eq!(
+        pod["metadata"]["labels"]["io.mentis.instance"],
+        instance.as_str()
+    );
+    // The token is in a Secret the pod names, never in the pod's spec.
+    let text = pod.to_string();
+    let env = &pod["spec"]["containers"][0]["env"];
+    let token = env
+        .as_array()
+        .and_then(|e| e.iter().find(|v| v["name"] == "MENTIS_EXECUTOR_TOKEN"))
+        .expect("the token's variable");
+    assert!(token.get("value").is_none(), "{token}");
+    assert_eq!(
+        token["valueFrom"]["secretKeyRef"]["name"],
+        format!("mentis-sb-{id}-token")
+    );
+    let secret = cluster
+        .object("secrets", &ns, &format!("mentis-sb-{id}-token"))
+        .expect("the token's Secret");
+    let token = secret["stringData"]["token"].as_str().unwrap_or_default();
+    assert!(!token.is_empty() && !text.contains(token));
+
+    // Shell, as the sandbox user, in the pod's workspace.
+    let obs = h.sh(&id, "echo hello; id -u; pwd").await?;
+    assert_eq!(stdout(&obs), "hello\n1000\n/workspace\n");
+    assert_eq!(cmd_end(&obs)?.exit_code, 0);
+    // A session's state, and a failing command as data.
+    let obs = h
+        .exec(
+            &id,
+            api::ShellAction {
+                command: "export GREETING=pods".into(),
+                session: "s".into(),
+                ..Default::default()
+            },
+        )
+        .await?;
+    assert_eq!(cmd_end(&obs)?.exit_code, 0);
+    let obs = h
+        .exec(
+            &id,
+            api::ShellAction {
+                command: "echo $GREETING; (exit 3)".into(),
+                session: "s".into(),
+                ..Default::default()
+            },
+        )
+        .await?;
+    assert_eq!(stdout(&obs), "pods\n");
+    assert_eq!(cmd_end(&obs)?.exit_code, 3);
+    // IPython keeps its state between cells.
+    let obs = h.py(&id, "x = 41").await?;
+    ipython_result(&obs)?;
+    let obs = h.py(&id, "x + 1").await?;
+    assert_eq!(cell_value(&obs).as_deref(), Some("42"));
+
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while cluster.object("pods", &ns, &pod_of(&id)).is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pod outlived its sandbox"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        cluster
+            .object("secrets", &ns, &format!("mentis-sb-{id}-token"))
+            .is_none()
+    );
+    h.stop().await?;
+    cluster.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pod_deleted_under_a_running_action_ends_it_lost_once_and_ends_the_sandbox()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(&executor_image()).await?;
+    let mut h = runtime_on(&cluster).await?;
+    let ns = cluster.namespace.clone();
+    let sb = h.create_default().await?;
+    let id = sb.sandbox_id.clone();
+    let mut stream = h
+        .actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.clone(),
+            action: Some(shell_action(cmd("echo ready; sleep 1000"))),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let mut seen = Vec::new();
+    while !stdout(&seen).contains("ready") {
+        let m = tokio::time::timeout(Duration::from_secs(60), stream.next())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("stream ended early"))??;
+        if let Some(api::execute_response::Kind::Observation(o)) = m.kind {
+            seen.push(o);
+        }
+    }
+    // Someone else deletes the pod (kubectl delete pod, an eviction): its containers go.
+    assert!(cluster.delete_pod(&ns, &pod_of(&id)));
+    seen.extend(collect(stream, Duration::from_secs(120)).await?);
+    let ends: Vec<_> = seen
+        .iter()
+        .filter(|o| matches!(o.kind, Some(api::observation::Kind::CmdEnd(_))))
+        .collect();
+    assert_eq!(ends.len(), 1, "{seen:?}");
+    let end = cmd_end(&seen)?;
+    assert_eq!(end.reason, api::EndReason::Lost as i32, "{end:?}");
+    // An emptyDir went with its pod: nothing is left to bring back, so the sandbox ends.
+    let ended = h
+        .wait_state(&id, api::SandboxState::Terminated, Duration::from_secs(60))
+        .await?;
+    println!("sandbox {id} ended: {ended:?}");
+    h.stop().await?;
+    cluster.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_image_the_cluster_cannot_pull_fails_the_create_within_seconds_with_its_cause()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(&executor_image()).await?;
+    let mut h = runtime_on(&cluster).await?;
+    let ns = cluster.namespace.clone();
+    let started = tokio::time::Instant::now();
+    let refused = h
+        .sandboxes
+        .create_sandbox(api::CreateSandboxRequest {
+            spec: Some(api::SandboxSpec {
+                image: "mentis-e2e/no-such-image:1".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect_err("an image nobody can pull");
+    let took = started.elapsed();
+    println!("refused after {took:?}: {refused:?}");
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    assert_ne!(refused.code(), tonic::Code::Internal, "{refused:?}");
+    assert!(
+        refused.message().contains("mentis-e2e/no-such-image:1"),
+        "{refused:?}"
+    );
+    // Nothing of the failed create is left in the cluster.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<String> = cluster
+            .names("pods", &ns)
+            .into_iter()
+            .chain(cluster.names("secrets", &ns))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "left behind: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    h.stop().await?;
+    cluster.stop().await;
+    Ok(())
+}
