@@ -2,7 +2,9 @@
 """The Helm chart (helm/mentis), checked offline, since no cluster can run here: for every value set in
 helm/mentis/ci/ it checks the values against values.schema.json, runs Helm's lint (strict), renders the chart
 with Helm's own code (helm-python-sdk bundles Helm's Go library), checks every manifest against Kubernetes'
-schemas with kubernetes-validate in strict mode (unknown fields fail), and checks what each mode must render.
+schemas with kubernetes-validate in strict mode (unknown fields fail), and checks what each mode must render:
+backend docker (a Docker-in-Docker sidecar, or the node's socket) and backend kubernetes (nothing of Docker, the
+runtime under Pod Security restricted, its Role exactly what the backend uses, in the sandbox namespace).
 Every value set in tests/helm/bad-values/ must be refused, with the message its `# expect:` line names.
 
 ServiceMonitor is a Prometheus Operator CRD that kubernetes-validate has no schema for: it is checked against
@@ -38,8 +40,11 @@ def fail(what: str) -> None:
     print(f"FAIL {what}")
 
 
+RELEASE_NAMESPACE = "sandboxes"
+
+
 def render(chart, values: dict) -> dict[str, str]:
-    return chart.render(values, name="mentis", namespace="sandboxes", is_install=True)
+    return chart.render(values, name="mentis", namespace=RELEASE_NAMESPACE, is_install=True)
 
 
 def manifests(rendered: dict[str, str]) -> list[tuple[str, dict]]:
@@ -86,7 +91,167 @@ def env_of(c: dict) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in c.get("env", [])}
 
 
-def expect(set_name: str, kinds: dict[str, list[dict]]) -> None:
+# The Role of backend kubernetes, rule by rule: (API group, resource, verb). Exactly these, nothing more: no
+# get, list or watch of Secrets (the runtime never reads one back), no wildcard.
+SANDBOX_ROLE = {("", "pods", v) for v in ["create", "get", "list", "watch", "delete"]} | {
+    ("", "pods/resize", "patch"),
+    ("", "secrets", "create"),
+    ("", "secrets", "delete"),
+} | {("networking.k8s.io", "networkpolicies", v) for v in ["get", "create", "patch"]}
+CLAIMS_ROLE = {("", "persistentvolumeclaims", v) for v in ["create", "get", "delete"]}
+# Pod Security Standards, restricted (Kubernetes 1.34): the volume types it allows.
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}
+
+
+def restricted_violations(pod: dict) -> list[str]:
+    """What in pod spec `pod` the Pod Security Standard `restricted` (baseline's checks included) refuses."""
+    out = []
+    psc = pod.get("securityContext", {})
+    for key in ["hostNetwork", "hostPID", "hostIPC"]:
+        if pod.get(key):
+            out.append(f"{key}")
+    for v in pod.get("volumes", []):
+        kind = next(k for k in v if k != "name")
+        if kind not in RESTRICTED_VOLUMES:
+            out.append(f"volume {v['name']} is {kind}")
+    if psc.get("runAsUser") == 0:
+        out.append("the pod's runAsUser is 0")
+    if psc.get("sysctls"):
+        out.append("sysctls")
+    pod_seccomp = psc.get("seccompProfile", {}).get("type")
+    for c in pod.get("initContainers", []) + pod.get("containers", []):
+        sc, name = c.get("securityContext", {}), c["name"]
+        if sc.get("privileged"):
+            out.append(f"{name} is privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{name} does not set allowPrivilegeEscalation false")
+        if not (sc.get("runAsNonRoot") is True or (psc.get("runAsNonRoot") is True and "runAsNonRoot" not in sc)):
+            out.append(f"{name} is not runAsNonRoot")
+        if sc.get("runAsUser") == 0:
+            out.append(f"{name} runs as uid 0")
+        seccomp = sc.get("seccompProfile", {}).get("type", pod_seccomp)
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{name} has seccomp {seccomp}")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            out.append(f"{name} does not drop ALL capabilities")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            out.append(f"{name} adds {sorted(caps['add'])}")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            out.append(f"{name} has a hostPort")
+        if sc.get("procMount", "Default") != "Default":
+            out.append(f"{name} has procMount {sc['procMount']}")
+    return out
+
+
+def rules_of(role: dict) -> set[tuple[str, str, str]] | None:
+    """The Role's rules as (API group, resource, verb), or None when a rule has more than those three keys."""
+    out = set()
+    for rule in role.get("rules", []):
+        if set(rule) != {"apiGroups", "resources", "verbs"}:
+            return None
+        out |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return out
+
+
+def expect_kubernetes(check, values: dict, kinds: dict[str, list[dict]], rbac_text: str) -> None:
+    """backend: kubernetes: sandboxes are pods the runtime makes; nothing of Docker in its pod."""
+    k8s = values.get("kubernetes") or {}
+    sandbox_ns = k8s.get("namespace") or RELEASE_NAMESPACE
+    deploy = kinds["Deployment"][0]
+    pod = deploy["spec"]["template"]["spec"]
+    runtime = container(pod, "runtime") or {}
+    env = env_of(runtime)
+    everything = pod.get("containers", []) + pod.get("initContainers", [])
+    check(all("dind" not in c["name"] and "docker" not in c["name"] for c in everything),
+          f"a Docker container beside the runtime: {[c['name'] for c in everything]}")
+    check(not pod.get("initContainers"), "init containers (the executor image's copy is for the DinD engine)")
+    check(all("docker" not in v["name"] and "hostPath" not in v for v in pod.get("volumes", [])),
+          "a Docker volume (socket, engine storage or run folder) or a hostPath")
+    check(not any(k.startswith(("DOCKER_", "XTABLES_")) for k in env), "DOCKER_HOST or XTABLES_LOCKFILE set")
+    check(not any(c["metadata"]["name"].endswith("-dind") for c in kinds.get("ConfigMap", [])),
+          "the DinD entrypoint's ConfigMap")
+    check(runtime.get("command", [None])[-1] == "/usr/local/bin/mentis-runtime",
+          "the runtime starts through the image's entrypoint, which waits for a Docker engine")
+    # The settings the runtime reads.
+    check(env.get("MENTIS_BACKEND") == "kubernetes", "MENTIS_BACKEND is not kubernetes")
+    check(env.get("MENTIS_K8S_NAMESPACE") == sandbox_ns, f"MENTIS_K8S_NAMESPACE is not {sandbox_ns}")
+    check(env.get("MENTIS_K8S_RUNTIME_NAMESPACE") == RELEASE_NAMESPACE,
+          "MENTIS_K8S_RUNTIME_NAMESPACE is not the release's")
+    workspace = k8s.get("workspace", "emptydir")
+    check(env.get("MENTIS_K8S_WORKSPACE") == workspace, f"MENTIS_K8S_WORKSPACE is not {workspace}")
+    check(env.get("MENTIS_K8S_STORAGE_CLASS") == (k8s.get("storageClass") or None), "MENTIS_K8S_STORAGE_CLASS")
+    check(env.get("MENTIS_K8S_RUNTIME_CLASS") == (k8s.get("runtimeClass") or None), "MENTIS_K8S_RUNTIME_CLASS")
+    check(env.get("MENTIS_K8S_IMAGE_PULL_POLICY") in ("IfNotPresent", "Never"),
+          "MENTIS_K8S_IMAGE_PULL_POLICY is not IfNotPresent or Never (the executor image is a local name)")
+    check(env.get("MENTIS_K8S_INTERNAL_CIDRS") == ",".join(k8s.get("internalCIDRs", [])),
+          "MENTIS_K8S_INTERNAL_CIDRS is not kubernetes.internalCIDRs")
+    check(bool(env.get("MENTIS_EXECUTOR_IMAGE")), "no MENTIS_EXECUTOR_IMAGE")
+    pairs = [p.split("=", 1) for p in (env.get("MENTIS_K8S_RUNTIME_POD_LABELS") or "").split(",") if p]
+    selector = deploy["spec"]["selector"]["matchLabels"]
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    check(dict(pairs) == selector and all(pod_labels.get(k) == v for k, v in pairs),
+          "MENTIS_K8S_RUNTIME_POD_LABELS are not the runtime pod's selector labels")
+    data_mount = next((m["mountPath"] for m in runtime.get("volumeMounts", []) if m["name"] == "data"), "")
+    check(env.get("MENTIS_DATA_DIR", "").startswith(data_mount + "/"),
+          "MENTIS_DATA_DIR is the data volume's root, which a runtime that is not root cannot make 0700")
+    # The runtime's pod under Pod Security restricted, and more: read-only root, the data volume its group's.
+    for violation in restricted_violations(pod):
+        check(False, f"Pod Security restricted refuses it: {violation}")
+    check(runtime.get("securityContext", {}).get("readOnlyRootFilesystem") is True, "the runtime's root is writable")
+    uid = runtime.get("securityContext", {}).get("runAsUser", pod.get("securityContext", {}).get("runAsUser"))
+    check(isinstance(uid, int) and uid > 0, "the runtime's uid is not set to a user other than root")
+    check(pod.get("securityContext", {}).get("fsGroup") is not None, "no fsGroup: the data volume is root's")
+    # It talks to the API as its ServiceAccount.
+    accounts = {a["metadata"]["name"]: a for a in kinds.get("ServiceAccount", [])}
+    account = pod.get("serviceAccountName")
+    check(pod.get("automountServiceAccountToken") is True, "the pod mounts no service account token")
+    check(account in accounts and accounts[account].get("automountServiceAccountToken") is True,
+          f"no ServiceAccount {account} with its token mounted")
+    roles, bindings = kinds.get("Role", []), kinds.get("RoleBinding", [])
+    check(len(roles) == 1 and len(bindings) == 1, "not one Role and one RoleBinding")
+    check("ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds, "a cluster-wide grant")
+    if len(roles) != 1 or len(bindings) != 1:
+        return
+    role, binding = roles[0], bindings[0]
+    check(role["metadata"].get("namespace") == sandbox_ns, f"the Role is not in the sandbox namespace {sandbox_ns}")
+    rules = rules_of(role)
+    wanted = SANDBOX_ROLE | (CLAIMS_ROLE if workspace == "pvc" else set())
+    if rules is None:
+        check(False, "a rule of the Role with more than API groups, resources and verbs")
+    else:
+        check(rules == wanted, f"the Role's rules are not exactly the backend's: more {sorted(rules - wanted)}, "
+              f"fewer {sorted(wanted - rules)}")
+    check(not any("*" in str(r) for r in role.get("rules", [])), "a wildcard in the Role")
+    check({v for g, r, v in rules or set() if r == "secrets"} == {"create", "delete"},
+          "the runtime may read Secrets (get, list or watch)")
+    rule_lines = [i for i, line in enumerate(rbac_text.splitlines()) if line.strip().startswith("- apiGroups:")]
+    check(all(rbac_text.splitlines()[i - 1].strip().startswith("#") for i in rule_lines) and rule_lines,
+          "a rule of the Role without a comment saying why")
+    check(binding["metadata"].get("namespace") == sandbox_ns,
+          f"the RoleBinding is not in the sandbox namespace {sandbox_ns}")
+    check(binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                 "name": role["metadata"]["name"]}, "the RoleBinding does not name the Role")
+    check(binding.get("subjects") == [{"kind": "ServiceAccount", "name": account, "namespace": RELEASE_NAMESPACE}],
+          "the RoleBinding's subject is not the runtime's ServiceAccount in the release namespace")
+    # Its NetworkPolicy lets it reach the executors and the API server.
+    check(len(kinds.get("NetworkPolicy", [])) == 1, "not one NetworkPolicy for the runtime")
+    if kinds.get("NetworkPolicy"):
+        egress = kinds["NetworkPolicy"][0]["spec"].get("egress", [])
+
+        def ports(rule: dict) -> set:
+            return {(p.get("port"), p.get("protocol")) for p in rule.get("ports", [])}
+
+        check(any(ports(r) == {(50052, "TCP")} and any(
+            t.get("namespaceSelector", {}).get("matchLabels") == {"kubernetes.io/metadata.name": sandbox_ns}
+            for t in r.get("to", [])) for r in egress),
+            f"the NetworkPolicy does not let the runtime reach executors (TCP 50052) in {sandbox_ns}")
+        check(any(ports(r) >= {(443, "TCP"), (6443, "TCP")} and "to" not in r for r in egress),
+              "the NetworkPolicy does not let the runtime reach the API server (TCP 443 and 6443)")
+
+
+def expect(set_name: str, values: dict, kinds: dict[str, list[dict]], rbac_text: str) -> None:
     """What every value set must render, and what its own mode adds."""
     def check(ok: bool, what: str) -> None:
         if not ok:
@@ -121,7 +286,19 @@ def expect(set_name: str, kinds: dict[str, list[dict]]) -> None:
             check(probe is not None and probe.get("grpc") == {"port": 50051, "service": ""},
                   "a probe is not Kubernetes' gRPC probe on grpc.health.v1 (service \"\")")
     dind = container(pod, "dind")
-    if env.get("DOCKER_HOST") == "unix:///var/run/docker.sock":
+    kubernetes = values.get("backend") == "kubernetes"
+    if not kubernetes:
+        # backend docker: the runtime never calls the Kubernetes API, so it has no grant and no token.
+        check(not any(k in kinds for k in ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]),
+              "backend docker grants the runtime's ServiceAccount something")
+        check(pod.get("automountServiceAccountToken") is False, "backend docker mounts a service account token")
+        check(all(a.get("automountServiceAccountToken") is False for a in kinds["ServiceAccount"]),
+              "backend docker's ServiceAccount mounts its token")
+        check(not any(k.startswith(("MENTIS_BACKEND", "MENTIS_K8S_")) for k in env),
+              "backend docker with Kubernetes settings")
+    if kubernetes:
+        expect_kubernetes(check, values, kinds, rbac_text)
+    elif env.get("DOCKER_HOST") == "unix:///var/run/docker.sock":
         check(pod.get("hostNetwork") is True, "the node's socket without the node's network")
         check(dind is None, "a DinD sidecar beside the node's socket")
         check("NetworkPolicy" not in kinds, "a NetworkPolicy that cannot apply to a pod in the node's network")
@@ -135,7 +312,7 @@ def expect(set_name: str, kinds: dict[str, list[dict]]) -> None:
         check(env.get("XTABLES_LOCKFILE") == env_of(dind or {}).get("XTABLES_LOCKFILE"),
               "the runtime and dockerd do not share the xtables lock")
     config = next(c for c in kinds["ConfigMap"] if c["metadata"]["name"].endswith("-config"))["data"]
-    if config.get("MENTIS_DISK_LIMITS", "loop") == "loop":
+    if config.get("MENTIS_DISK_LIMITS", "loop") == "loop" and not kubernetes:
         check(runtime["securityContext"].get("privileged") is True, "loop disks without a privileged runtime")
     if "MENTIS_METRICS_LISTEN" in env:
         check(any(p["name"] == "metrics" for p in service["spec"]["ports"]), "metrics on but not in the Service")
@@ -151,7 +328,8 @@ def expect(set_name: str, kinds: dict[str, list[dict]]) -> None:
 
 
 def main() -> int:
-    for name in ["default", "host-socket", "metrics", "tls", "resources"]:
+    for name in ["default", "host-socket", "metrics", "tls", "resources", "kubernetes", "kubernetes-pvc",
+                 "kubernetes-namespace"]:
         if not (chart_dir / "ci" / f"{name}-values.yaml").exists():
             fail(f"value set helm/mentis/ci/{name}-values.yaml is missing")
     if not bad_sets:
@@ -180,14 +358,16 @@ def main() -> int:
             fail(f"{set_name}: lint: {error}")
         before = len(failures)
         try:
-            docs = manifests(render(chart, values))
+            rendered = render(chart, values)
+            docs = manifests(rendered)
         except helm.HelmError as e:
             fail(f"{set_name}: does not render: {e}")
             continue
         for path, doc in docs:
             validate(set_name, path, doc)
         kinds = by_kind(docs)
-        expect(set_name, kinds)
+        rbac_text = next((t for p, t in rendered.items() if p.endswith("/rbac.yaml")), "")
+        expect(set_name, values, kinds, rbac_text)
         counted += len(docs)
         summary = ", ".join(f"{k} {len(v)}" if len(v) > 1 else k for k, v in sorted(kinds.items()))
         if len(failures) == before:

@@ -59,13 +59,49 @@ app.kubernetes.io/component: runtime
 {{- if .Values.auth.existingSecret -}}{{ .Values.auth.existingSecretKey }}{{- else -}}admin.key{{- end -}}
 {{- end -}}
 
+{{/* The backend: "true" when sandboxes are pods (backend kubernetes); "true" when they are containers of a
+     Docker-in-Docker sidecar (backend docker, docker.mode dind). */}}
+{{- define "mentis.kubernetes" -}}
+{{- if eq .Values.backend "kubernetes" -}}true{{- end -}}
+{{- end -}}
+
+{{- define "mentis.dind" -}}
+{{- if and (ne .Values.backend "kubernetes") (eq .Values.docker.mode "dind") -}}true{{- end -}}
+{{- end -}}
+
+{{/* The namespace of sandbox pods (MENTIS_K8S_NAMESPACE): kubernetes.namespace, else the release's. */}}
+{{- define "mentis.sandboxNamespace" -}}
+{{- default .Release.Namespace .Values.kubernetes.namespace -}}
+{{- end -}}
+
+{{/* The runtime's instance (MENTIS_INSTANCE, the runtime's default "default"): it labels every sandbox pod. */}}
+{{- define "mentis.instance" -}}
+{{- default "default" .Values.config.MENTIS_INSTANCE | toString -}}
+{{- end -}}
+
+{{/* The runtime pod's selector labels as k=v,k=v (MENTIS_K8S_RUNTIME_POD_LABELS): the runtime's ingress
+     NetworkPolicy lets only pods with these labels reach sandbox pods. */}}
+{{- define "mentis.runtimePodLabels" -}}
+{{- $labels := include "mentis.selectorLabels" . | fromYaml -}}
+{{- $pairs := list -}}
+{{- range $k := keys $labels | sortAlpha -}}
+{{- $pairs = append $pairs (printf "%s=%s" $k (index $labels $k)) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
 {{/* "true" when workspaces are loop-mounted filesystems (MENTIS_DISK_LIMITS loop, the runtime's default). */}}
 {{- define "mentis.loopDisks" -}}
 {{- if eq (toString (default "loop" .Values.config.MENTIS_DISK_LIMITS)) "loop" -}}true{{- end -}}
 {{- end -}}
 
-{{/* Where things live inside the pod. */}}
+{{/* Where things live inside the pod. The data volume is mounted at dataDir; with backend kubernetes the
+     runtime (not root) keeps its data in a folder it makes inside it (its own, so it can make it 0700: the
+     volume's root belongs to root, group fsGroup). */}}
 {{- define "mentis.dataDir" -}}/var/lib/mentis{{- end -}}
+{{- define "mentis.runtimeDataDir" -}}
+{{- if eq .Values.backend "kubernetes" -}}/var/lib/mentis/data{{- else -}}/var/lib/mentis{{- end -}}
+{{- end -}}
 {{- define "mentis.dockerRunDir" -}}/run/mentis-docker{{- end -}}
 
 {{/* An environment value as a string: numbers from values files arrive as floats (1e+09), so whole numbers
