@@ -314,6 +314,10 @@ def expect(set_name: str, values: dict, kinds: dict[str, list[dict]], rbac_text:
     config = next(c for c in kinds["ConfigMap"] if c["metadata"]["name"].endswith("-config"))["data"]
     if config.get("MENTIS_DISK_LIMITS", "loop") == "loop" and not kubernetes:
         check(runtime["securityContext"].get("privileged") is True, "loop disks without a privileged runtime")
+    if kubernetes:
+        # Workspaces bounded by the disk limit (an emptyDir's sizeLimit, a claim's size): the Docker switch that
+        # would take the limit off is never passed.
+        check("MENTIS_DISK_LIMITS" not in config, "MENTIS_DISK_LIMITS passed with backend kubernetes")
     if "MENTIS_METRICS_LISTEN" in env:
         check(any(p["name"] == "metrics" for p in service["spec"]["ports"]), "metrics on but not in the Service")
     if "MENTIS_HTTP_LISTEN" in env:

@@ -396,6 +396,17 @@ impl RuntimeConfig {
             read_only_rootfs: limits::read_only(&get)?,
             ..Self::default()
         };
+        if let BackendChoice::Kubernetes(k8s) = &c.backend
+            && matches!(k8s.workspace, Workspace::Claim { .. })
+            && disk_limits == DiskLimits::Off
+        {
+            return Err(err(
+                "MENTIS_DISK_LIMITS",
+                "off",
+                "a workspace claim (MENTIS_K8S_WORKSPACE=pvc) is as large as the sandbox's disk limit: \
+                 keep disk limits on",
+            ));
+        }
         if let Some(v) = get("MENTIS_LISTEN") {
             c.listen = parse("MENTIS_LISTEN", &v)?;
         }

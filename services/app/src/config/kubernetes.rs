@@ -372,6 +372,20 @@ mod tests {
         }
         let e = read(&[k8s, ("MENTIS_K8S_RUNTIME_POD_LABELS", "app")]).unwrap_err();
         assert_eq!(e.var, "MENTIS_K8S_RUNTIME_POD_LABELS");
+        // A claim is as large as the disk limit: it cannot be off.
+        let e = crate::config::RuntimeConfig::from_lookup(|k| {
+            [
+                k8s,
+                LABELS,
+                ("MENTIS_K8S_WORKSPACE", "pvc"),
+                ("MENTIS_DISK_LIMITS", "off"),
+            ]
+            .iter()
+            .find(|(name, _)| *name == k)
+            .map(|(_, v)| (*v).to_owned())
+        })
+        .unwrap_err();
+        assert_eq!(e.var, "MENTIS_DISK_LIMITS");
         // Without the runtime's labels the ingress policy would let every pod in.
         let e = read(&[k8s]).unwrap_err();
         assert_eq!(e.var, "MENTIS_K8S_RUNTIME_POD_LABELS");
