@@ -232,3 +232,131 @@ async fn an_image_the_cluster_cannot_pull_fails_the_create_within_seconds_with_i
     cluster.stop().await;
     Ok(())
 }
+
+/// The runtime's settings for a cluster, as a process's environment.
+fn env_for(cluster: &Cluster) -> Vec<(&'static str, String)> {
+    vec![
+        ("MENTIS_BACKEND", "kubernetes".to_owned()),
+        ("KUBECONFIG", cluster.kubeconfig.display().to_string()),
+        (
+            "MENTIS_K8S_RUNTIME_POD_LABELS",
+            "app.kubernetes.io/name=mentis-e2e".to_owned(),
+        ),
+        // One warm pod, two at most.
+        ("MENTIS_POOL", "default=1:2:kernel".to_owned()),
+    ]
+}
+
+/// Waits until `cluster` holds a running pool pod besides `claimed` (a claimed pod keeps its pool label:
+/// labels do not change); its name.
+async fn warm_pod(cluster: &Cluster, claimed: &[&str]) -> anyhow::Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let warm = cluster
+            .names("pods", &cluster.namespace)
+            .into_iter()
+            .find(|name| {
+                !claimed.contains(&name.as_str())
+                    && cluster
+                        .object("pods", &cluster.namespace, name)
+                        .is_some_and(|p| {
+                            p["metadata"]["labels"]["io.mentis.pool"] == "true"
+                                && p["status"]["phase"] == "Running"
+                        })
+            });
+        if let Some(name) = warm {
+            return Ok(name);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no warm pod: {:?}",
+            cluster.names("pods", &cluster.namespace)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_warm_pod_is_claimed_and_a_runtime_killed_mid_action_finds_its_pods_again()
+-> anyhow::Result<()> {
+    let bin = env!("CARGO_BIN_EXE_mentis-runtime-under-test");
+    let cluster = Cluster::start(&executor_image()).await?;
+    let env = env_for(&cluster);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let guard = Harness::new_instance();
+    let instance = guard.instance.clone();
+    let data_dir = tempfile::tempdir()?;
+    let mut first = RuntimeProcess::start_with_env(bin, &instance, data_dir.path(), &env).await?;
+    let mut h = first.harness(data_dir, guard).await?;
+
+    // A create with the default limits is served by the warm pod (late binding: its space is bound in the
+    // store, the pod is as it was made).
+    let warm = warm_pod(&cluster, &[]).await?;
+    let sb = h.create_default().await?;
+    let id = sb.sandbox_id.clone();
+    assert_eq!(warm, pod_of(&id), "the create did not claim the warm pod");
+    // The pool makes another.
+    warm_pod(&cluster, &[&warm]).await?;
+
+    h.py(&id, "kept = 'in the kernel'").await?;
+    h.sh(&id, "echo on-disk > /workspace/kept.txt").await?;
+    let action = api::ExecuteRequest {
+        sandbox_id: id.clone(),
+        action: Some(shell_action(cmd(
+            "for i in $(seq 1 20); do echo line-$i; sleep 0.1; done",
+        ))),
+        action_id: "numbered".into(),
+    };
+    let mut stream = h.actions.execute(action).await?.into_inner();
+    let mut before = Vec::new();
+    while !stdout(&before).contains("line-1\n") {
+        let m = tokio::time::timeout(Duration::from_secs(60), stream.next())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("stream ended early"))??;
+        if let Some(api::execute_response::Kind::Observation(o)) = m.kind {
+            before.push(o);
+        }
+    }
+    // SIGKILL: the runtime says nothing to anyone; the pods run on.
+    first.kill();
+    drop(stream);
+    let Harness {
+        data_dir, guard, ..
+    } = h;
+    let second = RuntimeProcess::start_with_env(bin, &instance, data_dir.path(), &env).await?;
+    let mut h = second.harness(data_dir, guard).await?;
+
+    // The action resumes from the last line seen to its own end, every line once.
+    let mut rest = h
+        .actions
+        .stream_observations(api::StreamObservationsRequest {
+            sandbox_id: id.clone(),
+            after_seq: before.last().map_or(0, |o| o.seq),
+            action_id: "numbered".into(),
+        })
+        .await?
+        .into_inner();
+    let mut all = before;
+    while let Some(item) = tokio::time::timeout(Duration::from_secs(60), rest.next()).await? {
+        if let Some(api::stream_observations_response::Kind::Observation(o)) = item?.kind {
+            all.push(o);
+        }
+    }
+    let expected: String = (1..=20).map(|i| format!("line-{i}\n")).collect();
+    assert_eq!(stdout(&all), expected);
+    assert_eq!(cmd_end(&all)?.reason, api::EndReason::Exited as i32);
+    // The same pod: its kernel's state and its workspace are there.
+    let obs = h.py(&id, "kept").await?;
+    assert_eq!(cell_value(&obs).as_deref(), Some("'in the kernel'"));
+    assert_eq!(
+        stdout(&h.sh(&id, "cat /workspace/kept.txt").await?),
+        "on-disk\n"
+    );
+    let pods = cluster.names("pods", &cluster.namespace);
+    assert!(pods.contains(&pod_of(&id)), "{pods:?}");
+    assert!(pods.len() <= 3, "the restart made pods again: {pods:?}");
+    h.stop().await?;
+    drop(second);
+    cluster.stop().await;
+    Ok(())
+}
