@@ -40,7 +40,7 @@ pub(super) async fn write(
         .unwrap_or_default())
 }
 
-async fn read(
+pub(super) async fn read(
     client: &mut FileServiceClient<ApiChannel>,
     sandbox: &str,
     path: &str,

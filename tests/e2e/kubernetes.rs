@@ -360,3 +360,52 @@ async fn a_warm_pod_is_claimed_and_a_runtime_killed_mid_action_finds_its_pods_ag
     cluster.stop().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn files_a_terminal_and_a_snapshot_work_on_a_pod_and_the_snapshot_comes_back_in_a_new_pod()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(&executor_image()).await?;
+    let mut h = runtime_on(&cluster).await?;
+    let id = h.create_default().await?.sandbox_id;
+
+    // Files, through the executor at the pod's address.
+    let mut files = crate::files::files(&h);
+    let body = bytes::Bytes::from(vec![b'k'; 300_000]);
+    crate::files::write(&mut files, &id, "data/pods.bin", vec![body.clone()]).await?;
+    let read = crate::files::read(&mut files, &id, "data/pods.bin").await?;
+    assert_eq!(read, body.to_vec());
+
+    // A terminal.
+    let mut terminals = crate::terminal::terminals(&h);
+    let mut term = crate::terminal::Term::open(
+        &mut terminals,
+        crate::terminal::start(&id, &["bash"], 80, 24),
+    )
+    .await?;
+    term.type_in("echo $((6 * 7))-from-a-pod\n").await?;
+    term.expect("42-from-a-pod").await?;
+    drop(term);
+
+    // A snapshot, the sandbox deleted (its pod and emptyDir gone), restored into a new pod.
+    let snap = crate::snapshots::take(&h, &id, &[]).await;
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?;
+    let restored = h
+        .create(crate::snapshots::from_snapshot(&snap.snapshot_id))
+        .await?;
+    assert!(
+        cluster
+            .object("pods", &cluster.namespace, &pod_of(&restored.sandbox_id))
+            .is_some()
+    );
+    let obs = h
+        .sh(&restored.sandbox_id, "wc -c < /workspace/data/pods.bin")
+        .await?;
+    assert_eq!(stdout(&obs), "300000\n");
+    h.stop().await?;
+    cluster.stop().await;
+    Ok(())
+}

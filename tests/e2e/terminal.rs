@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tonic::Streaming;
 
 /// One terminal stream: what was sent and what came back.
-struct Term {
+pub(super) struct Term {
     tx: Option<mpsc::Sender<api::OpenRequest>>,
     rx: Streaming<api::OpenResponse>,
     id: String,
@@ -25,7 +25,7 @@ struct Term {
     exited: Option<open_response::Exited>,
 }
 
-fn start(sandbox: &str, command: &[&str], cols: u32, rows: u32) -> api::OpenRequest {
+pub(super) fn start(sandbox: &str, command: &[&str], cols: u32, rows: u32) -> api::OpenRequest {
     api::OpenRequest {
         kind: Some(open_request::Kind::Start(open_request::Start {
             sandbox_id: sandbox.to_owned(),
@@ -49,7 +49,7 @@ fn attach(sandbox: &str, terminal: &str, after_seq: u64) -> api::OpenRequest {
 
 impl Term {
     /// Opens a stream with `first`, and reads its `started`.
-    async fn open(
+    pub(super) async fn open(
         client: &mut TerminalServiceClient<ApiChannel>,
         first: api::OpenRequest,
     ) -> Result<Self> {
@@ -99,7 +99,7 @@ impl Term {
         Ok(())
     }
 
-    async fn type_in(&self, text: &str) -> Result<()> {
+    pub(super) async fn type_in(&self, text: &str) -> Result<()> {
         self.send(open_request::Kind::Input(open_request::Input {
             data: text.as_bytes().to_vec().into(),
         }))
@@ -165,7 +165,7 @@ impl Term {
     }
 
     /// Reads until the screen holds `text` after what the last `expect` found.
-    async fn expect(&mut self, text: &str) -> Result<usize> {
+    pub(super) async fn expect(&mut self, text: &str) -> Result<usize> {
         self.cursor = self.expect_from(self.cursor, text).await?;
         Ok(self.cursor)
     }
@@ -177,7 +177,7 @@ impl Term {
     }
 }
 
-fn terminals(h: &Harness) -> TerminalServiceClient<ApiChannel> {
+pub(super) fn terminals(h: &Harness) -> TerminalServiceClient<ApiChannel> {
     TerminalServiceClient::new(h.channel.clone())
 }
 
