@@ -409,3 +409,99 @@ async fn files_a_terminal_and_a_snapshot_work_on_a_pod_and_the_snapshot_comes_ba
     cluster.stop().await;
     Ok(())
 }
+
+/// The snapshots of a pause (by snapshot) of `sandbox`.
+async fn pause_snapshots(h: &Harness, sandbox: &str) -> anyhow::Result<Vec<api::Snapshot>> {
+    Ok(crate::snapshots::snapshots(h)
+        .list_snapshots(api::ListSnapshotsRequest {
+            sandbox_id: sandbox.to_owned(),
+            labels: [(
+                "io.mentis.trigger".to_owned(),
+                "pause-by-snapshot".to_owned(),
+            )]
+            .into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .snapshots)
+}
+
+#[tokio::test]
+async fn a_pause_keeps_the_workspace_in_a_snapshot_and_removes_the_pod_and_a_resume_makes_it_again()
+-> anyhow::Result<()> {
+    let cluster = Cluster::start(&executor_image()).await?;
+    let mut h = runtime_on(&cluster).await?;
+    let ns = cluster.namespace.clone();
+    let id = h.create_default().await?.sandbox_id;
+    h.sh(
+        &id,
+        "mkdir -p /workspace/w && echo kept > /workspace/w/file.txt",
+    )
+    .await?;
+    h.py(&id, "in_memory = 1").await?;
+
+    let paused = h
+        .sandboxes
+        .pause_sandbox(api::PauseSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap_or_default();
+    assert_eq!(paused.state, api::SandboxState::Paused as i32, "{paused:?}");
+    // Nothing runs while paused: the pod and its token's Secret are gone, the workspace is a snapshot.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while cluster.object("pods", &ns, &pod_of(&id)).is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pod outlived the pause"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(cluster.names("secrets", &ns).is_empty());
+    assert_eq!(pause_snapshots(&h, &id).await?.len(), 1);
+    // A call that needs the executor says the sandbox is paused (no auto-resume asked for).
+    let refused = h
+        .actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.clone(),
+            action: Some(shell_action(cmd("true"))),
+            action_id: String::new(),
+        })
+        .await;
+    assert_eq!(code(refused), tonic::Code::FailedPrecondition);
+
+    let resumed = h
+        .sandboxes
+        .resume_sandbox(api::ResumeSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap_or_default();
+    assert_eq!(
+        resumed.state,
+        api::SandboxState::Running as i32,
+        "{resumed:?}"
+    );
+    assert!(cluster.object("pods", &ns, &pod_of(&id)).is_some());
+    // The workspace came back; the kernel's state did not (a new pod, new processes).
+    assert_eq!(
+        stdout(&h.sh(&id, "cat /workspace/w/file.txt").await?),
+        "kept\n"
+    );
+    let obs = h.py(&id, "in_memory").await?;
+    let result = ipython_result(&obs)?;
+    assert!(
+        format!("{result:?}").contains("NameError"),
+        "the kernel's state survived a pause by snapshot: {result:?}"
+    );
+    // The pause's snapshot went once restored.
+    assert!(pause_snapshots(&h, &id).await?.is_empty());
+    h.stop().await?;
+    cluster.stop().await;
+    Ok(())
+}

@@ -205,12 +205,21 @@ impl SandboxBackend for KubernetesBackend {
         false
     }
 
-    async fn pause(&self, _id: SandboxId) -> Result<()> {
-        Err(self.not_yet("pausing a sandbox (by snapshot)"))
+    /// A pod cannot be frozen: the application took the workspace, and the pod (with its token's Secret
+    /// and its claim) goes.
+    async fn pause(&self, id: SandboxId) -> Result<()> {
+        self.cluster.remove(id).await
     }
 
     async fn resume(&self, _id: SandboxId) -> Result<()> {
-        Err(self.not_yet("resuming a sandbox (by snapshot)"))
+        Err(Error::new(
+            Reason::FailedPrecondition,
+            "a paused sandbox's pod is made again by the application (pause by snapshot), not resumed",
+        ))
+    }
+
+    fn pauses_in_place(&self) -> bool {
+        false
     }
 
     async fn list(&self) -> Result<Vec<BackendSandbox>> {

@@ -185,11 +185,22 @@ pub trait SandboxBackend: Send + Sync + 'static {
         true
     }
 
-    /// Freezes every process of the sandbox (memory kept, no CPU). Idempotent.
+    /// Freezes every process of the sandbox (memory kept, no CPU). Idempotent. Where
+    /// [`SandboxBackend::pauses_in_place`] is false: removes what runs (the workspace taken before by the
+    /// application), as [`SandboxBackend::delete`] does.
     async fn pause(&self, id: SandboxId) -> Result<()>;
 
-    /// Thaws a paused sandbox. Idempotent.
+    /// Thaws a paused sandbox. Idempotent. Not called where [`SandboxBackend::pauses_in_place`] is false:
+    /// the application creates the sandbox again and restores its workspace.
     async fn resume(&self, id: SandboxId) -> Result<()>;
+
+    /// Whether a pause freezes the sandbox where it runs, its processes and memory kept (a container's
+    /// cgroup freezer). When not (a pod cannot be frozen), the application pauses by snapshot: it takes
+    /// the workspace, [`SandboxBackend::pause`] removes what runs, and a resume creates the sandbox again
+    /// (same id and token) and restores the workspace; processes and the kernel's state do not survive.
+    fn pauses_in_place(&self) -> bool {
+        true
+    }
 
     /// Every sandbox of this control-plane instance that the backend holds.
     async fn list(&self) -> Result<Vec<BackendSandbox>>;

@@ -341,6 +341,11 @@ impl SandboxHandle {
         *lock(&self.executor) = Some(client);
     }
 
+    /// Forgets the executor's client (its sandbox no longer runs: paused by snapshot).
+    pub fn clear_executor(&self) {
+        *lock(&self.executor) = None;
+    }
+
     /// The executor's client, whatever the state.
     pub fn executor(&self) -> Option<ExecutorClient> {
         lock(&self.executor).clone()

@@ -9,12 +9,17 @@ use mentis_core::{Ending, Error, Reason, Resource, Result};
 
 use super::handle::SandboxHandle;
 use super::spaces::Spaces;
+use crate::executor_client::ExecutorClient;
 use crate::snapshots::Snapshots;
+use crate::store::snapshots::SnapshotRecord;
 
 /// Label of a policy snapshot: what took it (pause, delete, idle-timeout, max-lifetime).
 pub const TRIGGER_LABEL: &str = "io.mentis.trigger";
 /// Label of a policy snapshot of a sandbox with a client key: the key.
 pub const KEY_LABEL: &str = "io.mentis.sandbox-key";
+/// [`TRIGGER_LABEL`] of the snapshot that holds the workspace of a sandbox paused by snapshot (a backend
+/// that cannot freeze it, `SandboxBackend::pauses_in_place`): restored by its resume, then deleted.
+pub const SUSPEND_TRIGGER: &str = "pause-by-snapshot";
 
 /// Takes the snapshots spaces ask for.
 pub struct Keeper {
@@ -39,6 +44,51 @@ impl Keeper {
         // A space being deleted with force is still there while its sandboxes go.
         let policy = self.spaces.record(&space).ok()?.snapshot_policy;
         policy.trigger(ending)
+    }
+
+    /// The workspace of `h` (RUNNING or PAUSING, its lifecycle lock held by the caller) as the snapshot a
+    /// resume by snapshot restores.
+    pub async fn suspend(&self, h: &SandboxHandle) -> Result<SnapshotRecord> {
+        let record = h.snapshot();
+        let executor = h.executor().ok_or_else(|| {
+            Error::new(
+                Reason::SandboxNotRunning,
+                format!(
+                    "sandbox {} has no executor to take its workspace from",
+                    h.id
+                ),
+            )
+            .about(Resource::sandbox(h.id))
+        })?;
+        let mut labels = BTreeMap::from([(TRIGGER_LABEL.to_owned(), SUSPEND_TRIGGER.to_owned())]);
+        if let Some(key) = &record.external_key {
+            labels.insert(KEY_LABEL.to_owned(), key.clone());
+        }
+        self.snapshots
+            .take(&executor, h.id, &record.space_id, labels)
+            .await
+            .map_err(|e| {
+                e.context("the snapshot that keeps the workspace of the paused sandbox failed")
+            })
+    }
+
+    /// The snapshot holding the workspace of `h`, paused by snapshot (the newest, should a pause have
+    /// left one behind).
+    pub fn suspended(&self, h: &SandboxHandle) -> Result<Option<SnapshotRecord>> {
+        let labels = BTreeMap::from([(TRIGGER_LABEL.to_owned(), SUSPEND_TRIGGER.to_owned())]);
+        self.snapshots.newest(h.id, &labels)
+    }
+
+    /// Restores `snapshot` into the workspace behind `executor`.
+    pub async fn revive(&self, executor: &ExecutorClient, snapshot: &SnapshotRecord) -> Result<()> {
+        self.snapshots.restore(executor, snapshot).await
+    }
+
+    /// Deletes a pause's snapshot once it is no longer needed (restored, or its sandbox deleted).
+    pub async fn forget(&self, snapshot: &SnapshotRecord) {
+        if let Err(e) = self.snapshots.delete(snapshot).await {
+            tracing::warn!(snapshot = %snapshot.id, error = %e.chain(), "could not delete the snapshot of a pause");
+        }
     }
 
     /// Takes the snapshot `ending` calls for, if any, from the executor of `h` (which the caller holds

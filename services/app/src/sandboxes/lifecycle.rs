@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use mentis_core::lifecycle;
 use mentis_core::{
-    Cause, Ending, Error, Reason, Resource, Result, Sandbox, SandboxBackend, SandboxId,
-    SandboxState,
+    BackendSpec, Cause, Ending, Error, Reason, Resource, Result, Sandbox, SandboxBackend,
+    SandboxId, SandboxState,
 };
 
 use super::handle::SandboxHandle;
 use super::keep::Keeper;
-use super::reach::reach_executor;
+use super::reach::{reach_executor, ready_executor};
 use super::registry::Registry;
 use crate::config::RuntimeConfig;
 use crate::executor_client::ExecutorClient;
@@ -83,7 +83,12 @@ impl Lifecycle {
             )?;
             return Err(e);
         }
-        if let Err(e) = self.backend.pause(id).await {
+        let paused = if self.backend.pauses_in_place() {
+            self.backend.pause(id).await
+        } else {
+            self.suspend(&h).await
+        };
+        if let Err(e) = paused {
             tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not pause a sandbox");
             h.enter(SandboxState::Running, &format!("pause failed: {e}"))?;
             return Err(e);
@@ -91,6 +96,69 @@ impl Lifecycle {
         h.enter(SandboxState::Paused, reason)?;
         tracing::info!(sandbox_id = %id, reason, "sandbox paused");
         Ok(h.snapshot())
+    }
+
+    /// A pause by snapshot (a backend that cannot freeze a sandbox): the workspace taken, then what runs
+    /// removed. Nothing changes when the snapshot fails; the snapshot goes when the removal does.
+    async fn suspend(&self, h: &SandboxHandle) -> Result<()> {
+        let snapshot = self.keeper.suspend(h).await?;
+        if let Err(e) = self.backend.pause(h.id).await {
+            self.keeper.forget(&snapshot).await;
+            return Err(e);
+        }
+        h.clear_executor();
+        tracing::info!(sandbox_id = %h.id, snapshot = %snapshot.id, "sandbox paused by snapshot: its processes ended, its workspace is kept");
+        Ok(())
+    }
+
+    /// A resume by snapshot: the sandbox made again (same id, token and spec) and its workspace restored;
+    /// the client of its executor. Nothing is left running when a step fails (the snapshot stays, for the
+    /// next try).
+    async fn revive(&self, h: &SandboxHandle) -> Result<ExecutorClient> {
+        let snapshot = self.keeper.suspended(h)?.ok_or_else(|| {
+            Error::new(
+                Reason::FailedPrecondition,
+                format!(
+                    "sandbox {} was paused by snapshot, but its snapshot is gone: it cannot be resumed",
+                    h.id
+                ),
+            )
+            .about(Resource::sandbox(h.id))
+        })?;
+        let record = h.snapshot();
+        let spec = BackendSpec {
+            id: h.id,
+            space_id: Some(record.space_id.clone()),
+            image: record.image.clone(),
+            limits: record.limits,
+            token: h.token.clone(),
+            data_mounts: self.config.mounts_for(record.space_id.as_str()),
+            executor_env: Vec::new(),
+            egress: record.egress,
+            read_only_rootfs: record.read_only_rootfs,
+        };
+        let made = async {
+            let endpoint = self.backend.create(&spec).await?;
+            let client =
+                ready_executor(&self.config, &endpoint, &h.token, self.config.ready_timeout)
+                    .await?;
+            self.keeper.revive(&client, &snapshot).await?;
+            Ok::<_, Error>(client)
+        }
+        .await;
+        match made {
+            Ok(client) => {
+                self.keeper.forget(&snapshot).await;
+                tracing::info!(sandbox_id = %h.id, snapshot = %snapshot.id, "sandbox resumed from its snapshot");
+                Ok(client)
+            }
+            Err(e) => {
+                if let Err(left) = self.backend.pause(h.id).await {
+                    tracing::warn!(sandbox_id = %h.id, error = %left.chain(), "could not remove a failed resume's sandbox");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Thaws a PAUSED sandbox and waits for its executor. Idempotent for a RUNNING one.
@@ -118,6 +186,21 @@ impl Lifecycle {
                 &[SandboxState::Paused, SandboxState::Running],
             )),
         })?;
+        if !self.backend.pauses_in_place() {
+            return match self.revive(h).await {
+                Ok(client) => {
+                    h.set_executor(client);
+                    h.touch();
+                    h.enter(SandboxState::Running, "")?;
+                    Ok(h.snapshot())
+                }
+                Err(e) => {
+                    tracing::warn!(sandbox_id = %h.id, error = %e.chain(), "could not resume a sandbox");
+                    h.enter(SandboxState::Paused, &format!("resume failed: {e}"))?;
+                    Err(e)
+                }
+            };
+        }
         if let Err(e) = self.backend.resume(h.id).await {
             tracing::warn!(sandbox_id = %h.id, error = %e.chain(), "could not resume a sandbox");
             h.enter(SandboxState::Paused, &format!("resume failed: {e}"))?;

@@ -449,6 +449,12 @@ impl Provisioner {
                         relay.relay(&client, id).await;
                     }
                     this.backend.delete(id).await?;
+                    // Deleted while paused by snapshot: the snapshot that held its workspace goes too.
+                    if !this.backend.pauses_in_place()
+                        && let Ok(Some(snapshot)) = this.keeper.suspended(&h)
+                    {
+                        this.keeper.forget(&snapshot).await;
+                    }
                     h.enter(SandboxState::Terminated, reason)?;
                     this.registry.forget_old_ended();
                     tracing::info!(reason, "sandbox deleted");

@@ -251,6 +251,18 @@ impl Restore<'_> {
                     tracing::warn!(sandbox_id = %id, error = %e.chain(), "could not end a half-made sandbox");
                 }
             }
+            (SandboxState::Paused, None | Some(BackendState::Missing))
+                if !self.backend.pauses_in_place() =>
+            {
+                // Paused by snapshot: nothing runs, its snapshot holds the workspace.
+                h.reconcile(
+                    SandboxState::Paused,
+                    "paused",
+                    "sandbox taken over after a runtime restart",
+                );
+                tracing::info!(sandbox_id = %id, "took over a sandbox paused by snapshot");
+                health::spawn(&h, self.backend, self.config, self.tasks);
+            }
             (_, None | Some(BackendState::Missing)) => {
                 // The container vanished behind our back; remove what is left (its workspace volume).
                 if let Err(e) = self.backend.delete(id).await {

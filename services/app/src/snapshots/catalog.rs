@@ -76,6 +76,26 @@ impl Snapshots {
         .await
     }
 
+    /// The newest snapshot of `sandbox` carrying all of `labels`.
+    pub fn newest(
+        &self,
+        sandbox: SandboxId,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Option<SnapshotRecord>> {
+        let sandbox = sandbox.to_string();
+        Ok(self
+            .records
+            .snapshots(&crate::store::snapshots::SnapshotFilter {
+                sandbox_id: Some(&sandbox),
+                spaces: None,
+                labels: Some(labels),
+                before: None,
+                limit: 1,
+            })?
+            .into_iter()
+            .next())
+    }
+
     /// Deletes snapshot `record`: its archive, then its record.
     pub async fn delete(&self, record: &SnapshotRecord) -> Result<()> {
         self.archives.delete(&object_key(&record.id)).await?;
