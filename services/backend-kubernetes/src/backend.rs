@@ -1,6 +1,7 @@
-//! [`KubernetesBackend`], the `SandboxBackend` of a cluster (under construction, issue 35): create, delete,
-//! reach, list and ping are built; restart, pause and resume, and changing a running pod's limits, are
-//! refused with FAILED_PRECONDITION saying so until they are.
+//! [`KubernetesBackend`], the `SandboxBackend` of a cluster (issue 35): create, delete, reach, list, ping;
+//! a restart is the kubelet's (the pod's liveness probe); a pause removes the pod (the application keeps
+//! the workspace in a snapshot: `pauses_in_place` is false); changing a running pod's limits is refused
+//! with FAILED_PRECONDITION until in-place resize is built (a warm pool then serves the default limits only).
 
 use std::time::Duration;
 
@@ -193,8 +194,11 @@ impl SandboxBackend for KubernetesBackend {
         }
     }
 
-    async fn restart(&self, _id: SandboxId) -> Result<Endpoint> {
-        Err(self.not_yet("restarting a sandbox's pod"))
+    /// The kubelet restarts the container of an executor that stops answering (the pod's liveness probe,
+    /// in place: the workspace stays); the runtime asks after its own ready timeout, by when it has:
+    /// the pod's executor as it runs now.
+    async fn restart(&self, id: SandboxId) -> Result<Endpoint> {
+        self.ensure_running(id).await
     }
 
     async fn update_limits(&self, _id: SandboxId, _limits: Limits) -> Result<()> {

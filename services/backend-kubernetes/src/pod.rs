@@ -11,16 +11,20 @@
 //!   evicted when a node runs short); the workspace is an `emptyDir` whose `sizeLimit` is the disk limit
 //!   (the kubelet evicts a pod over it: no ENOSPC as on Docker, see docs/KUBERNETES.md) or a claim of its
 //!   own ([`Workspace::Claim`]).
-//! - No service account token, no service links, no host namespaces or paths; without egress no cluster
-//!   DNS either (a resolver nobody answers at), with egress the node's resolver rather than the cluster's.
+//! - No service account token, no service links, no host namespaces or paths; without egress no DNS either
+//!   (a resolver nobody answers at), with egress the cluster's (the only address inside the cluster's
+//!   ranges the egress policy lets it reach, on port 53).
+//! - The kubelet restarts the sandbox's container in place (the workspace kept) when its executor stops
+//!   answering gRPC health checks for a minute (a liveness probe), as the runtime restarts a container
+//!   whose executor does not answer on Docker.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodDNSConfig,
-    PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector,
-    SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, GRPCAction,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,
+    PodDNSConfig, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, Secret,
+    SecretKeySelector, SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -272,11 +276,24 @@ pub fn pod(config: &KubernetesConfig, spec: &BackendSpec) -> Pod {
             spec.read_only_rootfs,
             &["SETUID", "SETGID", "CHOWN"],
         )),
+        // The executor's gRPC health (open to anyone who reaches the port; the kubelet does): a minute
+        // without an answer, the runtime's ready timeout, and the container starts again in place.
+        liveness_probe: Some(Probe {
+            grpc: Some(GRPCAction {
+                port: i32::from(config.executor_port),
+                service: None,
+            }),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(6),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let (dns_policy, dns_config) = if spec.egress {
-        // The node's resolver: names outside the cluster, never the cluster's own.
-        ("Default", None)
+        // The cluster's resolver, which the egress policy lets it reach on port 53 (a node's own resolver is
+        // often at a private or link-local address, which that policy denies).
+        ("ClusterFirst", None)
     } else {
         // No resolver at all: a name fails at once rather than after a timeout against a blocked one.
         (

@@ -6,7 +6,9 @@
 //! - **no egress**: a sandbox that did not ask for egress sends nothing at all (DNS included: its pod has no
 //!   resolver);
 //! - **egress**: a sandbox that asked reaches any address but the cluster's own ranges, the private and
-//!   link-local ranges (the metadata address among them) and the loopback.
+//!   link-local ranges (the metadata address among them) and the loopback; and the cluster's DNS
+//!   (`k8s-app=kube-dns` in `kube-system`) on port 53, its only resolver (a node's resolver is often at a
+//!   private or link-local address, which the ranges deny).
 //!
 //! A NetworkPolicy is enforced only where the cluster's network plugin does (Calico, Cilium, …): on one that
 //! does not, these allow everything, and docs/KUBERNETES.md says so.
@@ -132,13 +134,46 @@ pub fn policies(config: &KubernetesConfig) -> Vec<NetworkPolicy> {
         NetworkPolicySpec {
             pod_selector: Some(selector(config, Some(true))),
             policy_types: Some(vec!["Egress".to_owned()]),
-            egress: Some(vec![NetworkPolicyEgressRule {
-                to: Some(vec![
-                    block("0.0.0.0/0", denied(ALWAYS_DENIED_V4, false)),
-                    block("::/0", denied(ALWAYS_DENIED_V6, true)),
-                ]),
-                ..Default::default()
-            }]),
+            egress: Some(vec![
+                NetworkPolicyEgressRule {
+                    to: Some(vec![
+                        block("0.0.0.0/0", denied(ALWAYS_DENIED_V4, false)),
+                        block("::/0", denied(ALWAYS_DENIED_V6, true)),
+                    ]),
+                    ..Default::default()
+                },
+                // Names: the cluster's DNS (its address is a service's, inside the denied ranges), on port
+                // 53 only. A name of the cluster resolves, but its address stays out of reach.
+                NetworkPolicyEgressRule {
+                    to: Some(vec![NetworkPolicyPeer {
+                        namespace_selector: Some(LabelSelector {
+                            match_labels: Some(BTreeMap::from([(
+                                "kubernetes.io/metadata.name".to_owned(),
+                                "kube-system".to_owned(),
+                            )])),
+                            ..Default::default()
+                        }),
+                        pod_selector: Some(LabelSelector {
+                            match_labels: Some(BTreeMap::from([(
+                                "k8s-app".to_owned(),
+                                "kube-dns".to_owned(),
+                            )])),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }]),
+                    ports: Some(
+                        ["UDP", "TCP"]
+                            .iter()
+                            .map(|protocol| NetworkPolicyPort {
+                                protocol: Some((*protocol).to_owned()),
+                                port: Some(IntOrString::Int(53)),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
+                },
+            ]),
             ..Default::default()
         },
     );

@@ -215,10 +215,18 @@ fn a_sandbox_pod_is_isolated_limited_and_never_holds_its_token_in_clear() {
             .any(|m| m.mount_path == mentis_core::layout::MOUNT && m.read_only == Some(true))
     );
 
-    // With egress: the node's resolver, never the cluster's.
+    // A wedged executor is restarted in place by the kubelet (its gRPC health, a minute).
+    let probe = sandbox.liveness_probe.as_ref().expect("a liveness probe");
+    assert_eq!(probe.grpc.as_ref().map(|g| g.port), Some(50052));
+    assert_eq!(
+        probe.period_seconds.unwrap_or(10) * probe.failure_threshold.unwrap_or(3),
+        60
+    );
+
+    // With egress: the cluster's resolver, which the egress policy lets it reach on port 53.
     let with = pod::pod(&config, &self::spec(true, false));
     let p = with.spec.expect("a pod spec");
-    assert_eq!(p.dns_policy.as_deref(), Some("Default"));
+    assert_eq!(p.dns_policy.as_deref(), Some("ClusterFirst"));
 }
 
 #[test]
@@ -256,6 +264,35 @@ fn network_policies_let_only_the_runtime_in_and_egress_out_of_internal_ranges_on
         .filter_map(|peer| peer.ip_block.as_ref())
         .flat_map(|b| b.except.clone().unwrap_or_default())
         .collect();
+    // Names through the cluster's DNS only, on port 53.
+    let dns = egress
+        .spec
+        .as_ref()
+        .and_then(|s| s.egress.clone())
+        .expect("egress rules")[1]
+        .clone();
+    let ports: Vec<(String, String)> = dns
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            (
+                p.protocol.clone().unwrap_or_default(),
+                serde_json::to_string(&p.port).unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("UDP".to_owned(), "53".to_owned()),
+            ("TCP".to_owned(), "53".to_owned())
+        ]
+    );
+    let peer = &dns.to.expect("to the cluster's DNS")[0];
+    assert!(
+        peer.ip_block.is_none() && peer.pod_selector.is_some() && peer.namespace_selector.is_some()
+    );
     for cidr in [
         "169.254.0.0/16",
         "10.0.0.0/8",
