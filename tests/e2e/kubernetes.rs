@@ -19,6 +19,11 @@ fn runtime_labels() -> std::collections::BTreeMap<String, String> {
 
 /// A runtime whose sandboxes are pods of `cluster`.
 async fn runtime_on(cluster: &Cluster) -> anyhow::Result<Harness> {
+    runtime_checking_every(cluster, Duration::from_secs(1)).await
+}
+
+/// [`runtime_on`] with health checks every `interval`.
+async fn runtime_checking_every(cluster: &Cluster, interval: Duration) -> anyhow::Result<Harness> {
     let kubeconfig = cluster.kubeconfig.clone();
     Harness::start_with(move |c| {
         c.backend = BackendChoice::Kubernetes(Box::new(KubernetesSettings {
@@ -27,7 +32,7 @@ async fn runtime_on(cluster: &Cluster) -> anyhow::Result<Harness> {
             unschedulable: Duration::from_secs(10),
             ..KubernetesSettings::default()
         }));
-        c.health_interval = Duration::from_secs(1);
+        c.health_interval = interval;
     })
     .await
 }
@@ -144,7 +149,8 @@ async fn a_sandbox_is_a_pod_whose_executor_runs_shell_and_ipython_and_goes_with_
 async fn a_pod_deleted_under_a_running_action_ends_it_lost_once_and_ends_the_sandbox()
 -> anyhow::Result<()> {
     let cluster = Cluster::start(&executor_image()).await?;
-    let mut h = runtime_on(&cluster).await?;
+    // Health checks far apart: only the pods' watch can tell the runtime soon that the pod went.
+    let mut h = runtime_checking_every(&cluster, Duration::from_secs(600)).await?;
     let ns = cluster.namespace.clone();
     let sb = h.create_default().await?;
     let id = sb.sandbox_id.clone();
@@ -176,10 +182,12 @@ async fn a_pod_deleted_under_a_running_action_ends_it_lost_once_and_ends_the_san
     assert_eq!(ends.len(), 1, "{seen:?}");
     let end = cmd_end(&seen)?;
     assert_eq!(end.reason, api::EndReason::Lost as i32, "{end:?}");
-    // An emptyDir went with its pod: nothing is left to bring back, so the sandbox ends.
+    // An emptyDir went with its pod: nothing is left to bring back, so the sandbox ends, noticed through
+    // the watch (the next health check is ten minutes away).
     let ended = h
-        .wait_state(&id, api::SandboxState::Terminated, Duration::from_secs(60))
+        .wait_state(&id, api::SandboxState::Terminated, Duration::from_secs(30))
         .await?;
+    assert!(ended.state_reason.contains("gone"), "{ended:?}");
     println!("sandbox {id} ended: {ended:?}");
     h.stop().await?;
     cluster.stop().await;

@@ -255,7 +255,27 @@ impl Manager {
             Arc::clone(&self.provisioner),
         );
         self.pools.spawn(&self.tasks);
+        self.spawn_follower();
         Ok(())
+    }
+
+    /// Until shutdown: what the backend sees happen to sandboxes from outside wakes their health checks.
+    fn spawn_follower(&self) {
+        let registry = Arc::clone(&self.registry);
+        let backend = Arc::clone(&self.backend);
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            let gone = move |id: SandboxId| {
+                if let Some(h) = registry.find(id) {
+                    tracing::debug!(sandbox_id = %id, "the backend says the sandbox went");
+                    h.gone_hint.notify_one();
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = backend.follow(&gone) => {}
+            }
+        });
     }
 
     /// Until shutdown: flushes changed records to the store and syncs the journals every second, and

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use mentis_core::layout::{LABEL_INSTANCE, LABEL_MANAGED};
 use mentis_core::{
     BackendSandbox, BackendSpec, BackendState, Endpoint, Error, Limits, Reason, Resource, Result,
@@ -19,6 +20,9 @@ use crate::config::KubernetesConfig;
 use crate::error::{is_not_found, to_core};
 use crate::pod::pod_name;
 use crate::status::{Progress, endpoint_uri, progress};
+
+/// How long following the pods waits before it tries again after an error.
+const FOLLOW_RETRY: Duration = Duration::from_secs(5);
 
 /// The field manager of what the runtime applies.
 const FIELD_MANAGER: &str = "mentis-runtime";
@@ -251,6 +255,91 @@ impl SandboxBackend for KubernetesBackend {
                 Some(BackendSandbox { id, state })
             })
             .collect())
+    }
+
+    /// A watch of the instance's pods (listed first for a resource version, listed again when the API has
+    /// compacted past it): a pod deleted, failed or being deleted names its sandbox to `gone`.
+    async fn follow(&self, gone: &(dyn Fn(SandboxId) + Send + Sync)) {
+        let selector = self.instance_selector();
+        let id_of = |pod: &Pod| {
+            pod.metadata
+                .labels
+                .as_ref()?
+                .get(mentis_core::layout::LABEL_SANDBOX_ID)
+                .and_then(|s| SandboxId::parse(s).ok())
+        };
+        let report = |pod: &Pod, deleted: bool| {
+            if let Some(id) = id_of(pod)
+                && (deleted || matches!(progress(pod), Progress::Failed(_)))
+            {
+                gone(id);
+            }
+        };
+        loop {
+            let listed = self
+                .pods
+                .list(&ListParams::default().labels(&selector))
+                .await;
+            let mut version = match listed {
+                Ok(list) => {
+                    for pod in &list.items {
+                        report(pod, false);
+                    }
+                    list.metadata.resource_version.unwrap_or_default()
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "could not list the sandboxes' pods to follow them; trying again");
+                    tokio::time::sleep(FOLLOW_RETRY).await;
+                    continue;
+                }
+            };
+            // Watches from `version` until the API says it is too old.
+            loop {
+                let params = WatchParams::default().labels(&selector).timeout(290);
+                let events = match self.pods.watch(&params, &version).await {
+                    Ok(events) => events,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "could not follow the sandboxes' pods; trying again");
+                        tokio::time::sleep(FOLLOW_RETRY).await;
+                        break;
+                    }
+                };
+                futures::pin_mut!(events);
+                let mut stale = false;
+                while let Some(event) = events.next().await {
+                    match event {
+                        Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
+                            if let Some(v) = &pod.metadata.resource_version {
+                                version.clone_from(v);
+                            }
+                            report(&pod, false);
+                        }
+                        Ok(WatchEvent::Deleted(pod)) => {
+                            if let Some(v) = &pod.metadata.resource_version {
+                                version.clone_from(v);
+                            }
+                            report(&pod, true);
+                        }
+                        Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
+                        Ok(WatchEvent::Error(status)) => {
+                            // 410: compacted past our version; anything else: start afresh too.
+                            tracing::debug!(code = status.code, message = %status.message, "the watch of the sandboxes' pods ended");
+                            stale = true;
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "the watch of the sandboxes' pods failed");
+                            stale = true;
+                            break;
+                        }
+                    }
+                }
+                if stale {
+                    tokio::time::sleep(FOLLOW_RETRY / 5).await;
+                    break;
+                }
+            }
+        }
     }
 
     async fn ping(&self) -> Result<()> {

@@ -208,4 +208,11 @@ pub trait SandboxBackend: Send + Sync + 'static {
     /// Whether the engine answers now (Unavailable when it does not): the runtime's health says
     /// NOT_SERVING while it does not.
     async fn ping(&self) -> Result<()>;
+
+    /// Follows what happens to this instance's sandboxes from outside (a pod deleted by someone else,
+    /// evicted, or on a node that was lost), calling `gone` with the id of each that went or will not run
+    /// again, until the future is dropped; the health check of each such sandbox then runs at once rather
+    /// than at its next interval. Ours may be among them (a delete, a pause by snapshot): `gone` is a hint.
+    /// Backends that cannot tell return at once; the health checks notice in their time.
+    async fn follow(&self, _gone: &(dyn Fn(SandboxId) + Send + Sync)) {}
 }

@@ -132,6 +132,8 @@ pub struct SandboxHandle {
     store: Arc<Store>,
     /// Memory and CPU time in use at the last health check (read only with metrics on).
     usage: Mutex<Option<Usage>>,
+    /// Woken when the backend says the sandbox's container or pod went: its health watch checks at once.
+    pub(crate) gone_hint: tokio::sync::Notify,
 }
 
 /// What the lock of a handle guards.
@@ -179,6 +181,7 @@ impl SandboxHandle {
             lifecycle: Arc::new(tokio::sync::Mutex::new(())),
             store,
             usage: Mutex::new(None),
+            gone_hint: tokio::sync::Notify::new(),
         }
     }
 

@@ -3,7 +3,9 @@
 //! stopped, reconnecting when its address changed, restarting the container when the executor runs but does
 //! not answer for the ready timeout — and the sandbox is RUNNING again. A container that is
 //! gone for good is ended as a delete would: TERMINATING, its actions LOST, then TERMINATED. Every move goes
-//! through the lifecycle table, so a watch never undoes a pause, resume or delete that runs beside it.
+//! through the lifecycle table, so a watch never undoes a pause, resume or delete that runs beside it. A
+//! backend that follows its sandboxes (`SandboxBackend::follow`: a pod's watch) wakes the check of one
+//! that went at once, and one failed check is then enough.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,10 +52,12 @@ async fn watch(
 ) {
     let mut failures = 0u32;
     loop {
-        tokio::select! {
+        // The backend's word that the container or pod went: a failed check then counts as enough.
+        let hinted = tokio::select! {
             () = h.cancel.cancelled() => return,
-            () = tokio::time::sleep(config.health_interval) => {}
-        }
+            () = tokio::time::sleep(config.health_interval) => false,
+            () = h.gone_hint.notified() => true,
+        };
         if !matches!(h.state(), SandboxState::Running | SandboxState::Unhealthy) {
             failures = 0;
             continue;
@@ -85,7 +89,11 @@ async fn watch(
                 }
             }
             Err(e) => {
-                failures += 1;
+                failures = if hinted {
+                    failures.max(FAILURES_BEFORE_UNHEALTHY)
+                } else {
+                    failures + 1
+                };
                 crate::metrics::metrics()
                     .executor_health_failures
                     .add(1, &[]);
