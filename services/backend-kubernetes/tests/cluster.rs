@@ -414,3 +414,85 @@ async fn list_tells_the_instance_s_pods_apart_and_a_pod_gone_is_container_gone()
     backend.ping().await.expect("the API answers");
     api.await.expect("the API's side");
 }
+
+fn labelled_pod(id: SandboxId, version: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("mentis-sb-{id}"), "namespace": "sandboxes", "resourceVersion": version,
+            "labels": {"io.mentis.managed": "true", "io.mentis.instance": "i1",
+                "io.mentis.sandbox-id": id.to_string()}},
+        "spec": {"containers": [{"name": "sandbox", "image": "team/tools:1"}]},
+        "status": {"phase": "Running", "podIP": "10.1.2.3",
+            "containerStatuses": [{"name": "sandbox", "image": "team/tools:1", "imageID": "", "ready": true,
+                "restartCount": 0, "state": {"running": {}}}]}})
+}
+
+#[tokio::test]
+async fn following_the_pods_names_each_one_deleted_or_failing_and_lists_again_when_the_watch_is_too_old()
+ {
+    let (backend, mut handle) = backend(config());
+    let (deleted, evicted, fine) = (SandboxId::new(), SandboxId::new(), SandboxId::new());
+    let api = tokio::spawn(async move {
+        let pods = "/api/v1/namespaces/sandboxes/pods";
+        // The list the watch starts from.
+        let (query, _, send) = expect(&mut handle, Method::GET, pods).await;
+        assert!(!query.contains("watch=true"), "{query}");
+        assert!(query.contains("io.mentis.instance%3Di1"), "{query}");
+        respond(
+            send,
+            200,
+            &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "10"},
+                "items": [labelled_pod(fine, "9")]}),
+        );
+        // A watch from there: one pod deleted, one evicted, one that runs on; then the API says the version
+        // is too old.
+        let (query, _, send) = expect(&mut handle, Method::GET, pods).await;
+        assert!(
+            query.contains("watch=true") && query.contains("resourceVersion=10"),
+            "{query}"
+        );
+        let mut evicted_pod = labelled_pod(evicted, "12");
+        evicted_pod["status"] = json!({"phase": "Failed", "reason": "Evicted",
+            "message": "the node was low on resource: ephemeral-storage"});
+        send.send_response(
+            Response::builder()
+                .body(events(&[
+                    ("DELETED", labelled_pod(deleted, "11")),
+                    ("MODIFIED", evicted_pod),
+                    ("MODIFIED", labelled_pod(fine, "13")),
+                    (
+                        "ERROR",
+                        status(410, "Expired", "too old resource version: 10 (20)"),
+                    ),
+                ]))
+                .expect("a response"),
+        );
+        // Listed again, then watched from the new version.
+        let (query, _, send) = expect(&mut handle, Method::GET, pods).await;
+        assert!(!query.contains("watch=true"), "{query}");
+        respond(
+            send,
+            200,
+            &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "20"},
+                "items": [labelled_pod(fine, "13")]}),
+        );
+        let (query, _, _send) = expect(&mut handle, Method::GET, pods).await;
+        assert!(
+            query.contains("watch=true") && query.contains("resourceVersion=20"),
+            "{query}"
+        );
+        handle
+    });
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let gone = move |id: SandboxId| {
+        let _ = tx.send(id);
+    };
+    tokio::time::pause();
+    let followed = tokio::time::timeout(Duration::from_secs(60), backend.follow(&gone)).await;
+    assert!(followed.is_err(), "follow ends only when dropped");
+    let mut named = Vec::new();
+    while let Ok(id) = rx.try_recv() {
+        named.push(id);
+    }
+    assert_eq!(named, [deleted, evicted]);
+    drop(api.await.expect("the API's side"));
+}
