@@ -15,7 +15,11 @@
 //! the plain shell and session round trips (`BENCH_N`, default 300), and with `BENCH_COMPARE_IMAGE` (another executor
 //! image, for example one built from a change) the same on a runtime serving that image, in blocks of 25
 //! taken in turn: an A/B of an executor change with both sides seeing the machine in the same state.
+//! `BENCH_ONLY=capacity` measures how far one runtime goes: its memory per sandbox and per open stream, its
+//! CPU time per action and per idle sandbox (capacity.rs).
 #![allow(clippy::unwrap_used)]
+
+mod capacity;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -261,6 +265,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("shell") {
         return shell_only(env_num("BENCH_N", 300)).await;
+    }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("capacity") {
+        return capacity::run().await;
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("throughput") {
         return throughput_only(env_num("BENCH_N", 9)).await;

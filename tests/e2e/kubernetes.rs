@@ -255,29 +255,36 @@ fn env_for(cluster: &Cluster) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Waits until `cluster` holds a running pool pod besides `claimed` (a claimed pod keeps its pool label:
-/// labels do not change); its name.
-async fn warm_pod(cluster: &Cluster, claimed: &[&str]) -> anyhow::Result<String> {
+/// Waits until the runtime's pool has an idle member (its executor answering, its kernel started) and
+/// `cluster` holds its pod besides `claimed` (a claimed pod keeps its pool label: labels do not change);
+/// the pod's name.
+async fn warm_pod(h: &Harness, cluster: &Cluster, claimed: &[&str]) -> anyhow::Result<String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let warm = cluster
+        let pools = h
+            .sandboxes
+            .clone()
+            .list_pools(api::ListPoolsRequest {})
+            .await?
+            .into_inner()
+            .pools;
+        let idle = pools.first().is_some_and(|p| p.idle > 0 && p.creating == 0);
+        let warm: Vec<String> = cluster
             .names("pods", &cluster.namespace)
             .into_iter()
-            .find(|name| {
+            .filter(|name| {
                 !claimed.contains(&name.as_str())
                     && cluster
                         .object("pods", &cluster.namespace, name)
-                        .is_some_and(|p| {
-                            p["metadata"]["labels"]["io.mentis.pool"] == "true"
-                                && p["status"]["phase"] == "Running"
-                        })
-            });
-        if let Some(name) = warm {
-            return Ok(name);
+                        .is_some_and(|p| p["metadata"]["labels"]["io.mentis.pool"] == "true")
+            })
+            .collect();
+        if idle && let [one] = warm.as_slice() {
+            return Ok(one.clone());
         }
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
-            "no warm pod: {:?}",
+            "no warm pod: {pools:?}, {:?}",
             cluster.names("pods", &cluster.namespace)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -299,12 +306,12 @@ async fn a_warm_pod_is_claimed_and_a_runtime_killed_mid_action_finds_its_pods_ag
 
     // A create with the default limits is served by the warm pod (late binding: its space is bound in the
     // store, the pod is as it was made).
-    let warm = warm_pod(&cluster, &[]).await?;
+    let warm = warm_pod(&h, &cluster, &[]).await?;
     let sb = h.create_default().await?;
     let id = sb.sandbox_id.clone();
     assert_eq!(warm, pod_of(&id), "the create did not claim the warm pod");
     // The pool makes another.
-    warm_pod(&cluster, &[&warm]).await?;
+    warm_pod(&h, &cluster, &[&warm]).await?;
 
     h.py(&id, "kept = 'in the kernel'").await?;
     h.sh(&id, "echo on-disk > /workspace/kept.txt").await?;
@@ -510,6 +517,71 @@ async fn a_pause_keeps_the_workspace_in_a_snapshot_and_removes_the_pod_and_a_res
     // The pause's snapshot went once restored.
     assert!(pause_snapshots(&h, &id).await?.is_empty());
     h.stop().await?;
+    cluster.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_warm_pod_claimed_for_other_limits_is_resized_in_place_and_less_memory_gets_a_pod_of_its_own()
+-> anyhow::Result<()> {
+    let bin = env!("CARGO_BIN_EXE_mentis-runtime-under-test");
+    let cluster = Cluster::start(&executor_image()).await?;
+    let env = env_for(&cluster);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let guard = Harness::new_instance();
+    let instance = guard.instance.clone();
+    let data_dir = tempfile::tempdir()?;
+    let runtime = RuntimeProcess::start_with_env(bin, &instance, data_dir.path(), &env).await?;
+    let mut h = runtime.harness(data_dir, guard).await?;
+    let ns = cluster.namespace.clone();
+
+    // Half a CPU and more memory than the pool's default: the warm pod, resized in place.
+    let warm = warm_pod(&h, &cluster, &[]).await?;
+    let sb = h
+        .create(api::SandboxSpec {
+            cpu_limit: 0.5,
+            memory_limit_mb: 1536,
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(pod_of(&sb.sandbox_id), warm, "not served by the warm pod");
+    let pod = cluster.object("pods", &ns, &warm).expect("the pod");
+    let limits = &pod["spec"]["containers"][0]["resources"]["limits"];
+    assert_eq!(
+        (limits["cpu"].as_str(), limits["memory"].as_str()),
+        (Some("500m"), Some("1536Mi"))
+    );
+    // What its node (the simulated kubelet) applied to the running container.
+    let applied = docker(&[
+        "inspect",
+        "--format",
+        "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}}",
+        &cluster.container_of(&warm, "sandbox"),
+    ])?;
+    assert_eq!(applied.trim(), format!("500000000 {}", 1536u64 << 20));
+    assert_eq!(
+        stdout(&h.sh(&sb.sandbox_id, "echo resized").await?),
+        "resized\n"
+    );
+
+    // Less memory than the pool's pods have cannot be had in place: a pod made for it.
+    let next = warm_pod(&h, &cluster, &[&warm]).await?;
+    let small = h
+        .create(api::SandboxSpec {
+            memory_limit_mb: 512,
+            ..Default::default()
+        })
+        .await?;
+    assert_ne!(pod_of(&small.sandbox_id), next);
+    let pod = cluster
+        .object("pods", &ns, &pod_of(&small.sandbox_id))
+        .expect("its own pod");
+    assert!(
+        pod["metadata"]["labels"]["io.mentis.pool"].is_null(),
+        "{pod}"
+    );
+    h.stop().await?;
+    drop(runtime);
     cluster.stop().await;
     Ok(())
 }

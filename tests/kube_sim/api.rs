@@ -276,6 +276,9 @@ async fn handle(
             None => not_found(&t, name),
         },
         (&Method::DELETE, Some(name), None) => delete(&sim, &t, name).await,
+        (&Method::PATCH, Some(name), Some("resize")) if t.resource == "pods" => {
+            resize(&sim, &t, name, &body)
+        }
         (&Method::PATCH, Some(name), None) => {
             let apply = headers
                 .get(header::CONTENT_TYPE)
@@ -402,6 +405,49 @@ async fn delete(sim: &Arc<Sim>, t: &Target, name: &str) -> Response {
     }
     sim.note(format!("{} {}/{name} deleted", t.resource, t.namespace));
     object(StatusCode::OK, gone)
+}
+
+/// A pod's CPU and memory changed in place (a strategic merge of its containers' resources): the spec at
+/// once, then the kubelet applies it to the container and reports it in the status.
+fn resize(sim: &Arc<Sim>, t: &Target, name: &str, body: &Bytes) -> Response {
+    let Some(patch) = parse_body(body) else {
+        return not_an_object();
+    };
+    let Some(containers) = patch["spec"]["containers"].as_array().cloned() else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "a resize patches spec.containers",
+        );
+    };
+    let mut st = sim.state.lock().unwrap();
+    let key = ("pods".to_owned(), t.namespace.clone(), name.to_owned());
+    let Some(mut pod) = st.objects.get(&key).cloned() else {
+        return not_found(t, name);
+    };
+    let mut changed = Vec::new();
+    for c in &containers {
+        let Some(spec) = pod["spec"]["containers"]
+            .as_array_mut()
+            .and_then(|l| l.iter_mut().find(|s| s["name"] == c["name"]))
+        else {
+            return status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                format!("no container {} in the pod", c["name"]),
+            );
+        };
+        spec["resources"] = c["resources"].clone();
+        changed.push((
+            c["name"].as_str().unwrap_or_default().to_owned(),
+            c["resources"].clone(),
+        ));
+    }
+    let pod = sim.commit(&mut st, "pods", &t.namespace, "MODIFIED", pod);
+    drop(st);
+    sim.note(format!("Pod {}/{name} resized", t.namespace));
+    kubelet::resize(sim, &t.namespace, name, changed);
+    object(StatusCode::OK, pod)
 }
 
 fn apply_patch(sim: &Arc<Sim>, t: &Target, kind: &str, name: &str, body: &Bytes) -> Response {

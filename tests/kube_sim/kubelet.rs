@@ -71,6 +71,47 @@ pub(super) async fn remove_claim(sim: &Sim, claim: &str) {
     .await;
 }
 
+/// Applies a resize of pod `name`'s containers (name, resources) to their Docker containers, then reports
+/// the resources in the pod's status.
+pub(super) fn resize(sim: &Arc<Sim>, namespace: &str, name: &str, changed: Vec<(String, Value)>) {
+    let sim = Arc::clone(sim);
+    let (namespace, name) = (namespace.to_owned(), name.to_owned());
+    let tasks = sim.tasks.clone();
+    tasks.spawn(async move {
+        for (container, resources) in changed {
+            let limits = &resources["limits"];
+            let mut args = strings(&["update"]);
+            if let Some(cpu) = limits["cpu"].as_str() {
+                let milli: f64 = cpu.trim_end_matches('m').parse().unwrap_or(1000.0);
+                args.push(format!("--cpus={}", milli / 1000.0));
+            }
+            if let Some(mem) = limits["memory"].as_str() {
+                let mb = mem.trim_end_matches("Mi");
+                args.push(format!("--memory={mb}m"));
+                args.push(format!("--memory-swap={mb}m"));
+            }
+            args.push(container_name(&sim.id, &name, &container));
+            if let Err(e) = docker(&args).await {
+                sim.note(format!("pod {namespace}/{name}: resize of {container} failed: {e:#}"));
+                sim.update_pod(&namespace, &name, |p| {
+                    p["status"]["conditions"] = json!([{"type": "PodResizePending", "status": "True",
+                        "reason": "Infeasible", "message": format!("{e:#}")}]);
+                });
+                continue;
+            }
+            sim.update_pod(&namespace, &name, |p| {
+                if let Some(s) = p["status"]["containerStatuses"]
+                    .as_array_mut()
+                    .and_then(|l| l.iter_mut().find(|s| s["name"] == json!(container)))
+                {
+                    s["resources"] = resources.clone();
+                }
+            });
+            sim.note(format!("pod {namespace}/{name}: container {container} resized"));
+        }
+    });
+}
+
 /// Runs pod `name` until `stop` (its deletion or the cluster's end), then removes it.
 pub(super) fn spawn(sim: &Arc<Sim>, namespace: &str, name: &str, stop: CancellationToken) {
     let sim = Arc::clone(sim);

@@ -21,6 +21,9 @@ use crate::error::{is_not_found, to_core};
 use crate::pod::pod_name;
 use crate::status::{Progress, endpoint_uri, progress};
 
+/// How long a claimed warm pod's node may take to apply its new limits.
+const RESIZE_WITHIN: Duration = Duration::from_secs(30);
+
 /// How long following the pods waits before it tries again after an error.
 const FOLLOW_RETRY: Duration = Duration::from_secs(5);
 
@@ -45,6 +48,8 @@ pub struct KubernetesBackend {
     pods: Api<Pod>,
     policies: Api<NetworkPolicy>,
     waits: Waits,
+    /// The API server can resize a running pod (1.33 or later), as `prepare` found it.
+    resizes: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for KubernetesBackend {
@@ -66,6 +71,7 @@ impl KubernetesBackend {
             client,
             config,
             waits,
+            resizes: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
@@ -113,13 +119,6 @@ impl KubernetesBackend {
             self.config.instance
         )
     }
-
-    fn not_yet(&self, what: &str) -> Error {
-        Error::new(
-            Reason::FailedPrecondition,
-            format!("{what} is not built yet on the Kubernetes backend (issue 35)"),
-        )
-    }
 }
 
 fn gone(id: SandboxId) -> Error {
@@ -143,6 +142,21 @@ impl SandboxBackend for KubernetesBackend {
                 )
                 .await
                 .map_err(|e| to_core("apply the sandboxes' NetworkPolicies", e))?;
+        }
+        // In-place resize is on by default from 1.33: before, a warm pool serves the default limits only.
+        match self.client.apiserver_version().await {
+            Ok(v) => {
+                let minor: u32 = v
+                    .minor
+                    .trim_end_matches(|c: char| !c.is_ascii_digit())
+                    .parse()
+                    .unwrap_or(0);
+                let resizes = v.major == "1" && minor >= 33;
+                self.resizes
+                    .store(resizes, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(version = %v.git_version, resizes, "the cluster's API server");
+            }
+            Err(e) => return Err(to_core("ask the API server its version", e)),
         }
         // What every create needs, asked once here so that a missing grant stops the start.
         self.pods
@@ -205,12 +219,31 @@ impl SandboxBackend for KubernetesBackend {
         self.ensure_running(id).await
     }
 
-    async fn update_limits(&self, _id: SandboxId, _limits: Limits) -> Result<()> {
-        Err(self.not_yet("changing a running pod's limits (pods/resize)"))
+    /// In place (`pods/resize`): a claimed warm pod's CPU and memory, applied by its node.
+    async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()> {
+        if !self.updates_limits() {
+            return Err(Error::new(
+                Reason::FailedPrecondition,
+                "this cluster cannot change a running pod's limits (in-place resize needs Kubernetes 1.33)",
+            ));
+        }
+        self.cluster.resize(id, &limits, RESIZE_WITHIN).await
     }
 
+    /// Where the API server is 1.33 or later (in-place resize on by default), as `prepare` found it.
     fn updates_limits(&self) -> bool {
-        false
+        self.resizes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// More CPU or less, more memory, never less: a running container's memory limit cannot shrink in place
+    /// (below what it uses, the kernel could not hold it).
+    fn changes_limits(&self, from: &Limits, to: &Limits) -> bool {
+        from == to
+            || (self.updates_limits()
+                && to.memory_mb >= from.memory_mb
+                && to.pids == from.pids
+                && to.nofile == from.nofile
+                && to.disk_mb == from.disk_mb)
     }
 
     /// A pod cannot be frozen: the application took the workspace, and the pod (with its token's Secret

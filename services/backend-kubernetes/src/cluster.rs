@@ -5,15 +5,15 @@
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-use kube::api::{Api, DeleteParams, PostParams, WatchEvent, WatchParams};
-use mentis_core::{BackendSpec, Endpoint, Error, Reason, Resource, Result, SandboxId};
+use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, Pod, PodSpec, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use mentis_core::{BackendSpec, Endpoint, Error, Limits, Reason, Resource, Result, SandboxId};
 use tokio::time::Instant;
 
 use crate::config::KubernetesConfig;
 use crate::error::{is_not_found, to_core};
 use crate::pod::{self, claim_name, pod_name, secret_name};
-use crate::status::{Progress, endpoint_uri, progress};
+use crate::status::{Progress, endpoint_uri, progress, resized};
 
 /// The sandbox objects of one namespace.
 #[derive(Clone)]
@@ -182,6 +182,105 @@ impl Cluster {
                         version = pod.metadata.resource_version.clone().unwrap_or_default();
                         if let Some(end) = judge(&pod, &mut stuck) {
                             return end.map_err(|e| e.about(Resource::sandbox(id)));
+                        }
+                        break;
+                    }
+                    WatchEvent::Error(status) => {
+                        return Err(to_core(
+                            "follow the sandbox's pod",
+                            kube::Error::Api(status),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Changes the CPU and memory of sandbox `id`'s running pod in place (the `resize` subresource, Kubernetes
+    /// 1.33+) and follows the pod until its node has applied them, refused them, or `within` ran out.
+    pub async fn resize(&self, id: SandboxId, limits: &Limits, within: Duration) -> Result<()> {
+        let name = pod_name(id);
+        let resources = pod::resources(limits);
+        let want = resources.limits.clone().unwrap_or_default();
+        // A strategic merge: the container of that name gets these resources, nothing else changes.
+        let patch = Pod {
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: pod::SANDBOX_CONTAINER.to_owned(),
+                    resources: Some(resources),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let pod = self
+            .pods
+            .patch_subresource(
+                "resize",
+                &name,
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await
+            .map_err(|e| to_core("resize the sandbox's pod", e).about(Resource::sandbox(id)))?;
+        if let Some(done) = resized(&pod, &want) {
+            return done.map_err(|e| e.about(Resource::sandbox(id)));
+        }
+        let mut version = pod.metadata.resource_version.clone().unwrap_or_default();
+        let deadline = Instant::now() + within;
+        let late = || {
+            Error::new(
+                Reason::Unavailable,
+                format!(
+                    "the node of the sandbox's pod did not apply its new limits within {} s",
+                    within.as_secs()
+                ),
+            )
+            .about(Resource::sandbox(id))
+        };
+        loop {
+            let params = WatchParams::default()
+                .fields(&format!("metadata.name={name}"))
+                .timeout(290);
+            let events = tokio::time::timeout_at(deadline, self.pods.watch(&params, &version))
+                .await
+                .map_err(|_| late())?
+                .map_err(|e| to_core("follow the sandbox's pod", e))?;
+            futures::pin_mut!(events);
+            loop {
+                let event = match tokio::time::timeout_at(deadline, events.try_next()).await {
+                    Err(_) => return Err(late()),
+                    Ok(Err(e)) => return Err(to_core("follow the sandbox's pod", e)),
+                    Ok(Ok(None)) => break,
+                    Ok(Ok(Some(event))) => event,
+                };
+                match event {
+                    WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                        if let Some(v) = &pod.metadata.resource_version {
+                            version.clone_from(v);
+                        }
+                        if let Some(done) = resized(&pod, &want) {
+                            return done.map_err(|e| e.about(Resource::sandbox(id)));
+                        }
+                    }
+                    WatchEvent::Deleted(_) => {
+                        return Err(Error::new(
+                            Reason::ContainerGone,
+                            "the sandbox's pod was deleted while it was resized",
+                        )
+                        .about(Resource::sandbox(id)));
+                    }
+                    WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
+                    WatchEvent::Error(status) if status.code == 410 => {
+                        let pod = self
+                            .pods
+                            .get(&name)
+                            .await
+                            .map_err(|e| to_core("read the sandbox's pod", e))?;
+                        version = pod.metadata.resource_version.clone().unwrap_or_default();
+                        if let Some(done) = resized(&pod, &want) {
+                            return done.map_err(|e| e.about(Resource::sandbox(id)));
                         }
                         break;
                     }

@@ -21,15 +21,16 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, GRPCAction,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,
-    PodDNSConfig, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, Secret,
-    SecretKeySelector, SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
+    Capabilities, Container, ContainerResizePolicy, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    GRPCAction, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, Pod, PodDNSConfig, PodSecurityContext, PodSpec, Probe,
+    ResourceRequirements, SeccompProfile, Secret, SecretKeySelector, SecurityContext, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use mentis_core::layout::{self, LABEL_EGRESS, SANDBOX_USER_ENV, TOKEN_ENV};
-use mentis_core::{BackendSpec, SandboxId};
+use mentis_core::{BackendSpec, Limits, SandboxId};
 
 use crate::config::{KubernetesConfig, Workspace};
 
@@ -174,17 +175,23 @@ fn runtime_default() -> SeccompProfile {
     }
 }
 
-/// The pod of sandbox `spec`.
-pub fn pod(config: &KubernetesConfig, spec: &BackendSpec) -> Pod {
+/// The sandbox container's CPU and memory for `limits`: requests and limits alike (the Guaranteed class,
+/// which a resize keeps).
+pub fn resources(limits: &Limits) -> ResourceRequirements {
     let limits = BTreeMap::from([
-        ("cpu".to_owned(), millicores(spec.limits.cpu)),
-        ("memory".to_owned(), mebibytes(spec.limits.memory_mb)),
+        ("cpu".to_owned(), millicores(limits.cpu)),
+        ("memory".to_owned(), mebibytes(limits.memory_mb)),
     ]);
-    let resources = ResourceRequirements {
+    ResourceRequirements {
         limits: Some(limits.clone()),
         requests: Some(limits),
         ..Default::default()
-    };
+    }
+}
+
+/// The pod of sandbox `spec`.
+pub fn pod(config: &KubernetesConfig, spec: &BackendSpec) -> Pod {
+    let resources = resources(&spec.limits);
     let mut env = vec![
         EnvVar {
             name: TOKEN_ENV.to_owned(),
@@ -278,6 +285,16 @@ pub fn pod(config: &KubernetesConfig, spec: &BackendSpec) -> Pod {
         )),
         // The executor's gRPC health (open to anyone who reaches the port; the kubelet does): a minute
         // without an answer, the runtime's ready timeout, and the container starts again in place.
+        // A claimed warm pod's CPU and memory change in place (pods/resize), its processes kept.
+        resize_policy: Some(
+            ["cpu", "memory"]
+                .iter()
+                .map(|r| ContainerResizePolicy {
+                    resource_name: (*r).to_owned(),
+                    restart_policy: "NotRequired".to_owned(),
+                })
+                .collect(),
+        ),
         liveness_probe: Some(Probe {
             grpc: Some(GRPCAction {
                 port: i32::from(config.executor_port),

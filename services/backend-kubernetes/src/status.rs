@@ -3,7 +3,10 @@
 //! one, so the caller decides how long to wait); or failed, with the cause a client should see, the way the
 //! Docker backend's `why_stopped` explains a container that exited as it started.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use mentis_core::{Error, Reason, quoted};
 
 use crate::pod::{INSTALL_CONTAINER, SANDBOX_CONTAINER};
@@ -226,6 +229,66 @@ pub fn endpoint_uri(ip: &str, port: u16) -> String {
     } else {
         format!("http://{ip}:{port}")
     }
+}
+
+/// A quantity of the API (`500m`, `2`, `1024Mi`, `1Gi`, `1G`) as a number (cores, bytes).
+pub fn quantity(q: &str) -> Option<f64> {
+    let q = q.trim();
+    let (number, factor) = [
+        ("Ki", 1024f64),
+        ("Mi", 1024f64.powi(2)),
+        ("Gi", 1024f64.powi(3)),
+        ("Ti", 1024f64.powi(4)),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+    ]
+    .iter()
+    .find_map(|(suffix, factor)| q.strip_suffix(suffix).map(|n| (n, *factor)))
+    .unwrap_or((q, 1.0));
+    number.parse::<f64>().ok().map(|n| n * factor)
+}
+
+/// Where a resize of `pod`'s sandbox container to CPU and memory `want` (quantities) stands: applied, refused
+/// by the node (why), or not yet (None).
+pub fn resized(pod: &Pod, want: &BTreeMap<String, Quantity>) -> Option<Result<(), Error>> {
+    let status = pod.status.as_ref()?;
+    if let Some(pending) = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodResizePending" && c.status == "True")
+        && pending.reason.as_deref() == Some("Infeasible")
+    {
+        return Some(Err(Error::new(
+            Reason::ResourceExhausted,
+            format!(
+                "the node of the sandbox's pod cannot give it these limits: {}",
+                pending.message.as_deref().unwrap_or("infeasible")
+            ),
+        )));
+    }
+    let have = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == SANDBOX_CONTAINER)?
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?;
+    let same = |name: &str| {
+        let (Some(a), Some(b)) = (have.get(name), want.get(name)) else {
+            return false;
+        };
+        match (quantity(&a.0), quantity(&b.0)) {
+            (Some(a), Some(b)) => (a - b).abs() <= b.abs() * 1e-9,
+            _ => false,
+        }
+    };
+    (same("cpu") && same("memory")).then_some(Ok(()))
 }
 
 #[cfg(test)]

@@ -311,6 +311,13 @@ fn backend(config: KubernetesConfig) -> (KubernetesBackend, ApiHandle) {
     (KubernetesBackend::new(client, config, waits), handle)
 }
 
+/// What `/version` answers for Kubernetes 1.`minor`.
+fn version(minor: &str) -> Value {
+    json!({"major": "1", "minor": minor, "gitVersion": format!("v1.{minor}.0"), "gitCommit": "",
+        "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "", "compiler": "",
+        "platform": "linux/amd64"})
+}
+
 fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
         "message": message})
@@ -332,6 +339,9 @@ async fn prepare_applies_the_network_policies_and_a_missing_grant_stops_the_star
             assert_eq!(policy["kind"], "NetworkPolicy");
             respond(send, 200, &policy);
         }
+        // The version says whether pods can be resized in place.
+        let (_, _, send) = expect(&mut handle, Method::GET, "/version").await;
+        respond(send, 200, &version("33"));
         let (query, _, send) = expect(
             &mut handle,
             Method::GET,
@@ -494,5 +504,113 @@ async fn following_the_pods_names_each_one_deleted_or_failing_and_lists_again_wh
         named.push(id);
     }
     assert_eq!(named, [deleted, evicted]);
+    drop(api.await.expect("the API's side"));
+}
+
+/// The API's side of `prepare` on Kubernetes 1.`minor`: the policies applied, the version, the pods listed.
+async fn prepared(handle: &mut ApiHandle, minor: &str) {
+    for _ in 0..3 {
+        let (_, policy, send) = handle_next(handle).await;
+        respond(send, 200, &policy);
+    }
+    let (_, _, send) = expect(handle, Method::GET, "/version").await;
+    respond(send, 200, &version(minor));
+    let (_, _, send) = expect(handle, Method::GET, "/api/v1/namespaces/sandboxes/pods").await;
+    respond(
+        send,
+        200,
+        &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": []}),
+    );
+}
+
+async fn handle_next(handle: &mut ApiHandle) -> (String, Value, SendResponse<Response<Body>>) {
+    let (request, send) = handle.next_request().await.expect("a request");
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let bytes = request.into_body().collect_bytes().await.expect("the body");
+    (
+        query,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        send,
+    )
+}
+
+fn limits(cpu: f64, memory_mb: i64) -> Limits {
+    Limits {
+        cpu,
+        memory_mb,
+        pids: 256,
+        nofile: 1024,
+        disk_mb: 1024,
+    }
+}
+
+#[tokio::test]
+async fn a_warm_pod_is_resized_in_place_on_1_33_and_the_node_refusing_it_is_a_clear_error() {
+    // Before 1.33: no resize, a pool serves the default limits only.
+    let (old, mut handle) = backend(config());
+    let api = tokio::spawn(async move {
+        prepared(&mut handle, "32").await;
+        handle
+    });
+    old.prepare().await.expect("prepared");
+    drop(api.await.expect("the API's side"));
+    assert!(!old.updates_limits());
+    assert!(!old.changes_limits(&limits(1.0, 1024), &limits(2.0, 1024)));
+    assert!(old.changes_limits(&limits(1.0, 1024), &limits(1.0, 1024)));
+
+    let (backend, mut handle) = backend(config());
+    let id = SandboxId::new();
+    let api = tokio::spawn(async move {
+        prepared(&mut handle, "33+").await;
+        // The resize: a strategic merge of the sandbox container's resources, on the resize subresource.
+        let path = format!("/api/v1/namespaces/sandboxes/pods/mentis-sb-{id}/resize");
+        let (_, patch, send) = expect(&mut handle, Method::PATCH, &path).await;
+        let container = &patch["spec"]["containers"][0];
+        assert_eq!(container["name"], "sandbox");
+        assert_eq!(container["resources"]["limits"]["cpu"], "2000m");
+        assert_eq!(container["resources"]["requests"]["memory"], "2048Mi");
+        let mut pod = labelled_pod(id, "5");
+        respond(send, 200, &pod);
+        // Followed until the node has applied it (its status in canonical quantities).
+        let (query, _, send) = expect(
+            &mut handle,
+            Method::GET,
+            "/api/v1/namespaces/sandboxes/pods",
+        )
+        .await;
+        assert!(
+            query.contains("watch=true") && query.contains("resourceVersion=5"),
+            "{query}"
+        );
+        pod["metadata"]["resourceVersion"] = json!("6");
+        pod["status"]["containerStatuses"][0]["resources"] = json!({"limits": {"cpu": "2", "memory": "2Gi"}, "requests": {"cpu": "2", "memory": "2Gi"}});
+        send.send_response(
+            Response::builder()
+                .body(events(&[("MODIFIED", pod.clone())]))
+                .expect("a response"),
+        );
+        // A second resize the node cannot fit.
+        let (_, _, send) = expect(&mut handle, Method::PATCH, &path).await;
+        pod["metadata"]["resourceVersion"] = json!("7");
+        pod["status"]["conditions"] = json!([{"type": "PodResizePending", "status": "True",
+            "reason": "Infeasible", "message": "Node didn't have enough capacity: cpu, requested: 64000"}]);
+        respond(send, 200, &pod);
+        handle
+    });
+    backend.prepare().await.expect("prepared");
+    assert!(backend.updates_limits());
+    // More CPU, more memory: in place; less memory: never.
+    assert!(backend.changes_limits(&limits(1.0, 1024), &limits(0.5, 2048)));
+    assert!(!backend.changes_limits(&limits(1.0, 1024), &limits(1.0, 512)));
+    backend
+        .update_limits(id, limits(2.0, 2048))
+        .await
+        .expect("resized");
+    let e = backend
+        .update_limits(id, limits(64.0, 2048))
+        .await
+        .expect_err("infeasible");
+    assert_eq!(e.reason(), Reason::ResourceExhausted);
+    assert!(e.to_string().contains("enough capacity"), "{e}");
     drop(api.await.expect("the API's side"));
 }

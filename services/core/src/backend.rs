@@ -185,6 +185,12 @@ pub trait SandboxBackend: Send + Sync + 'static {
         true
     }
 
+    /// Whether a running sandbox made with limits `from` can be given limits `to` (a pool member claimed
+    /// for a request): where not, the request is served by a sandbox made for it.
+    fn changes_limits(&self, from: &Limits, to: &Limits) -> bool {
+        from == to || self.updates_limits()
+    }
+
     /// Freezes every process of the sandbox (memory kept, no CPU). Idempotent. Where
     /// [`SandboxBackend::pauses_in_place`] is false: removes what runs (the workspace taken before by the
     /// application), as [`SandboxBackend::delete`] does.

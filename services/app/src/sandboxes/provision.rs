@@ -152,7 +152,7 @@ impl Provisioner {
                         && spec.limits.nofile == made.limits.nofile
                         && spec.limits.disk_mb == made.limits.disk_mb
                         && spec.read_only_rootfs == made.read_only_rootfs
-                        && (self.backend.updates_limits() || spec.limits == made.limits)
+                        && self.backend.changes_limits(&made.limits, &spec.limits)
                 })
             });
         let pool = template_pool.or_else(|| {
@@ -163,7 +163,9 @@ impl Provisioner {
                     && spec.read_only_rootfs == self.config.read_only_rootfs
                     && self.config.mounts_for(spec.space_id.as_str())
                         == self.config.mounts_for_every_space()
-                    && (self.backend.updates_limits() || spec.limits == self.config.limits.default)
+                    && self
+                        .backend
+                        .changes_limits(&self.config.limits.default, &spec.limits)
             })
         });
         let member = pool.as_ref().and_then(|p| p.take());
