@@ -122,6 +122,29 @@ async fn a_sandbox_is_a_pod_whose_executor_runs_shell_and_ipython_and_goes_with_
     let obs = h.py(&id, "x + 1").await?;
     assert_eq!(cell_value(&obs).as_deref(), Some("42"));
 
+    // Images are the cluster's: a build is refused, saying so.
+    let mut templates =
+        mentis_proto::api::template_service_client::TemplateServiceClient::new(h.channel.clone());
+    let (_, built) = crate::templates::build_with(
+        &mut templates,
+        api::BuildImageHeader {
+            image: "mentis-e2e/k8s-built:1".into(),
+            ..Default::default()
+        },
+        crate::templates::context(&[("Dockerfile", "FROM mentis/executor:latest\nRUN true\n")])?,
+    )
+    .await?;
+    let refused = built.expect_err("a build on the Kubernetes backend");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("Kubernetes backend"),
+        "{refused:?}"
+    );
+
     h.sandboxes
         .delete_sandbox(api::DeleteSandboxRequest {
             sandbox_id: id.clone(),

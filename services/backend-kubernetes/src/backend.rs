@@ -121,6 +121,17 @@ impl KubernetesBackend {
     }
 }
 
+/// Images are the cluster's: the runtime has no engine to build or import one into that the nodes pull from.
+fn no_images(what: &str) -> Error {
+    Error::new(
+        Reason::FailedPrecondition,
+        format!(
+            "images are not {what} on the Kubernetes backend: the nodes pull them, so build them where your \
+             cluster pulls from and name them in a sandbox's spec or a template"
+        ),
+    )
+}
+
 fn gone(id: SandboxId) -> Error {
     Error::new(
         Reason::ContainerGone,
@@ -186,6 +197,24 @@ impl SandboxBackend for KubernetesBackend {
                 Err(e)
             }
         }
+    }
+
+    async fn build_image(
+        &self,
+        _build: &mentis_core::ImageBuild,
+        _context: &std::path::Path,
+        _output: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<String> {
+        Err(no_images("built"))
+    }
+
+    async fn import_image(
+        &self,
+        _image: &str,
+        _changes: &[String],
+        _rootfs: &std::path::Path,
+    ) -> Result<String> {
+        Err(no_images("imported"))
     }
 
     async fn delete(&self, id: SandboxId) -> Result<()> {
