@@ -206,6 +206,8 @@ async fn a_pod_deleted_under_a_running_action_ends_it_lost_once_and_ends_the_san
     let end = cmd_end(&seen)?;
     println!("the action's end: {end:?}");
     assert_eq!(end.reason, api::EndReason::Lost as i32, "{end:?}");
+    // It says why: the pod went, not a delete of the sandbox.
+    assert!(end.message.contains("is gone"), "{end:?}");
     // An emptyDir went with its pod: nothing is left to bring back, so the sandbox ends, noticed through
     // the watch (the next health check is ten minutes away).
     let ended = h

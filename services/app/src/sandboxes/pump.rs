@@ -83,6 +83,17 @@ pub(super) async fn resume(h: Arc<SandboxHandle>, id: ActionId, kind: ActionKind
 /// The executor ends a shell action at its timeout; if no end arrives well after that, the executor is
 /// unreachable in a way the connection has not noticed (yet). For cells the connection's keepalive is the
 /// guard.
+/// Why an action ends LOST when its sandbox ends under it: deleted, or gone (its container or pod vanished),
+/// as the sandbox's state reason says.
+fn ended_while_running(h: &SandboxHandle) -> String {
+    let reason = h.snapshot().state_reason;
+    if reason.is_empty() {
+        "the sandbox was deleted while the action ran".to_owned()
+    } else {
+        format!("the sandbox ended while the action ran ({reason})")
+    }
+}
+
 fn deadline(action: &Action, started: Instant) -> Instant {
     match action {
         Action::Shell(s) => started + s.timeout + DEADLINE_GRACE,
@@ -116,7 +127,7 @@ impl Pump {
             };
             tokio::select! {
                 biased;
-                () = h.cancel.cancelled() => break "the sandbox was deleted while the action ran".to_owned(),
+                () = h.cancel.cancelled() => break ended_while_running(&h),
                 () = tokio::time::sleep_until(self.deadline) => {
                     break "the action's timeout passed without an end from the executor".to_owned();
                 }
@@ -209,7 +220,7 @@ impl Pump {
                 tokio::select! {
                     biased;
                     () = h.cancel.cancelled() => {
-                        return Err("the sandbox was deleted while the action ran".to_owned());
+                        return Err(ended_while_running(h));
                     }
                     r = attempt => match r {
                         Ok(Ok(a)) => return Ok(a),
@@ -223,7 +234,7 @@ impl Pump {
             }
             tokio::select! {
                 biased;
-                () = h.cancel.cancelled() => return Err("the sandbox was deleted while the action ran".to_owned()),
+                () = h.cancel.cancelled() => return Err(ended_while_running(h)),
                 () = tokio::time::sleep_until(self.deadline) => {
                     return Err("the action's timeout passed without an end from the executor".to_owned());
                 }
