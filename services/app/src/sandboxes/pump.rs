@@ -127,7 +127,7 @@ impl Pump {
             };
             tokio::select! {
                 biased;
-                () = h.cancel.cancelled() => break ended_while_running(&h),
+                () = h.cancel.cancelled() => break ended_while_running(h),
                 () = tokio::time::sleep_until(self.deadline) => {
                     break "the action's timeout passed without an end from the executor".to_owned();
                 }
