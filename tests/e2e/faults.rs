@@ -12,7 +12,7 @@ use mentis_proto::api;
 use crate::shell;
 
 /// Starts `command` with Execute and returns its stream once the command has printed `ready`.
-async fn start_until_ready(
+pub(super) async fn start_until_ready(
     h: &mut Harness,
     sandbox: &str,
     command: &str,

@@ -177,24 +177,8 @@ async fn a_pod_deleted_under_a_running_action_ends_it_lost_once_and_ends_the_san
     let ns = cluster.namespace.clone();
     let sb = h.create_default().await?;
     let id = sb.sandbox_id.clone();
-    let mut stream = h
-        .actions
-        .execute(api::ExecuteRequest {
-            sandbox_id: id.clone(),
-            action: Some(shell_action(cmd("echo ready; sleep 1000"))),
-            action_id: String::new(),
-        })
-        .await?
-        .into_inner();
-    let mut seen = Vec::new();
-    while !stdout(&seen).contains("ready") {
-        let m = tokio::time::timeout(Duration::from_secs(60), stream.next())
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("stream ended early"))??;
-        if let Some(api::execute_response::Kind::Observation(o)) = m.kind {
-            seen.push(o);
-        }
-    }
+    let (stream, mut seen) =
+        crate::faults::start_until_ready(&mut h, &id, "echo ready; sleep 1000").await?;
     // Someone else deletes the pod (kubectl delete pod, an eviction): its containers go.
     assert!(cluster.delete_pod(&ns, &pod_of(&id)));
     seen.extend(collect(stream, Duration::from_secs(120)).await?);

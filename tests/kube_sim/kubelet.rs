@@ -81,15 +81,10 @@ pub(super) fn resize(sim: &Arc<Sim>, namespace: &str, name: &str, changed: Vec<(
         for (container, resources) in changed {
             let limits = &resources["limits"];
             let mut args = strings(&["update"]);
-            if let Some(cpu) = limits["cpu"].as_str() {
-                let milli: f64 = cpu.trim_end_matches('m').parse().unwrap_or(1000.0);
-                args.push(format!("--cpus={}", milli / 1000.0));
-            }
-            if let Some(mem) = limits["memory"].as_str() {
-                let mb = mem.trim_end_matches("Mi");
-                args.push(format!("--memory={mb}m"));
-                args.push(format!("--memory-swap={mb}m"));
-            }
+            args.extend(limit_args(
+                limits["cpu"].as_str(),
+                limits["memory"].as_str(),
+            ));
             args.push(container_name(&sim.id, &name, &container));
             if let Err(e) = docker(&args).await {
                 sim.note(format!("pod {namespace}/{name}: resize of {container} failed: {e:#}"));
@@ -469,6 +464,21 @@ fn docker_labels(sim: &Sim, namespace: &str, name: &str, pod: &Pod) -> Vec<Strin
     out
 }
 
+/// Docker's flags for a container's CPU (millicores, as the backend writes them) and memory (`Mi`) limits,
+/// with no swap beyond the memory.
+fn limit_args(cpu: Option<&str>, memory: Option<&str>) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(cpu) = cpu {
+        let milli: f64 = cpu.trim_end_matches('m').parse().unwrap_or(1000.0);
+        args.push(format!("--cpus={}", milli / 1000.0));
+    }
+    if let Some(mb) = memory.map(|m| m.trim_end_matches("Mi")) {
+        args.push(format!("--memory={mb}m"));
+        args.push(format!("--memory-swap={mb}m"));
+    }
+    args
+}
+
 /// What `docker run`/`create` needs for container `c` of the pod, image and command last.
 fn container_args(
     sim: &Sim,
@@ -555,15 +565,10 @@ fn container_args(
         args.push(format!("--workdir={dir}"));
     }
     if let Some(limits) = c.resources.as_ref().and_then(|r| r.limits.as_ref()) {
-        if let Some(cpu) = limits.get("cpu") {
-            let milli: f64 = cpu.0.trim_end_matches('m').parse().unwrap_or(1000.0);
-            args.push(format!("--cpus={}", milli / 1000.0));
-        }
-        if let Some(mem) = limits.get("memory") {
-            let mb = mem.0.trim_end_matches("Mi");
-            args.push(format!("--memory={mb}m"));
-            args.push(format!("--memory-swap={mb}m"));
-        }
+        args.extend(limit_args(
+            limits.get("cpu").map(|q| q.0.as_str()),
+            limits.get("memory").map(|q| q.0.as_str()),
+        ));
     }
     if let Some(sc) = &c.security_context {
         if let (Some(u), g) = (sc.run_as_user, sc.run_as_group) {

@@ -91,109 +91,60 @@ impl Cluster {
         within: Duration,
         stuck_for: Duration,
     ) -> Result<Endpoint> {
-        let name = pod_name(id);
         let deadline = Instant::now() + within;
-        let mut version = version.to_owned();
-        let mut waiting_for = "the pod to be seen".to_owned();
-        let mut stuck: Option<(Instant, Error)> = None;
-        // What a pod's state says: an end (ready or failed), or keep following.
-        let mut judge =
-            |pod: &Pod, stuck: &mut Option<(Instant, Error)>| -> Option<Result<Endpoint>> {
-                match progress(pod) {
-                    Progress::Ready { ip } => Some(Ok(Endpoint {
-                        uri: endpoint_uri(&ip, self.config.executor_port),
-                    })),
-                    Progress::Failed(e) => Some(Err(e)),
-                    Progress::Waiting(what) => {
-                        waiting_for = what;
-                        *stuck = None;
-                        None
-                    }
-                    Progress::Stuck(e) => {
-                        let since = stuck.take().map_or_else(Instant::now, |(at, _)| at);
-                        *stuck = Some((since, e));
-                        None
-                    }
+        /// What the pod waits for in words, and since when it is stuck (no node takes it) and why.
+        struct Wait {
+            waiting_for: String,
+            stuck: Option<(Instant, Error)>,
+        }
+        let mut wait = Wait {
+            waiting_for: "the pod to be seen".to_owned(),
+            stuck: None,
+        };
+        self.follow(
+            id,
+            version,
+            &mut wait,
+            // What a pod's state says: an end (ready or failed), or keep following.
+            |pod, wait| match progress(pod) {
+                Progress::Ready { ip } => Some(Ok(Endpoint {
+                    uri: endpoint_uri(&ip, self.config.executor_port),
+                })),
+                Progress::Failed(e) => Some(Err(e)),
+                Progress::Waiting(what) => {
+                    wait.waiting_for = what;
+                    wait.stuck = None;
+                    None
                 }
-            };
-        // When following must end, and the error it ends with then.
-        let give_up = |stuck: &mut Option<(Instant, Error)>, waiting_for: &str| {
-            match stuck.take() {
+                Progress::Stuck(e) => {
+                    let since = wait.stuck.take().map_or_else(Instant::now, |(at, _)| at);
+                    wait.stuck = Some((since, e));
+                    None
+                }
+            },
+            |wait| match &wait.stuck {
+                Some((since, _)) => deadline.min(*since + stuck_for),
+                None => deadline,
+            },
+            |wait| match wait.stuck.take() {
                 Some((_, e)) => e,
                 None => Error::new(
                     Reason::Unavailable,
                     format!(
-                        "the sandbox's pod was not ready within {} s: it waits for {waiting_for}",
-                        within.as_secs()
+                        "the sandbox's pod was not ready within {} s: it waits for {}",
+                        within.as_secs(),
+                        wait.waiting_for
                     ),
                 ),
-            }
-            .about(Resource::sandbox(id))
-        };
-        let until = |stuck: &Option<(Instant, Error)>| match stuck {
-            Some((since, _)) => deadline.min(*since + stuck_for),
-            None => deadline,
-        };
-        loop {
-            let params = WatchParams::default()
-                .fields(&format!("metadata.name={name}"))
-                .timeout(290);
-            let events =
-                match tokio::time::timeout_at(until(&stuck), self.pods.watch(&params, &version))
-                    .await
-                {
-                    Err(_) => return Err(give_up(&mut stuck, &waiting_for)),
-                    Ok(watch) => watch.map_err(|e| to_core("follow the sandbox's pod", e))?,
-                };
-            futures::pin_mut!(events);
-            loop {
-                let next = tokio::time::timeout_at(until(&stuck), events.try_next()).await;
-                let event = match next {
-                    Err(_) => return Err(give_up(&mut stuck, &waiting_for)),
-                    Ok(Err(e)) => return Err(to_core("follow the sandbox's pod", e)),
-                    // The API ended the watch (its timeout): watch again from where it was.
-                    Ok(Ok(None)) => break,
-                    Ok(Ok(Some(event))) => event,
-                };
-                match event {
-                    WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
-                        if let Some(v) = &pod.metadata.resource_version {
-                            version.clone_from(v);
-                        }
-                        if let Some(end) = judge(&pod, &mut stuck) {
-                            return end.map_err(|e| e.about(Resource::sandbox(id)));
-                        }
-                    }
-                    WatchEvent::Deleted(_) => {
-                        return Err(Error::new(
-                            Reason::Unavailable,
-                            "the sandbox's pod was deleted as it started",
-                        )
-                        .about(Resource::sandbox(id)));
-                    }
-                    WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
-                    // Too old a version (the API compacted its history): the pod as it is now, then on.
-                    WatchEvent::Error(status) if status.code == 410 => {
-                        let pod = self
-                            .pods
-                            .get(&name)
-                            .await
-                            .map_err(|e| to_core("read the sandbox's pod", e))?;
-                        version = pod.metadata.resource_version.clone().unwrap_or_default();
-                        if let Some(end) = judge(&pod, &mut stuck) {
-                            return end.map_err(|e| e.about(Resource::sandbox(id)));
-                        }
-                        break;
-                    }
-                    WatchEvent::Error(status) => {
-                        return Err(to_core(
-                            "follow the sandbox's pod",
-                            kube::Error::Api(status),
-                        ));
-                    }
-                }
-            }
-        }
+            },
+            || {
+                Error::new(
+                    Reason::Unavailable,
+                    "the sandbox's pod was deleted as it started",
+                )
+            },
+        )
+        .await
     }
 
     /// Changes the CPU and memory of sandbox `id`'s running pod in place (the `resize` subresource, Kubernetes
@@ -227,31 +178,69 @@ impl Cluster {
         if let Some(done) = resized(&pod, &want) {
             return done.map_err(|e| e.about(Resource::sandbox(id)));
         }
-        let mut version = pod.metadata.resource_version.clone().unwrap_or_default();
+        let version = pod.metadata.resource_version.clone().unwrap_or_default();
         let deadline = Instant::now() + within;
-        let late = || {
-            Error::new(
-                Reason::Unavailable,
-                format!(
-                    "the node of the sandbox's pod did not apply its new limits within {} s",
-                    within.as_secs()
-                ),
-            )
-            .about(Resource::sandbox(id))
-        };
+        self.follow(
+            id,
+            &version,
+            &mut (),
+            |pod, ()| resized(pod, &want),
+            |()| deadline,
+            |()| {
+                Error::new(
+                    Reason::Unavailable,
+                    format!(
+                        "the node of the sandbox's pod did not apply its new limits within {} s",
+                        within.as_secs()
+                    ),
+                )
+            },
+            || {
+                Error::new(
+                    Reason::ContainerGone,
+                    "the sandbox's pod was deleted while it was resized",
+                )
+            },
+        )
+        .await
+    }
+
+    /// Follows sandbox `id`'s pod with a watch from `version` (watched again where the API ended the watch,
+    /// read afresh after a 410, too old a version) and hands each state of it to `judge`, until `judge`
+    /// ends it, the pod is deleted (`deleted`), or `until` passes (`late`). `state` is what the three
+    /// closures share. Every error is about the sandbox.
+    #[allow(clippy::too_many_arguments)]
+    async fn follow<S, T>(
+        &self,
+        id: SandboxId,
+        version: &str,
+        state: &mut S,
+        mut judge: impl FnMut(&Pod, &mut S) -> Option<Result<T>>,
+        until: impl Fn(&S) -> Instant,
+        late: impl Fn(&mut S) -> Error,
+        deleted: impl Fn() -> Error,
+    ) -> Result<T> {
+        let name = pod_name(id);
+        let mut version = version.to_owned();
+        let about = |e: Error| e.about(Resource::sandbox(id));
         loop {
             let params = WatchParams::default()
                 .fields(&format!("metadata.name={name}"))
                 .timeout(290);
-            let events = tokio::time::timeout_at(deadline, self.pods.watch(&params, &version))
-                .await
-                .map_err(|_| late())?
-                .map_err(|e| to_core("follow the sandbox's pod", e))?;
+            let events =
+                match tokio::time::timeout_at(until(state), self.pods.watch(&params, &version))
+                    .await
+                {
+                    Err(_) => return Err(about(late(state))),
+                    Ok(watch) => watch.map_err(|e| to_core("follow the sandbox's pod", e))?,
+                };
             futures::pin_mut!(events);
             loop {
-                let event = match tokio::time::timeout_at(deadline, events.try_next()).await {
-                    Err(_) => return Err(late()),
+                let next = tokio::time::timeout_at(until(state), events.try_next()).await;
+                let event = match next {
+                    Err(_) => return Err(about(late(state))),
                     Ok(Err(e)) => return Err(to_core("follow the sandbox's pod", e)),
+                    // The API ended the watch (its timeout): watch again from where it was.
                     Ok(Ok(None)) => break,
                     Ok(Ok(Some(event))) => event,
                 };
@@ -260,18 +249,13 @@ impl Cluster {
                         if let Some(v) = &pod.metadata.resource_version {
                             version.clone_from(v);
                         }
-                        if let Some(done) = resized(&pod, &want) {
-                            return done.map_err(|e| e.about(Resource::sandbox(id)));
+                        if let Some(end) = judge(&pod, state) {
+                            return end.map_err(about);
                         }
                     }
-                    WatchEvent::Deleted(_) => {
-                        return Err(Error::new(
-                            Reason::ContainerGone,
-                            "the sandbox's pod was deleted while it was resized",
-                        )
-                        .about(Resource::sandbox(id)));
-                    }
+                    WatchEvent::Deleted(_) => return Err(about(deleted())),
                     WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
+                    // Too old a version (the API compacted its history): the pod as it is now, then on.
                     WatchEvent::Error(status) if status.code == 410 => {
                         let pod = self
                             .pods
@@ -279,8 +263,8 @@ impl Cluster {
                             .await
                             .map_err(|e| to_core("read the sandbox's pod", e))?;
                         version = pod.metadata.resource_version.clone().unwrap_or_default();
-                        if let Some(done) = resized(&pod, &want) {
-                            return done.map_err(|e| e.about(Resource::sandbox(id)));
+                        if let Some(end) = judge(&pod, state) {
+                            return end.map_err(about);
                         }
                         break;
                     }

@@ -509,8 +509,11 @@ async fn following_the_pods_names_each_one_deleted_or_failing_and_lists_again_wh
 
 /// The API's side of `prepare` on Kubernetes 1.`minor`: the policies applied, the version, the pods listed.
 async fn prepared(handle: &mut ApiHandle, minor: &str) {
-    for _ in 0..3 {
-        let (_, policy, send) = handle_next(handle).await;
+    for name in ["ingress", "no-egress", "egress"] {
+        let path = format!(
+            "/apis/networking.k8s.io/v1/namespaces/sandboxes/networkpolicies/mentis-i1-{name}"
+        );
+        let (_, policy, send) = expect(handle, Method::PATCH, &path).await;
         respond(send, 200, &policy);
     }
     let (_, _, send) = expect(handle, Method::GET, "/version").await;
@@ -521,17 +524,6 @@ async fn prepared(handle: &mut ApiHandle, minor: &str) {
         200,
         &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": []}),
     );
-}
-
-async fn handle_next(handle: &mut ApiHandle) -> (String, Value, SendResponse<Response<Body>>) {
-    let (request, send) = handle.next_request().await.expect("a request");
-    let query = request.uri().query().unwrap_or_default().to_owned();
-    let bytes = request.into_body().collect_bytes().await.expect("the body");
-    (
-        query,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        send,
-    )
 }
 
 fn limits(cpu: f64, memory_mb: i64) -> Limits {

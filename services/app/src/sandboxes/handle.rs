@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use mentis_core::lifecycle;
 use mentis_core::observation::ActionKind;
 use mentis_core::{
-    ActionId, Error, ObservationKind, Reason, Resource, Sandbox, SandboxId, SandboxState, SpaceId,
+    ActionId, BackendSpec, Error, ObservationKind, Reason, Resource, Sandbox, SandboxId,
+    SandboxState, SpaceId,
 };
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -342,6 +343,22 @@ impl SandboxHandle {
 
     pub fn set_executor(&self, client: ExecutorClient) {
         *lock(&self.executor) = Some(client);
+    }
+
+    /// What the backend needs to make this sandbox (its create, or a resume by snapshot making it again).
+    pub(crate) fn backend_spec(&self, config: &crate::config::RuntimeConfig) -> BackendSpec {
+        let record = self.snapshot();
+        BackendSpec {
+            id: self.id,
+            data_mounts: config.mounts_for(record.space_id.as_str()),
+            space_id: Some(record.space_id),
+            image: record.image,
+            limits: record.limits,
+            token: self.token.clone(),
+            executor_env: Vec::new(),
+            egress: record.egress,
+            read_only_rootfs: record.read_only_rootfs,
+        }
     }
 
     /// Forgets the executor's client (its sandbox no longer runs: paused by snapshot).

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use mentis_core::lifecycle;
 use mentis_core::{
-    BackendSpec, Cause, Ending, Error, Reason, Resource, Result, Sandbox, SandboxBackend,
-    SandboxId, SandboxState,
+    Cause, Ending, Error, Reason, Resource, Result, Sandbox, SandboxBackend, SandboxId,
+    SandboxState,
 };
 
 use super::handle::SandboxHandle;
@@ -125,18 +125,7 @@ impl Lifecycle {
             )
             .about(Resource::sandbox(h.id))
         })?;
-        let record = h.snapshot();
-        let spec = BackendSpec {
-            id: h.id,
-            space_id: Some(record.space_id.clone()),
-            image: record.image.clone(),
-            limits: record.limits,
-            token: h.token.clone(),
-            data_mounts: self.config.mounts_for(record.space_id.as_str()),
-            executor_env: Vec::new(),
-            egress: record.egress,
-            read_only_rootfs: record.read_only_rootfs,
-        };
+        let spec = h.backend_spec(&self.config);
         let made = async {
             let endpoint = self.backend.create(&spec).await?;
             let client =

@@ -261,17 +261,7 @@ impl Provisioner {
                 created
             }
             (Ok(Admission::Admitted), None) => {
-                let backend_spec = BackendSpec {
-                    id,
-                    space_id: Some(record.space_id.clone()),
-                    image: record.image.clone(),
-                    limits: record.limits,
-                    token: handle.token.clone(),
-                    data_mounts: self.config.mounts_for(record.space_id.as_str()),
-                    executor_env: Vec::new(),
-                    egress: record.egress,
-                    read_only_rootfs: record.read_only_rootfs,
-                };
+                let backend_spec = handle.backend_spec(&self.config);
                 let this = Arc::clone(self);
                 let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
                 let created = self
