@@ -6,14 +6,14 @@
 //! - **The API** ([`api`]): an HTTP server speaking the part of the Kubernetes API the backend calls, as the
 //!   real one does it: pods (create, get, list by label, delete, watch from a resource version with a field
 //!   selector), Secrets and PersistentVolumeClaims (create, delete), NetworkPolicies (server-side apply),
-//!   `/version`; one resource version for everything, Status objects for errors (404 NotFound, 409
+//!   `/version`; RuntimeClasses as the admission plugin checks them; one resource version for everything, Status objects for errors (404 NotFound, 409
 //!   AlreadyExists, 401 without the kubeconfig's token). The runtime reaches it through a kubeconfig
 //!   ([`Cluster::kubeconfig`]), as it would a real cluster.
 //! - **A kubelet** ([`kubelet`]): each pod runs on the Docker engine as a real node would run it: a pause
 //!   container holds the pod's network (its address is the pod IP, stable across container restarts), the
 //!   init containers run to completion in order, then the main container starts with the pod's volumes,
 //!   environment (Secrets resolved), capabilities, read-only root and limits; it is restarted when it exits
-//!   (`restartPolicy: Always`). Phases, container states and conditions are reported as the kubelet does,
+//!   (`restartPolicy: Always`), under its RuntimeClass's handler (a Docker runtime: runsc). Phases, container states and conditions are reported as the kubelet does,
 //!   through the API (so through the backend's watch). An image the engine lacks is `ErrImagePull`: the
 //!   simulated node pulls nothing.
 //!
@@ -77,6 +77,7 @@ impl Cluster {
             pause_image: pause_image.to_owned(),
             requests: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
+            runtime_classes: Mutex::new(std::collections::BTreeMap::new()),
             tasks: TaskTracker::new(),
             cancel: CancellationToken::new(),
         });
@@ -106,6 +107,17 @@ impl Cluster {
             namespace,
             _dir: dir,
         })
+    }
+
+    /// Adds RuntimeClass `name`, whose pods' main containers the node runs under Docker runtime `handler`
+    /// (runsc for gVisor). A pod naming a class the cluster lacks is refused as the RuntimeClass admission
+    /// plugin refuses it (403, `pod rejected: RuntimeClass "…" not found`).
+    pub fn add_runtime_class(&self, name: &str, handler: &str) {
+        self.sim
+            .runtime_classes
+            .lock()
+            .unwrap()
+            .insert(name.to_owned(), handler.to_owned());
     }
 
     /// The object `resource`/`name` of `namespace` as the API holds it (`pods`, `secrets`,

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use mentis_e2e::*;
 use mentis_proto::api;
+use mentis_proto::api::sandbox_service_client::SandboxServiceClient;
 use mentis_runtime::RuntimeConfig;
 use mentis_runtime::config::{ContainerRuntime, PoolConfig};
 
 /// Runs `deploy/ensure-runsc.sh` once per test process (it edits the engine's config and reloads it).
-fn ensure_runsc() -> anyhow::Result<()> {
+pub(crate) fn ensure_runsc() -> anyhow::Result<()> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         run_script(concat!(
@@ -249,4 +250,233 @@ async fn wait_idle(h: &mut Harness) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A template, with `runtime_class` and a pool of `pool_size`.
+fn class_template(space: &str, name: &str, class: &str, pool_size: u32) -> api::Template {
+    api::Template {
+        space_id: space.to_owned(),
+        name: name.to_owned(),
+        runtime_class: class.to_owned(),
+        pool_size,
+        ..Default::default()
+    }
+}
+
+/// The engine runtime of the sandbox's container, and the class GetSandbox reports.
+async fn runtime_of(h: &mut Harness, sandbox: &str) -> anyhow::Result<(String, String)> {
+    let reported = h
+        .sandboxes
+        .get_sandbox(api::GetSandboxRequest {
+            sandbox_id: sandbox.to_owned(),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .context("no sandbox")?
+        .runtime_class;
+    Ok((
+        inspect(&container_of(sandbox), "{{.HostConfig.Runtime}}")?,
+        reported,
+    ))
+}
+
+#[tokio::test]
+async fn a_template_or_a_space_runs_its_sandboxes_under_gvisor_while_the_default_stays_runc()
+-> anyhow::Result<()> {
+    use mentis_proto::api::key_service_client::KeyServiceClient;
+    use mentis_proto::api::template_service_client::TemplateServiceClient;
+    ensure_runsc()?;
+    // The operator offers runsc to templates and spaces; the runtime's default stays runc.
+    let offered = RuntimeConfig::from_lookup(|k| {
+        (k == "MENTIS_RUNTIME_CLASSES").then(|| "runsc".to_owned())
+    })?
+    .runtime_classes;
+    let mut h = Harness::start_with(|c| c.runtime_classes = offered).await?;
+    let mut templates = TemplateServiceClient::new(h.channel.clone());
+
+    // The default: runc, and no class reported.
+    let plain = h.create_default().await?.sandbox_id;
+    assert_eq!(
+        runtime_of(&mut h, &plain).await?,
+        ("runc".into(), String::new())
+    );
+
+    // A template that names runsc (the admin sets it): its sandboxes run under gVisor.
+    templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(class_template("", "boxed", "runsc", 0)),
+        })
+        .await?;
+    let boxed = h
+        .create(api::SandboxSpec {
+            template: "boxed".into(),
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    assert_eq!(
+        runtime_of(&mut h, &boxed).await?,
+        ("runsc".into(), "runsc".into())
+    );
+    assert_under_gvisor(&mut h, &boxed).await?;
+    assert_eq!(stdout(&h.sh(&boxed, "echo boxed").await?), "boxed\n");
+
+    // A space that names runsc: every sandbox of it whose template names none.
+    h.spaces
+        .create_space(api::CreateSpaceRequest {
+            space: Some(api::Space {
+                space_id: "untrusted".into(),
+                runtime_class: "runsc".into(),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let in_space = h
+        .create(api::SandboxSpec {
+            space_id: "untrusted".into(),
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    assert_eq!(
+        runtime_of(&mut h, &in_space).await?,
+        ("runsc".into(), "runsc".into())
+    );
+
+    // A class the runtime does not offer: INVALID_ARGUMENT naming the field and what is offered.
+    let (code, _, field) = refusal(
+        templates
+            .create_template(api::CreateTemplateRequest {
+                template: Some(class_template("", "kata", "kata", 0)),
+            })
+            .await,
+    );
+    assert_eq!(
+        (code, field.as_deref()),
+        (tonic::Code::InvalidArgument, Some("template.runtime_class"))
+    );
+    let (code, _, field) = refusal(
+        h.spaces
+            .update_space(api::UpdateSpaceRequest {
+                space: Some(api::Space {
+                    space_id: "untrusted".into(),
+                    runtime_class: "runc".into(),
+                    ..Default::default()
+                }),
+                update_mask: Some(prost_types::FieldMask {
+                    paths: vec!["runtime_class".into()],
+                }),
+            })
+            .await,
+    );
+    assert_eq!(
+        (code, field.as_deref()),
+        (tonic::Code::InvalidArgument, Some("space.runtime_class"))
+    );
+
+    // A key of the space cannot choose its own boundary: setting or changing a template's class is the
+    // admin's (PERMISSION_DENIED, ADMIN_REQUIRED); a template that names none gets the space's.
+    let key = KeyServiceClient::new(h.channel.clone())
+        .create_api_key(api::CreateApiKeyRequest {
+            name: "agent of untrusted".into(),
+            space_ids: vec!["untrusted".into()],
+        })
+        .await?
+        .into_inner()
+        .secret;
+    let mut tenant = TemplateServiceClient::new(h.with_key(Some(&key)));
+    let denied = tenant
+        .create_template(api::CreateTemplateRequest {
+            template: Some(class_template("untrusted", "mine", "runsc", 0)),
+        })
+        .await;
+    let message = denied.as_ref().err().map(|s| s.message().to_owned());
+    let (code, reason, _) = refusal(denied);
+    assert_eq!(
+        (code, reason.as_str()),
+        (tonic::Code::PermissionDenied, "ADMIN_REQUIRED")
+    );
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("runtime_class")),
+        "{message:?}"
+    );
+    tenant
+        .create_template(api::CreateTemplateRequest {
+            template: Some(class_template("untrusted", "mine", "", 1)),
+        })
+        .await?;
+    // An update of every field that keeps the class is the tenant's to make.
+    tenant
+        .update_template(api::UpdateTemplateRequest {
+            template: Some(api::Template {
+                description: "mine".into(),
+                ..class_template("untrusted", "mine", "", 1)
+            }),
+            update_mask: None,
+        })
+        .await?;
+
+    // Its pool's members were made under the space's class, and a claim takes one.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let pools = h
+            .sandboxes
+            .list_pools(api::ListPoolsRequest {})
+            .await?
+            .into_inner()
+            .pools;
+        if pools.iter().any(|p| p.template == "mine" && p.idle >= 1) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the template's pool has no idle member: {pools:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let claimed = SandboxServiceClient::new(h.with_key(Some(&key)))
+        .create_sandbox(api::CreateSandboxRequest {
+            spec: Some(api::SandboxSpec {
+                space_id: "untrusted".into(),
+                template: "mine".into(),
+                ..Default::default()
+            }),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .context("no sandbox")?
+        .sandbox_id;
+    assert_eq!(
+        inspect(
+            &container_of(&claimed),
+            "{{index .Config.Labels \"io.mentis.pool\"}}"
+        )?,
+        "true",
+        "the sandbox is a claimed pool member"
+    );
+    assert_eq!(
+        runtime_of(&mut h, &claimed).await?,
+        ("runsc".into(), "runsc".into())
+    );
+    h.stop().await
+}
+
+#[tokio::test]
+async fn a_runtime_offering_a_class_its_engine_lacks_does_not_start() -> anyhow::Result<()> {
+    let offered = RuntimeConfig::from_lookup(|k| {
+        (k == "MENTIS_RUNTIME_CLASSES").then(|| "youki".to_owned())
+    })?
+    .runtime_classes;
+    let Err(e) = Harness::start_with(|c| c.runtime_classes = offered).await else {
+        bail!("the runtime started with a class its engine does not have");
+    };
+    let text = format!("{e:#}");
+    assert!(
+        text.contains("MENTIS_RUNTIME_CLASSES offers youki") && text.contains("no runtime youki"),
+        "{text}"
+    );
+    Ok(())
 }

@@ -595,3 +595,90 @@ async fn a_warm_pod_claimed_for_other_limits_is_resized_in_place_and_less_memory
     cluster.stop().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_template_s_runtime_class_names_the_pod_s_and_a_class_the_cluster_lacks_fails_the_create()
+-> anyhow::Result<()> {
+    use mentis_proto::api::template_service_client::TemplateServiceClient;
+    crate::gvisor::ensure_runsc()?;
+    let cluster = Cluster::start(&executor_image()).await?;
+    // The cluster has gVisor (its node's handler runsc); the operator offers it and kata, which the
+    // cluster lacks.
+    cluster.add_runtime_class("gvisor", "runsc");
+    let kubeconfig = cluster.kubeconfig.clone();
+    let offered = mentis_runtime::RuntimeConfig::from_lookup(|k| {
+        (k == "MENTIS_RUNTIME_CLASSES").then(|| "gvisor,kata".to_owned())
+    })?
+    .runtime_classes;
+    let mut h = Harness::start_with(move |c| {
+        c.backend = BackendChoice::Kubernetes(Box::new(KubernetesSettings {
+            kubeconfig: Some(kubeconfig),
+            runtime_pod_labels: runtime_labels(),
+            ..KubernetesSettings::default()
+        }));
+        c.runtime_classes = offered;
+    })
+    .await?;
+    let ns = cluster.namespace.clone();
+    let mut templates = TemplateServiceClient::new(h.channel.clone());
+    for (name, class) in [("boxed", "gvisor"), ("kata", "kata")] {
+        templates
+            .create_template(api::CreateTemplateRequest {
+                template: Some(api::Template {
+                    name: name.into(),
+                    runtime_class: class.into(),
+                    ..Default::default()
+                }),
+            })
+            .await?;
+    }
+
+    // The template's class is the pod's runtimeClassName, and the node runs it under gVisor.
+    let sb = h
+        .create(api::SandboxSpec {
+            template: "boxed".into(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(sb.runtime_class, "gvisor");
+    let pod = cluster
+        .object("pods", &ns, &pod_of(&sb.sandbox_id))
+        .expect("the sandbox's pod");
+    assert_eq!(pod["spec"]["runtimeClassName"], "gvisor", "{pod}");
+    let main = cluster.container_of(&pod_of(&sb.sandbox_id), "sandbox");
+    assert_eq!(inspect(&main, "{{.HostConfig.Runtime}}")?, "runsc");
+    let dmesg = stdout(&h.sh(&sb.sandbox_id, "dmesg 2>&1 | head -n 3").await?);
+    assert!(dmesg.contains("Starting gVisor"), "dmesg: {dmesg:?}");
+    let obs = h.py(&sb.sandbox_id, "6 * 7").await?;
+    assert_eq!(cell_value(&obs).as_deref(), Some("42"));
+
+    // A class the cluster lacks: the API refuses the pod, and the create fails at once with its words,
+    // leaving nothing behind.
+    let started = std::time::Instant::now();
+    let refused = h
+        .create(api::SandboxSpec {
+            template: "kata".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no RuntimeClass kata");
+    let status = refused
+        .downcast_ref::<tonic::Status>()
+        .expect("a gRPC status");
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert!(
+        status.message().contains("RuntimeClass \"kata\" not found"),
+        "{status:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let pods = cluster.names("pods", &ns);
+    assert_eq!(
+        pods,
+        [pod_of(&sb.sandbox_id)],
+        "only the gVisor pod is left"
+    );
+    assert_eq!(cluster.names("secrets", &ns).len(), 1);
+    h.stop().await?;
+    cluster.stop().await;
+    Ok(())
+}

@@ -342,6 +342,19 @@ async fn create(sim: &Arc<Sim>, t: &Target, kind: &str, body: &Bytes) -> Respons
             "metadata.name: Required value",
         );
     };
+    if t.resource == "pods"
+        && let Some(class) = o["spec"]["runtimeClassName"].as_str()
+        && !sim.runtime_classes.lock().unwrap().contains_key(class)
+    {
+        // As the RuntimeClass admission plugin refuses it.
+        return status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "pods \"{name}\" is forbidden: pod rejected: RuntimeClass \"{class}\" not found"
+            ),
+        );
+    }
     if t.resource == "persistentvolumeclaims" {
         // Bound at once: the node's volume is made now (a real provisioner may take a while).
         if let Err(e) = kubelet::make_claim(sim, &name).await {

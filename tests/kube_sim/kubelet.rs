@@ -358,6 +358,14 @@ async fn start(sim: &Sim, namespace: &str, name: &str) -> Result<Pod> {
     for c in &spec.containers {
         let docker_name = container_name(&sim.id, name, &c.name);
         let mut args = strings(&["create", "--name", &docker_name]);
+        // The pod's RuntimeClass: its handler runs the main container (the API admitted only known ones).
+        if let Some(handler) = spec
+            .runtime_class_name
+            .as_ref()
+            .and_then(|class| sim.runtime_classes.lock().unwrap().get(class).cloned())
+        {
+            args.push(format!("--runtime={handler}"));
+        }
         match container_args(sim, namespace, name, &pause, &labels, &volumes, c) {
             Ok(more) => args.extend(more),
             Err(e) => {

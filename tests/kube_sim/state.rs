@@ -51,6 +51,8 @@ pub(super) struct Sim {
     pub(super) requests: Mutex<Vec<String>>,
     /// What the kubelet did, in order, for a test's log.
     pub(super) log: Mutex<Vec<String>>,
+    /// The cluster's RuntimeClasses: name → the node's handler (a Docker runtime here).
+    pub(super) runtime_classes: Mutex<BTreeMap<String, String>>,
     pub(super) tasks: TaskTracker,
     pub(super) cancel: CancellationToken,
 }

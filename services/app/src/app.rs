@@ -87,6 +87,8 @@ impl App {
         // with disk limits off.
         docker.disks_dir = Some(config.disks_dir());
         docker.disk_limits = config.disk_limits == DiskLimits::Loop;
+        // The engine must run every class templates and spaces may name: checked when it connects.
+        docker.runtime_classes = config.runtime_classes.names().map(str::to_owned).collect();
         Ok(Arc::new(
             mentis_backend_docker::DockerBackend::connect(docker).await?,
         ))

@@ -41,6 +41,8 @@ pub const DEFAULT_EXECUTOR_IMAGE: &str = "mentis/executor:latest";
 /// OCI runtime of sandbox containers: `runc` (default), `runsc` (gVisor; start fails when the engine lacks
 /// it) or `auto` (runsc when the engine offers it).
 pub const CONTAINER_RUNTIME_ENV: &str = "MENTIS_CONTAINER_RUNTIME";
+/// Runtime classes templates and spaces may name, separated by commas (none by default).
+pub const RUNTIME_CLASSES_ENV: &str = "MENTIS_RUNTIME_CLASSES";
 
 /// Everything the runtime needs to know at start.
 #[derive(Debug, Clone)]
@@ -80,6 +82,11 @@ pub struct RuntimeConfig {
     /// `MENTIS_DISK_LIMITS` (loop|off, default loop): whether each workspace is a filesystem of its own,
     /// sized by the sandbox's disk limit (images under `MENTIS_DATA_DIR/disks`).
     pub disk_limits: DiskLimits,
+    /// `MENTIS_RUNTIME_CLASSES`: the runtime classes templates and spaces may name (`runtime_class`),
+    /// separated by commas: engine runtimes on Docker (`runsc`), RuntimeClasses on Kubernetes (`gvisor`).
+    /// None by default: every sandbox runs under the runtime's default (`MENTIS_CONTAINER_RUNTIME`,
+    /// `MENTIS_K8S_RUNTIME_CLASS`).
+    pub runtime_classes: mentis_core::runtime_class::Offered,
     /// `MENTIS_READ_ONLY_ROOTFS` (true|false, default true): root filesystem of sandboxes whose spec and
     /// space leave it unspecified. A writable root's layer is on the host's disk, outside any disk limit.
     pub read_only_rootfs: bool,
@@ -342,6 +349,7 @@ impl Default for RuntimeConfig {
             backend: BackendChoice::Docker,
             limits: LimitsPolicy::default(),
             disk_limits: DiskLimits::Loop,
+            runtime_classes: mentis_core::runtime_class::Offered::default(),
             read_only_rootfs: true,
             log_limits: LogLimits::default(),
             log_journal: true,
@@ -461,6 +469,10 @@ impl RuntimeConfig {
         if let Some(v) = get(CONTAINER_RUNTIME_ENV) {
             c.docker.runtime = ContainerRuntime::parse(&v)
                 .ok_or_else(|| err(CONTAINER_RUNTIME_ENV, &v, "use runc, runsc or auto"))?;
+        }
+        if let Some(v) = get(RUNTIME_CLASSES_ENV) {
+            c.runtime_classes = mentis_core::runtime_class::Offered::parse(&v)
+                .map_err(|why| err(RUNTIME_CLASSES_ENV, &v, why))?;
         }
         if let Some(v) = get("MENTIS_LOG_MAX_ENTRIES") {
             c.log_limits.max_entries = positive("MENTIS_LOG_MAX_ENTRIES", &v)?;
@@ -702,6 +714,19 @@ mod tests {
         }
         let e = cfg(&[("MENTIS_EXECUTOR_IMAGE", "mentis/Executor")]).expect_err("refused");
         assert!(e.to_string().contains("MENTIS_EXECUTOR_IMAGE"), "{e}");
+    }
+
+    #[test]
+    fn runtime_classes_are_read_and_checked() {
+        assert!(cfg(&[]).expect("default").runtime_classes.is_empty());
+        let c = cfg(&[(RUNTIME_CLASSES_ENV, "runsc, kata-qemu")]).expect("two");
+        assert_eq!(
+            c.runtime_classes.names().collect::<Vec<_>>(),
+            ["kata-qemu", "runsc"]
+        );
+        let e = cfg(&[(RUNTIME_CLASSES_ENV, "runsc,Kata")]).expect_err("upper case");
+        assert_eq!(e.var, RUNTIME_CLASSES_ENV);
+        assert!(e.to_string().contains("Kata"), "{e}");
     }
 
     #[test]

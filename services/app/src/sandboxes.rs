@@ -639,6 +639,10 @@ impl Manager {
     // Spaces.
 
     pub fn create_space(&self, space: Space) -> Result<SpaceView> {
+        self.config
+            .runtime_classes
+            .admit(&space.runtime_class, "runtime_class")
+            .map_err(|e| e.within("space"))?;
         self.spaces.create(space)
     }
 
@@ -655,8 +659,26 @@ impl Manager {
         self.spaces.list(after, page_size, allowed)
     }
 
+    /// A new runtime class makes the pools of the space's templates again under it (sandboxes made before
+    /// keep theirs).
     pub fn update_space(&self, id: &SpaceId, update: SpaceUpdate) -> Result<SpaceView> {
-        self.spaces.update(id, update)
+        if let Some(class) = &update.runtime_class {
+            self.config
+                .runtime_classes
+                .admit(class, "runtime_class")
+                .map_err(|e| e.within("space"))?;
+        }
+        let before = self.spaces.record(id)?.runtime_class;
+        let (space, live) = self.spaces.update(id, update)?;
+        if space.runtime_class != before {
+            for t in self.store.pooled_templates()? {
+                if t.space_id == space.id {
+                    let pool = pool::template_pool(&self.config, &space, &t)?;
+                    self.pools.set_template(&t.space_id, &t.name, pool);
+                }
+            }
+        }
+        Ok((space, live))
     }
 
     /// Deletes a space. FailedPrecondition while it has live sandboxes unless `force`, which deletes them
@@ -780,8 +802,10 @@ impl Manager {
 
     // Templates (docs/ARCHITECTURE.md, "Templates").
 
-    /// Adds a template to an existing space; ALREADY_EXISTS when the space has one of that name.
-    pub fn create_template(&self, mut template: Template) -> Result<Template> {
+    /// Adds a template to an existing space; ALREADY_EXISTS when the space has one of that name. A runtime
+    /// class is the admin's to set.
+    pub fn create_template(&self, caller: &Caller, mut template: Template) -> Result<Template> {
+        self.check_runtime_class(caller, "", &template.runtime_class)?;
         // Times as the store keeps them (ms), so what is returned now is what Get returns later.
         let now = stored_time(crate::clock::now());
         (template.created_at, template.updated_at) = (now, now);
@@ -793,6 +817,20 @@ impl Manager {
         self.pools
             .set_template(&template.space_id, &template.name, pool);
         Ok(template)
+    }
+
+    /// A template's runtime class goes from `before` to `after`: one the runtime offers, and set or changed
+    /// by the admin only (it decides what boundary a space's code runs behind).
+    fn check_runtime_class(&self, caller: &Caller, before: &str, after: &str) -> Result<()> {
+        if before == after {
+            return Ok(());
+        }
+        self.config
+            .runtime_classes
+            .admit(after, "template.runtime_class")?;
+        caller
+            .require_admin("setting a template's runtime_class")
+            .map_err(|e| e.at("template.runtime_class"))
     }
 
     /// A space holds at most [`MAX_TEMPLATES_PER_SPACE`] templates, and its templates' pools together keep at
@@ -865,17 +903,20 @@ impl Manager {
         Ok((page, more))
     }
 
-    /// Sets the fields of `update`; the template checked again.
+    /// Sets the fields of `update`; the template checked again. A change of its runtime class is the
+    /// admin's to make.
     pub fn update_template(
         &self,
+        caller: &Caller,
         space: &SpaceId,
         name: &str,
         update: TemplateUpdate,
     ) -> Result<Template> {
-        let updated = self
-            .get_template(space, name)?
-            .updated(update, stored_time(crate::clock::now()));
+        let current = self.get_template(space, name)?;
+        let before = current.runtime_class.clone();
+        let updated = current.updated(update, stored_time(crate::clock::now()));
         updated.check("template")?;
+        self.check_runtime_class(caller, &before, &updated.runtime_class)?;
         let record = self.spaces.admitting(space)?;
         let pool = pool::template_pool(&self.config, &record, &updated)
             .map_err(|e| e.within("template"))?;

@@ -28,6 +28,8 @@ pub struct DockerConfig {
     pub executor_env: Vec<String>,
     /// OCI runtime of the sandbox containers: runc, runsc (gVisor) or auto.
     pub runtime: ContainerRuntime,
+    /// Engine runtimes templates and spaces may name (`MENTIS_RUNTIME_CLASSES`), checked at connect.
+    pub runtime_classes: Vec<String>,
     /// Folder of the workspaces' disk images (the runtime's `MENTIS_DATA_DIR/disks`). `None`: no sandbox
     /// can have a disk limit. Images there are attached again at start, whatever `disk_limits` says.
     pub disks_dir: Option<PathBuf>,
@@ -47,6 +49,7 @@ impl Default for DockerConfig {
             call_timeout: Duration::from_secs(60),
             executor_env: Vec::new(),
             runtime: ContainerRuntime::Runc,
+            runtime_classes: Vec::new(),
             disks_dir: None,
             disk_limits: false,
         }

@@ -96,7 +96,13 @@ impl DockerBackend {
                 Error::new(Reason::EngineUnavailable, "cannot reach the Docker engine")
                     .with_source(e)
             })?;
-        let runtime = runtime::resolve(&docker, config.runtime, config.call_timeout).await?;
+        let runtime = runtime::resolve(
+            &docker,
+            config.runtime,
+            &config.runtime_classes,
+            config.call_timeout,
+        )
+        .await?;
         let arch = tokio::time::timeout(config.call_timeout, docker.version())
             .await
             .ok()
@@ -253,7 +259,11 @@ impl DockerBackend {
                     ),
                 )])
             }),
-            runtime: self.runtime.docker_name(),
+            // The sandbox's own class (its template's or space's), else the runtime's default.
+            runtime: spec
+                .runtime_class
+                .clone()
+                .or_else(|| self.runtime.docker_name()),
             ..Default::default()
         };
         let body = ContainerCreateBody {
@@ -486,6 +496,16 @@ impl SandboxBackend for DockerBackend {
     fn updates_limits(&self) -> bool {
         // runsc has no `update` command: the engine fails every update of a gVisor container.
         self.runtime == runtime::Chosen::Runc
+    }
+
+    /// Only under runc: runsc cannot change a running container's limits, and of another engine runtime
+    /// (an operator's) nothing is known.
+    fn changes_limits(&self, from: &Limits, to: &Limits, runtime_class: Option<&str>) -> bool {
+        from == to
+            || match runtime_class {
+                None => self.updates_limits(),
+                Some(class) => class == runtime::RUNC,
+            }
     }
 
     async fn update_limits(&self, id: SandboxId, limits: Limits) -> Result<()> {

@@ -9,6 +9,8 @@ use mentis_core::{Error, Reason, Result};
 
 /// Docker's name of gVisor's runtime, as `deploy/ensure-runsc.sh` registers it.
 pub const RUNSC: &str = "runsc";
+/// Docker's name of its default runtime.
+pub const RUNC: &str = "runc";
 
 /// The runtime setting (`MENTIS_CONTAINER_RUNTIME`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,13 +105,44 @@ pub(crate) fn choose(
     }
 }
 
-/// Asks the engine which runtimes it offers, then decides.
+/// Checks that the engine runs every class the operator offers to templates and spaces
+/// (`MENTIS_RUNTIME_CLASSES`): each an engine runtime, runsc one the control plane can reach.
+pub(crate) fn check_offered(
+    offered: &[String],
+    runtimes: &HashMap<String, Vec<String>>,
+) -> Result<()> {
+    for class in offered {
+        let problem = match runtimes.get(class) {
+            None if class == RUNC => None,
+            None => Some(format!(
+                "the Docker engine has no runtime {class} (it has {})",
+                {
+                    let mut names: Vec<&str> = runtimes.keys().map(String::as_str).collect();
+                    names.sort_unstable();
+                    names.join(", ")
+                }
+            )),
+            Some(args) if class == RUNSC => unusable(args),
+            Some(_) => None,
+        };
+        if let Some(why) = problem {
+            return Err(Error::new(
+                Reason::FailedPrecondition,
+                format!("MENTIS_RUNTIME_CLASSES offers {class}: {why}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Asks the engine which runtimes it offers, then decides, and checks the classes offered.
 pub(crate) async fn resolve(
     docker: &Docker,
     wanted: ContainerRuntime,
+    offered: &[String],
     timeout: std::time::Duration,
 ) -> Result<Chosen> {
-    if wanted == ContainerRuntime::Runc {
+    if wanted == ContainerRuntime::Runc && offered.is_empty() {
         return Ok(Chosen::Runc);
     }
     let info = tokio::time::timeout(timeout, docker.info())
@@ -127,6 +160,7 @@ pub(crate) async fn resolve(
         .into_iter()
         .map(|(name, r)| (name, r.runtime_args.unwrap_or_default()))
         .collect();
+    check_offered(offered, &runtimes)?;
     let chosen = choose(wanted, &runtimes)?;
     tracing::info!(setting = %wanted, runtime = ?chosen, "container runtime");
     Ok(chosen)
@@ -182,6 +216,26 @@ mod tests {
         assert_eq!(choose(ContainerRuntime::Runsc, &ok), Ok(Chosen::Runsc));
         assert_eq!(choose(ContainerRuntime::Auto, &ok), Ok(Chosen::Runsc));
         assert_eq!(Chosen::Runsc.docker_name().as_deref(), Some(RUNSC));
+    }
+
+    #[test]
+    fn offered_classes_must_be_engine_runtimes_the_control_plane_can_reach() {
+        let ok = engine(&[("runc", &[]), (RUNSC, &["--network=host"]), ("kata", &[])]);
+        let offered = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        check_offered(&offered(&[]), &ok).expect("none");
+        check_offered(&offered(&["runc", "runsc", "kata"]), &ok).expect("all there");
+        // runc is always there, even when the engine's list does not name it.
+        check_offered(&offered(&["runc"]), &engine(&[])).expect("runc");
+        let err = check_offered(&offered(&["youki"]), &ok).expect_err("missing");
+        assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("no runtime youki (it has kata, runc, runsc)"),
+            "{err}"
+        );
+        let no_net = engine(&[(RUNSC, &["--network=none"])]);
+        let err = check_offered(&offered(&["runsc"]), &no_net).expect_err("unreachable");
+        assert!(err.to_string().contains("ensure-runsc.sh"), "{err}");
     }
 
     #[test]

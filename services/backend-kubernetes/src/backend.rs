@@ -265,8 +265,9 @@ impl SandboxBackend for KubernetesBackend {
     }
 
     /// More CPU or less, more memory, never less: a running container's memory limit cannot shrink in place
-    /// (below what it uses, the kernel could not hold it).
-    fn changes_limits(&self, from: &Limits, to: &Limits) -> bool {
+    /// (below what it uses, the kernel could not hold it). Whatever the pod's runtime class: the kubelet
+    /// resizes through the class's handler.
+    fn changes_limits(&self, from: &Limits, to: &Limits, _runtime_class: Option<&str>) -> bool {
         from == to
             || (self.updates_limits()
                 && to.memory_mb >= from.memory_mb

@@ -13,6 +13,12 @@ pub fn to_core(what: &str, e: kube::Error) -> Error {
                 status.message.clone()
             };
             match status.code {
+                // Forbidden by an admission controller (a RuntimeClass the cluster does not have, a Pod
+                // Security level the namespace enforces), not by the runtime's Role: no user "cannot" here.
+                403 if !message.contains(" cannot ") => Error::new(
+                    Reason::FailedPrecondition,
+                    format!("the cluster refused to {what}: {message}"),
+                ),
                 403 => Error::new(
                     Reason::FailedPrecondition,
                     format!(

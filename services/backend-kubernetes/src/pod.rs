@@ -336,7 +336,11 @@ pub fn pod(config: &KubernetesConfig, spec: &BackendSpec) -> Pod {
             host_ipc: Some(false),
             dns_policy: Some(dns_policy.to_owned()),
             dns_config,
-            runtime_class_name: config.runtime_class.clone(),
+            // The sandbox's own class (its template's or space's), else the runtime's default.
+            runtime_class_name: spec
+                .runtime_class
+                .clone()
+                .or_else(|| config.runtime_class.clone()),
             security_context: Some(PodSecurityContext {
                 seccomp_profile: Some(runtime_default()),
                 ..Default::default()

@@ -50,6 +50,7 @@ fn spec() -> BackendSpec {
         executor_env: Vec::new(),
         egress: false,
         read_only_rootfs: true,
+        runtime_class: None,
     }
 }
 
@@ -208,10 +209,10 @@ async fn an_image_the_cluster_cannot_pull_fails_the_create_with_its_cause() {
     api.await.expect("the API's side");
 }
 
-#[tokio::test]
-async fn a_forbidden_create_says_what_the_role_lacks_and_removes_what_it_made() {
+/// A create whose pod the API refuses with 403 and `message`: what it made is removed; the error, and the
+/// pod as it was sent.
+async fn create_forbidden(spec: BackendSpec, message: &'static str) -> (mentis_core::Error, Value) {
     let (cluster, mut handle) = cluster();
-    let spec = spec();
     let id = spec.id;
     let api = tokio::spawn(async move {
         let (_, secret, send) = expect(
@@ -221,7 +222,7 @@ async fn a_forbidden_create_says_what_the_role_lacks_and_removes_what_it_made() 
         )
         .await;
         respond(send, 201, &with_version(secret, "1"));
-        let (_, _, send) = expect(
+        let (_, pod, send) = expect(
             &mut handle,
             Method::POST,
             "/api/v1/namespaces/sandboxes/pods",
@@ -231,8 +232,7 @@ async fn a_forbidden_create_says_what_the_role_lacks_and_removes_what_it_made() 
             send,
             403,
             &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
-            "reason": "Forbidden",
-            "message": "pods is forbidden: User \"system:serviceaccount:mentis:mentis\" cannot create resource \"pods\""}),
+            "reason": "Forbidden", "message": message}),
         );
         // What it made is removed (the pod was never made: 404 is fine).
         let (_, _, send) = expect(
@@ -257,15 +257,47 @@ async fn a_forbidden_create_says_what_the_role_lacks_and_removes_what_it_made() 
             200,
             &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}),
         );
+        pod
     });
     let e = cluster.create(&spec).await.expect_err("forbidden");
+    (e, api.await.expect("the API's side"))
+}
+
+#[tokio::test]
+async fn a_forbidden_create_says_what_the_role_lacks_and_removes_what_it_made() {
+    let (e, _) = create_forbidden(
+        spec(),
+        "pods is forbidden: User \"system:serviceaccount:mentis:mentis\" cannot create resource \"pods\"",
+    )
+    .await;
     assert_eq!(e.reason(), Reason::FailedPrecondition);
     let text = e.to_string();
     assert!(
         text.contains("forbids the runtime to create the sandbox's pod") && text.contains("Role"),
         "{text}"
     );
-    api.await.expect("the API's side");
+}
+
+#[tokio::test]
+async fn a_runtime_class_the_cluster_lacks_refuses_the_pod_in_the_admission_s_words_not_the_role_s()
+{
+    let mut spec = spec();
+    spec.runtime_class = Some("gvisor".to_owned());
+    // The RuntimeClass admission plugin's refusal: 403, but no Role would change it.
+    let (e, pod) = create_forbidden(
+        spec,
+        "pods \"mentis-sb-x\" is forbidden: pod rejected: RuntimeClass \"gvisor\" not found",
+    )
+    .await;
+    assert_eq!(pod["spec"]["runtimeClassName"], "gvisor", "{pod}");
+    assert_eq!(e.reason(), Reason::FailedPrecondition);
+    let text = e.to_string();
+    assert!(
+        text.contains("the cluster refused to create the sandbox's pod")
+            && text.contains("RuntimeClass \"gvisor\" not found")
+            && !text.contains("Role"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -547,8 +579,8 @@ async fn a_warm_pod_is_resized_in_place_on_1_33_and_the_node_refusing_it_is_a_cl
     old.prepare().await.expect("prepared");
     drop(api.await.expect("the API's side"));
     assert!(!old.updates_limits());
-    assert!(!old.changes_limits(&limits(1.0, 1024), &limits(2.0, 1024)));
-    assert!(old.changes_limits(&limits(1.0, 1024), &limits(1.0, 1024)));
+    assert!(!old.changes_limits(&limits(1.0, 1024), &limits(2.0, 1024), None));
+    assert!(old.changes_limits(&limits(1.0, 1024), &limits(1.0, 1024), None));
 
     let (backend, mut handle) = backend(config());
     let id = SandboxId::new();
@@ -592,8 +624,8 @@ async fn a_warm_pod_is_resized_in_place_on_1_33_and_the_node_refusing_it_is_a_cl
     backend.prepare().await.expect("prepared");
     assert!(backend.updates_limits());
     // More CPU, more memory: in place; less memory: never.
-    assert!(backend.changes_limits(&limits(1.0, 1024), &limits(0.5, 2048)));
-    assert!(!backend.changes_limits(&limits(1.0, 1024), &limits(1.0, 512)));
+    assert!(backend.changes_limits(&limits(1.0, 1024), &limits(0.5, 2048), None));
+    assert!(!backend.changes_limits(&limits(1.0, 1024), &limits(1.0, 512), None));
     backend
         .update_limits(id, limits(2.0, 2048))
         .await

@@ -49,6 +49,8 @@ fn spec(egress: bool, read_only_rootfs: bool) -> BackendSpec {
         executor_env: vec!["MENTIS_KERNEL=warm".to_owned()],
         egress,
         read_only_rootfs,
+        // One of the pods checked against the schema names its own class (a template's or a space's).
+        runtime_class: egress.then(|| "kata-qemu".to_owned()),
     }
 }
 
@@ -125,6 +127,31 @@ fn every_object_the_backend_sends_is_valid_against_the_kubernetes_schema() {
             "kubernetes-validate let a broken pod through"
         );
     }
+}
+
+#[test]
+fn a_sandbox_s_runtime_class_wins_over_the_runtime_s_default() {
+    let mut config = config(Workspace::EmptyDir);
+    config.runtime_class = None;
+    let class = |config: &KubernetesConfig, spec: &BackendSpec| {
+        pod::pod(config, spec)
+            .spec
+            .and_then(|s| s.runtime_class_name)
+    };
+    assert_eq!(class(&config, &spec(false, true)), None);
+    assert_eq!(
+        class(&config, &spec(true, true)).as_deref(),
+        Some("kata-qemu")
+    );
+    config.runtime_class = Some("gvisor".to_owned());
+    assert_eq!(
+        class(&config, &spec(false, true)).as_deref(),
+        Some("gvisor")
+    );
+    assert_eq!(
+        class(&config, &spec(true, true)).as_deref(),
+        Some("kata-qemu")
+    );
 }
 
 #[test]

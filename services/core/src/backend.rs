@@ -27,6 +27,9 @@ pub struct BackendSpec {
     pub egress: bool,
     /// Only /workspace and a /tmp tmpfs are writable.
     pub read_only_rootfs: bool,
+    /// The runtime class to run under (an engine runtime on Docker, a RuntimeClass on Kubernetes); `None`:
+    /// the backend's default.
+    pub runtime_class: Option<String>,
 }
 
 /// A host folder a sandbox sees read-only.
@@ -46,6 +49,7 @@ impl fmt::Debug for BackendSpec {
             .field("image", &self.image)
             .field("limits", &self.limits)
             .field("data_mounts", &self.data_mounts)
+            .field("runtime_class", &self.runtime_class)
             .field("token", &"<redacted>")
             .finish()
     }
@@ -185,9 +189,11 @@ pub trait SandboxBackend: Send + Sync + 'static {
         true
     }
 
-    /// Whether a running sandbox made with limits `from` can be given limits `to` (a pool member claimed
-    /// for a request): where not, the request is served by a sandbox made for it.
-    fn changes_limits(&self, from: &Limits, to: &Limits) -> bool {
+    /// Whether a running sandbox made with limits `from` under `runtime_class` (`None`: the default) can be
+    /// given limits `to` (a pool member claimed for a request): where not, the request is served by a
+    /// sandbox made for it.
+    fn changes_limits(&self, from: &Limits, to: &Limits, runtime_class: Option<&str>) -> bool {
+        let _ = runtime_class;
         from == to || self.updates_limits()
     }
 

@@ -15,6 +15,7 @@ pub mod layout;
 pub mod lifecycle;
 pub mod limits;
 pub mod observation;
+pub mod runtime_class;
 pub mod sandbox;
 pub mod space;
 pub mod template;

@@ -305,6 +305,8 @@ pub struct Sandbox {
     pub template: String,
     /// Where shell actions that name no directory start (its template's); empty: the workspace.
     pub work_dir: String,
+    /// The runtime class it runs under (its template's, else its space's); empty: the runtime's default.
+    pub runtime_class: String,
 }
 
 #[cfg(test)]

@@ -93,6 +93,8 @@ pub struct Space {
     pub metadata: BTreeMap<String, String>,
     pub limits: SpaceLimits,
     pub snapshot_policy: SnapshotPolicy,
+    /// Runtime class of its sandboxes whose template names none; empty: the runtime's default.
+    pub runtime_class: String,
     pub created_at: SystemTime,
     pub updated_at: SystemTime,
     /// Which space of this id this is: a space deleted and made again under the same id gets the next one,
@@ -109,6 +111,7 @@ pub struct SpaceUpdate {
     pub metadata: Option<BTreeMap<String, String>>,
     pub limits: Option<SpaceLimits>,
     pub snapshot_policy: Option<SnapshotPolicy>,
+    pub runtime_class: Option<String>,
 }
 
 impl Space {
@@ -121,6 +124,7 @@ impl Space {
             metadata: BTreeMap::new(),
             limits: SpaceLimits::default(),
             snapshot_policy: SnapshotPolicy::default(),
+            runtime_class: String::new(),
             created_at: now,
             updated_at: now,
             generation: 0,
@@ -133,7 +137,8 @@ impl Space {
             Some(&self.display_name),
             Some(&self.description),
             Some(&self.metadata),
-        )
+        )?;
+        crate::runtime_class::check_name(&self.runtime_class, "runtime_class")
     }
 
     /// Applies an update (already validated with [`SpaceUpdate::validate`]).
@@ -153,6 +158,9 @@ impl Space {
         if let Some(v) = update.snapshot_policy {
             self.snapshot_policy = v;
         }
+        if let Some(v) = update.runtime_class {
+            self.runtime_class = v;
+        }
         self.updated_at = now;
     }
 }
@@ -164,7 +172,11 @@ impl SpaceUpdate {
             self.display_name.as_ref(),
             self.description.as_ref(),
             self.metadata.as_ref(),
-        )
+        )?;
+        match &self.runtime_class {
+            Some(class) => crate::runtime_class::check_name(class, "runtime_class"),
+            None => Ok(()),
+        }
     }
 }
 

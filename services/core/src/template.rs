@@ -44,6 +44,9 @@ pub struct Template {
     pub setup: Vec<String>,
     /// Sandboxes of it kept ready (made, started, start-up commands done) for CreateSandbox to take.
     pub pool_size: u32,
+    /// Runtime class of its sandboxes (one the runtime offers); empty: the space's, else the runtime's
+    /// default.
+    pub runtime_class: String,
     pub created_at: SystemTime,
     pub updated_at: SystemTime,
 }
@@ -58,6 +61,7 @@ pub struct TemplateUpdate {
     pub work_dir: Option<String>,
     pub setup: Option<Vec<String>>,
     pub pool_size: Option<u32>,
+    pub runtime_class: Option<String>,
 }
 
 /// Checks a template name; INVALID_ARGUMENT at `field` when malformed.
@@ -129,6 +133,7 @@ impl Template {
                     .at(format!("{field}.pool_size")),
             );
         }
+        crate::runtime_class::check_name(&self.runtime_class, &format!("{field}.runtime_class"))?;
         for (i, c) in self.setup.iter().enumerate() {
             if c.trim().is_empty() || c.len() > MAX_SETUP_COMMAND_LEN || c.contains('\0') {
                 return Err(Error::invalid(format!(
@@ -190,6 +195,9 @@ impl Template {
         if let Some(v) = update.pool_size {
             self.pool_size = v;
         }
+        if let Some(v) = update.runtime_class {
+            self.runtime_class = v;
+        }
         self.updated_at = now;
         self
     }
@@ -220,6 +228,7 @@ mod tests {
             work_dir: "app".to_owned(),
             setup: vec!["mkdir -p app".to_owned()],
             pool_size: 0,
+            runtime_class: String::new(),
             created_at: SystemTime::UNIX_EPOCH,
             updated_at: SystemTime::UNIX_EPOCH,
         }

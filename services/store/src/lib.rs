@@ -84,7 +84,8 @@ CREATE TABLE IF NOT EXISTS spaces (
     created_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
     sandbox_limits TEXT NOT NULL DEFAULT '{}',
-    snapshot_policy TEXT NOT NULL DEFAULT '{}'
+    snapshot_policy TEXT NOT NULL DEFAULT '{}',
+    runtime_class TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS sandboxes (
     id TEXT PRIMARY KEY,
@@ -112,7 +113,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     read_only INTEGER NOT NULL DEFAULT 0,
     disk_mb INTEGER NOT NULL DEFAULT 0,
     template TEXT NOT NULL DEFAULT '',
-    work_dir TEXT NOT NULL DEFAULT ''
+    work_dir TEXT NOT NULL DEFAULT '',
+    runtime_class TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS sandboxes_by_space ON sandboxes(space_id);
 CREATE TABLE IF NOT EXISTS pool (
@@ -339,7 +341,8 @@ impl Store {
         // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit; 6: the spaces'
         // snapshot policies, none for older spaces; the sandboxes' template and work_dir, none for older
         // sandboxes; the pool members' template, none for older members; the spaces' generation and
-        // deletion mark, and the keys' generations of their spaces: 0 and none for older ones).
+        // deletion mark, and the keys' generations of their spaces: 0 and none for older ones; the runtime
+        // classes of sandboxes, spaces and templates: the default for older ones).
         for (table, column, decl) in [
             ("sandboxes", "egress", "INTEGER NOT NULL DEFAULT 0"),
             ("sandboxes", "nofile", "INTEGER NOT NULL DEFAULT 0"),
@@ -352,6 +355,9 @@ impl Store {
             ("spaces", "snapshot_policy", "TEXT NOT NULL DEFAULT '{}'"),
             ("spaces", "generation", "INTEGER NOT NULL DEFAULT 0"),
             ("spaces", "deleting", "INTEGER NOT NULL DEFAULT 0"),
+            ("spaces", "runtime_class", "TEXT NOT NULL DEFAULT ''"),
+            ("sandboxes", "runtime_class", "TEXT NOT NULL DEFAULT ''"),
+            ("templates", "runtime_class", "TEXT NOT NULL DEFAULT ''"),
             (
                 "api_keys",
                 "space_generations",
@@ -397,8 +403,8 @@ impl Store {
             .execute(
                 "INSERT OR REPLACE INTO spaces
                  (id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms,
-                  sandbox_limits, snapshot_policy, generation)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                  sandbox_limits, snapshot_policy, generation, runtime_class)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 params![
                     s.id.as_str(),
                     s.display_name,
@@ -410,6 +416,7 @@ impl Store {
                     space_limits_json(&s.limits),
                     policy_json(&s.snapshot_policy),
                     i64::try_from(s.generation).unwrap_or(i64::MAX),
+                    s.runtime_class,
                 ],
             )
             .map_err(db_err("write a space"))?;
@@ -494,7 +501,7 @@ impl Store {
         let mut stmt = conn
             .prepare(
                 "SELECT id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms,
-                 sandbox_limits, snapshot_policy, generation FROM spaces ORDER BY id",
+                 sandbox_limits, snapshot_policy, generation, runtime_class FROM spaces ORDER BY id",
             )
             .map_err(db_err("read spaces"))?;
         let rows = stmt
@@ -510,6 +517,7 @@ impl Store {
                     r.get::<_, String>(7)?,
                     r.get::<_, String>(8)?,
                     r.get::<_, i64>(9)?,
+                    r.get::<_, String>(10)?,
                 ))
             })
             .map_err(db_err("read spaces"))?;
@@ -526,6 +534,7 @@ impl Store {
                 sandbox_limits,
                 policy,
                 generation,
+                runtime_class,
             ) = row.map_err(db_err("read a space"))?;
             let Ok(id) = SpaceId::parse(&id) else {
                 tracing::warn!(%id, "store: skipping a space with an invalid id");
@@ -538,6 +547,7 @@ impl Store {
                 metadata: from_json(&metadata),
                 limits: space_limits_from_json(max, &sandbox_limits),
                 snapshot_policy: policy_from_json(&policy),
+                runtime_class,
                 created_at: time(created),
                 updated_at: time(updated),
                 generation: u64::try_from(generation).unwrap_or(0),
@@ -682,8 +692,8 @@ impl Store {
             .prepare(
                 "SELECT id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
                  external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-                 updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb, template, work_dir
-                 FROM sandboxes ORDER BY created_ms, id",
+                 updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb, template, work_dir,
+                 runtime_class FROM sandboxes ORDER BY created_ms, id",
             )
             .map_err(db_err("read sandboxes"))?;
         let rows = stmt
@@ -728,6 +738,7 @@ impl Store {
                             read_only_rootfs: r.get(22)?,
                             template: r.get(24)?,
                             work_dir: r.get(25)?,
+                            runtime_class: r.get(26)?,
                         },
                         // Opened below, once the id is known.
                         env: BTreeMap::new(),
@@ -918,9 +929,10 @@ fn insert_sandbox(
         "INSERT OR REPLACE INTO sandboxes
          (id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
           external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
-          updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb, template, work_dir)
+          updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb, template, work_dir,
+          runtime_class)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-          ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
+          ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
         params![
             s.id.to_string(),
             s.space_id.as_str(),
@@ -948,6 +960,7 @@ fn insert_sandbox(
             s.limits.disk_mb,
             s.template,
             s.work_dir,
+            s.runtime_class,
         ],
     )
     .map_err(db_err("write a sandbox"))?;
@@ -990,6 +1003,7 @@ mod tests {
             read_only_rootfs: true,
             template: String::new(),
             work_dir: String::new(),
+            runtime_class: "kata".into(),
         }
     }
 
@@ -1004,6 +1018,7 @@ mod tests {
             let mut space = Space::default_space(s.created_at);
             space.metadata.insert("team".into(), "a".into());
             space.snapshot_policy.on_delete = true;
+            space.runtime_class = "runsc".into();
             store.put_space(&space).unwrap();
             store.set_meta("clean", "1").unwrap();
         }
@@ -1027,6 +1042,7 @@ mod tests {
         let spaces = store.spaces().unwrap();
         assert_eq!(spaces[0].metadata["team"], "a");
         assert!(spaces[0].snapshot_policy.on_delete && !spaces[0].snapshot_policy.on_pause);
+        assert_eq!(spaces[0].runtime_class, "runsc");
         assert_eq!(store.meta("clean").unwrap().as_deref(), Some("1"));
         assert_eq!(store.meta("other").unwrap(), None);
         store.delete_sandbox(s.id).unwrap();

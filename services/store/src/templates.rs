@@ -19,12 +19,13 @@ CREATE TABLE IF NOT EXISTS templates (
     pool_size INTEGER NOT NULL,
     created_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
+    runtime_class TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (space_id, name)
 );
 ";
 
 const COLUMNS: &str = "space_id, name, description, image, limits, env, work_dir, setup, pool_size, \
-    created_ms, updated_ms";
+    created_ms, updated_ms, runtime_class";
 
 /// What a template's env is sealed for.
 fn owner(space: &SpaceId, name: &str) -> String {
@@ -55,7 +56,7 @@ impl Store {
             .conn()
             .execute(
                 &format!(
-                    "INSERT OR IGNORE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+                    "INSERT OR IGNORE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
                 ),
                 self.template_row(t),
             )
@@ -75,7 +76,7 @@ impl Store {
         self.conn()
             .execute(
                 &format!(
-                    "INSERT OR REPLACE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+                    "INSERT OR REPLACE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
                 ),
                 self.template_row(t),
             )
@@ -97,6 +98,7 @@ impl Store {
             t.pool_size,
             ms(t.created_at),
             ms(t.updated_at),
+            t.runtime_class.clone(),
         )
     }
 
@@ -201,6 +203,7 @@ impl Store {
             pool_size: r.8,
             created_at: time(r.9),
             updated_at: time(r.10),
+            runtime_class: r.11,
         })
     }
 }
@@ -217,6 +220,7 @@ type Row = (
     u32,
     i64,
     i64,
+    String,
 );
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
@@ -232,6 +236,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         r.get(8)?,
         r.get(9)?,
         r.get(10)?,
+        r.get(11)?,
     ))
 }
 
@@ -257,6 +262,7 @@ mod tests {
             work_dir: "app".to_owned(),
             setup: vec!["echo one".to_owned(), "echo two".to_owned()],
             pool_size: if name == "b" { 2 } else { 0 },
+            runtime_class: if name == "b" { "runsc" } else { "" }.to_owned(),
             created_at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(5),
             updated_at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(6),
         }

@@ -358,6 +358,7 @@ impl SandboxHandle {
             executor_env: Vec::new(),
             egress: record.egress,
             read_only_rootfs: record.read_only_rootfs,
+            runtime_class: Some(record.runtime_class).filter(|c| !c.is_empty()),
         }
     }
 
@@ -614,6 +615,7 @@ mod tests {
             read_only_rootfs: true,
             template: String::new(),
             work_dir: String::new(),
+            runtime_class: String::new(),
         };
         let log = ObservationLog::new(record.id, LogLimits::default());
         SandboxHandle::new(record, BTreeMap::new(), log, "t".into(), Arc::clone(store))

@@ -53,25 +53,35 @@ pub struct TemplatePool {
     pub version: i64,
     pub limits: Limits,
     pub read_only_rootfs: bool,
+    /// The runtime class its members run under (the template's, else its space's); empty: the default.
+    pub runtime_class: String,
     /// The template's env (its start-up commands run with it).
     pub env: BTreeMap<String, String>,
     pub setup: Vec<String>,
 }
 
 impl TemplatePool {
-    /// The key its members are stored under (`SPACE/NAME@VERSION`).
+    /// The key its members are stored under (`SPACE/NAME@VERSION`, then `~CLASS` under a runtime class of
+    /// its own): members made under another class (the space's changed) are not taken over after a restart.
     fn key(&self) -> String {
-        format!("{}/{}@{}", self.space_id, self.name, self.version)
+        let class = if self.runtime_class.is_empty() {
+            String::new()
+        } else {
+            format!("~{}", self.runtime_class)
+        };
+        format!("{}/{}@{}{class}", self.space_id, self.name, self.version)
     }
 
-    /// The pool of `t`, whose sandboxes get `limits` and `read_only_rootfs` (resolved by the caller).
-    pub fn of(t: &Template, limits: Limits, read_only_rootfs: bool) -> Self {
+    /// The pool of `t`, whose sandboxes get `limits`, `read_only_rootfs` and `runtime_class` (resolved by
+    /// the caller).
+    pub fn of(t: &Template, limits: Limits, read_only_rootfs: bool, runtime_class: &str) -> Self {
         Self {
             space_id: t.space_id.clone(),
             name: t.name.clone(),
             version: crate::store::ms(t.updated_at),
             limits,
             read_only_rootfs,
+            runtime_class: runtime_class.to_owned(),
             env: t.env.clone(),
             setup: t.setup.clone(),
         }
@@ -389,6 +399,9 @@ impl Pools {
                 Vec::new()
             },
             egress: false,
+            runtime_class: template
+                .map(|t| t.runtime_class.clone())
+                .filter(|c| !c.is_empty()),
         };
         let made = async {
             let endpoint = self.backend.create(&spec).await?;
@@ -548,7 +561,12 @@ pub(super) fn template_pool(
         .clone()
         .unwrap_or_else(|| config.executor_image.clone());
     Ok(Some((
-        TemplatePool::of(t, spec.limits, spec.read_only_rootfs),
+        TemplatePool::of(
+            t,
+            spec.limits,
+            spec.read_only_rootfs,
+            mentis_core::runtime_class::resolve(Some(&t.runtime_class), &space.runtime_class),
+        ),
         image,
         usize::try_from(t.pool_size).unwrap_or(usize::MAX),
     )))

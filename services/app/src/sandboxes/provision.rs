@@ -132,6 +132,12 @@ impl Provisioner {
             .image
             .clone()
             .unwrap_or_else(|| self.config.executor_image.clone());
+        let runtime_class = mentis_core::runtime_class::resolve(
+            template.as_ref().map(|t| t.runtime_class.as_str()),
+            &space.runtime_class,
+        )
+        .to_owned();
+        let class = Some(runtime_class.as_str()).filter(|c| !c.is_empty());
         self.owners
             .check_use(caller, &spec.space_id, &image)
             .await?;
@@ -152,12 +158,17 @@ impl Provisioner {
                         && spec.limits.nofile == made.limits.nofile
                         && spec.limits.disk_mb == made.limits.disk_mb
                         && spec.read_only_rootfs == made.read_only_rootfs
-                        && self.backend.changes_limits(&made.limits, &spec.limits)
+                        && runtime_class == made.runtime_class
+                        && self
+                            .backend
+                            .changes_limits(&made.limits, &spec.limits, class)
                 })
             });
         let pool = template_pool.or_else(|| {
             self.pools.pool_for(&image).filter(|_| {
-                !spec.egress
+                // An image's pool runs under the runtime's default class.
+                class.is_none()
+                    && !spec.egress
                     && spec.limits.nofile == self.config.limits.default.nofile
                     && spec.limits.disk_mb == self.config.limits.default.disk_mb
                     && spec.read_only_rootfs == self.config.read_only_rootfs
@@ -165,7 +176,7 @@ impl Provisioner {
                         == self.config.mounts_for_every_space()
                     && self
                         .backend
-                        .changes_limits(&self.config.limits.default, &spec.limits)
+                        .changes_limits(&self.config.limits.default, &spec.limits, None)
             })
         });
         let member = pool.as_ref().and_then(|p| p.take());
@@ -200,6 +211,7 @@ impl Provisioner {
                 .as_ref()
                 .map(|t| t.work_dir.clone())
                 .unwrap_or_default(),
+            runtime_class,
         };
         let setup = template.filter(|t| !t.setup.is_empty()).map(|t| Setup {
             template: t.name,

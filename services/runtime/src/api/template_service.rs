@@ -97,7 +97,10 @@ impl TemplateService for TemplateApi {
                 .await
                 .map_err(to_status)?;
         }
-        let template = self.manager.create_template(template).map_err(to_status)?;
+        let template = self
+            .manager
+            .create_template(&caller, template)
+            .map_err(to_status)?;
         Ok(Response::new(api::CreateTemplateResponse {
             template: Some(template_to_proto(&template)),
         }))
@@ -168,7 +171,7 @@ impl TemplateService for TemplateApi {
         }
         let template = self
             .manager
-            .update_template(&space, &name, update)
+            .update_template(&caller, &space, &name, update)
             .map_err(to_status)?;
         Ok(Response::new(api::UpdateTemplateResponse {
             template: Some(template_to_proto(&template)),

@@ -147,6 +147,7 @@ pub fn sandbox_to_proto(s: &Sandbox, last_seq: u64) -> api::Sandbox {
         } as i32,
         template: s.template.clone(),
         work_dir: s.work_dir.clone(),
+        runtime_class: s.runtime_class.clone(),
     }
 }
 

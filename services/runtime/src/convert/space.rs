@@ -21,6 +21,7 @@ pub fn space_from_proto(s: Option<api::Space>) -> Result<Space, Error> {
         metadata: s.metadata.into_iter().collect(),
         limits: limits_from_proto(s.limits).map_err(|e| e.within("space"))?,
         snapshot_policy: policy_from_proto(s.snapshot_policy),
+        runtime_class: s.runtime_class,
         created_at: now,
         updated_at: now,
         generation: 0,
@@ -85,12 +86,13 @@ pub fn update_from_proto(
             "metadata",
             "limits",
             "snapshot_policy",
+            "runtime_class",
         ]
         .contains(&p.as_str())
         {
             return Err(Error::invalid(format!(
                 "update_mask: {} cannot be updated (display_name, description, metadata, limits, \
-                 snapshot_policy)",
+                 snapshot_policy, runtime_class)",
                 quoted(p)
             ))
             .at("update_mask"));
@@ -110,6 +112,7 @@ pub fn update_from_proto(
             metadata: wants("metadata").then(|| s.metadata.into_iter().collect()),
             limits,
             snapshot_policy: wants("snapshot_policy").then(|| policy_from_proto(s.snapshot_policy)),
+            runtime_class: wants("runtime_class").then_some(s.runtime_class),
         },
     ))
 }
@@ -139,5 +142,6 @@ pub fn space_to_proto(s: &Space, sandbox_count: u32) -> api::Space {
             on_delete: s.snapshot_policy.on_delete,
             on_expiry: s.snapshot_policy.on_expiry,
         }),
+        runtime_class: s.runtime_class.clone(),
     }
 }

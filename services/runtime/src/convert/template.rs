@@ -32,6 +32,7 @@ pub fn template_from_proto(t: Option<api::Template>) -> Result<Template, Error> 
         work_dir: t.work_dir,
         setup: t.setup_commands,
         pool_size: t.pool_size,
+        runtime_class: t.runtime_class,
         created_at: now,
         updated_at: now,
     };
@@ -45,7 +46,7 @@ pub fn template_update_from_proto(
     t: Option<api::Template>,
     mask: Option<prost_types::FieldMask>,
 ) -> Result<(SpaceId, String, TemplateUpdate), Error> {
-    const PATHS: [&str; 7] = [
+    const PATHS: [&str; 8] = [
         "description",
         "image",
         "limits",
@@ -53,6 +54,7 @@ pub fn template_update_from_proto(
         "work_dir",
         "setup_commands",
         "pool_size",
+        "runtime_class",
     ];
     let t = t.ok_or_else(|| Error::invalid("template is required").at("template"))?;
     let space = SpaceId::parse_or_default(&t.space_id).map_err(|e| e.within("template"))?;
@@ -78,6 +80,7 @@ pub fn template_update_from_proto(
             work_dir: wants("work_dir").then_some(t.work_dir),
             setup: wants("setup_commands").then_some(t.setup_commands),
             pool_size: wants("pool_size").then_some(t.pool_size),
+            runtime_class: wants("runtime_class").then_some(t.runtime_class),
         },
     ))
 }
@@ -100,6 +103,7 @@ pub fn template_to_proto(t: &Template) -> api::Template {
         work_dir: t.work_dir.clone(),
         setup_commands: t.setup.clone(),
         pool_size: t.pool_size,
+        runtime_class: t.runtime_class.clone(),
         create_time: Some(timestamp(t.created_at)),
         update_time: Some(timestamp(t.updated_at)),
     }

@@ -40,6 +40,7 @@ async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
             executor_env: Vec::new(),
             egress: false,
             read_only_rootfs: false,
+            runtime_class: None,
         })
         .await
         .unwrap();

@@ -186,6 +186,7 @@ async fn a_store_of_schema_5_keeps_its_live_sandboxes_and_replaces_its_pool_memb
                 executor_env: Vec::new(),
                 egress: false,
                 read_only_rootfs: false,
+                runtime_class: None,
             })
             .await
             .unwrap();
