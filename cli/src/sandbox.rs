@@ -226,6 +226,7 @@ pub fn sandbox_json(s: &api::Sandbox) -> Value {
         "disk_limit_mb": s.disk_limit_mb,
         "template": s.template,
         "work_dir": s.work_dir,
+        "runtime_class": s.runtime_class,
         "idle_timeout_seconds": s.idle_timeout_seconds,
         "idle_policy": output::enum_name(s.idle_policy().as_str_name(), "IDLE_POLICY_"),
         "max_lifetime_seconds": s.max_lifetime_seconds,

@@ -81,6 +81,10 @@ pub struct CreateArgs {
     /// Sandboxes of it kept ready (start-up commands done).
     #[arg(long, default_value_t = 0)]
     pool_size: u32,
+    /// Runtime class of its sandboxes, one the runtime offers (MENTIS_RUNTIME_CLASSES), such as runsc for
+    /// gVisor; admin key only (empty: the space's).
+    #[arg(long, default_value = "", hide_default_value = true)]
+    runtime_class: String,
 }
 
 #[derive(Args, Debug)]
@@ -142,6 +146,7 @@ pub async fn run(conn: &Conn, cmd: TemplateCommand, format: Format) -> Result<St
                         work_dir: a.work_dir,
                         setup_commands: a.setup,
                         pool_size: a.pool_size,
+                        runtime_class: a.runtime_class,
                         ..Default::default()
                     }),
                 })
@@ -350,6 +355,7 @@ fn template_json(t: &api::Template) -> Value {
         "work_dir": t.work_dir,
         "setup_commands": t.setup_commands,
         "pool_size": t.pool_size,
+        "runtime_class": t.runtime_class,
         "create_time": output::time(t.create_time.as_ref()),
         "update_time": output::time(t.update_time.as_ref()),
     })

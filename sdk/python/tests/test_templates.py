@@ -174,6 +174,11 @@ def test_templates_are_created_got_listed_across_pages_updated_by_mask_and_delet
     with pytest.raises(mentis.InvalidArgument) as bad:
         templates.create(_name("neg"), memory_mb=-1)
     assert bad.value.field == "template.limits", bad.value
+    # A runtime class the runtime does not offer (this one offers none: MENTIS_RUNTIME_CLASSES).
+    with pytest.raises(mentis.InvalidArgument) as bad:
+        templates.create(_name("iso"), runtime_class="runsc")
+    assert bad.value.field == "template.runtime_class", bad.value
+    assert "offers none" in str(bad.value), bad.value
     with pytest.raises(mentis.NotFound) as no_space:
         templates.create("any", space_id=_name("nowhere"))
     assert no_space.value.reason == "SPACE_NOT_FOUND", no_space.value
@@ -209,7 +214,7 @@ def test_a_sandbox_made_from_a_template_has_its_image_env_limits_work_dir_and_st
         setup_commands=["mkdir -p app && echo ready > app/marker", 'echo "$GREETING" > app/greeting'],
     )
     with Sandbox.create(template=name, env={"SHARED": "from the spec"}) as sb:
-        assert (sb.template, sb.work_dir) == (name, "app")
+        assert (sb.template, sb.work_dir, sb.runtime_class) == (name, "app", "")
         # The start-up commands ran before create returned, with the env; a command starts in work_dir.
         r = sb.run('pwd; cat marker greeting; echo "$SHARED"; readlink /proc/$$/exe')
         assert r.stdout == "/workspace/app\nready\nhello\nfrom the spec\n/bin/busybox\n", r

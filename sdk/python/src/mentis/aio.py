@@ -513,6 +513,7 @@ class AsyncTemplates:
         work_dir: str = "",
         setup_commands: builtins.list[str] | None = None,
         pool_size: int = 0,
+        runtime_class: str = "",
     ) -> Template:
         """See `Templates.create`."""
         fields = dict(
@@ -527,6 +528,7 @@ class AsyncTemplates:
             work_dir=work_dir,
             setup_commands=setup_commands,
             pool_size=pool_size,
+            runtime_class=runtime_class,
         )
         request = _template_create_request(name, space_id, fields)
         return _template((await self._conn.call(self._conn.templates.CreateTemplate, request)).template)

@@ -367,6 +367,12 @@ class Sandbox:
         `/workspace` or absolute); empty: `/workspace`."""
         return self._info.work_dir
 
+    @property
+    def runtime_class(self) -> str:
+        """The runtime class it runs under (its template's, else its space's, such as `runsc` for gVisor);
+        empty: the runtime's default."""
+        return self._info.runtime_class
+
     def refresh(self) -> Sandbox:
         self._info = _call(
             self._conn.sandboxes.GetSandbox, sandbox_pb2.GetSandboxRequest(sandbox_id=self.id)

@@ -40,7 +40,7 @@ __all__ = ["BuiltImage", "Template", "Templates"]
 
 # What `update` changes, by keyword: the fields that are update mask paths of their own, and the limits,
 # which the runtime changes together (the path `limits`).
-_FIELDS = ("description", "image", "env", "work_dir", "setup_commands", "pool_size")
+_FIELDS = ("description", "image", "env", "work_dir", "setup_commands", "pool_size", "runtime_class")
 _LIMITS = ("cpu", "memory_mb", "pids", "nofile", "disk_mb")
 _UPDATABLE = (*_FIELDS, *_LIMITS)
 
@@ -51,7 +51,8 @@ class Template:
     it to the space's and the runtime's defaults; `env` is under a sandbox spec's own; `work_dir` is where
     shell commands that name no directory start (relative to `/workspace`, or absolute; empty: `/workspace`);
     `setup_commands` run in order in each new sandbox before it is handed out; `pool_size` sandboxes of it
-    are kept ready."""
+    are kept ready; `runtime_class` is the isolation its sandboxes run under (such as `runsc`, gVisor), one
+    the runtime offers (`MENTIS_RUNTIME_CLASSES`), set by the admin only (empty: the space's)."""
 
     name: str
     space_id: str = ""
@@ -66,6 +67,7 @@ class Template:
     work_dir: str = ""
     setup_commands: list[str] = field(default_factory=list)
     pool_size: int = 0
+    runtime_class: str = ""
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
@@ -98,6 +100,7 @@ def _template(t: template_pb2.Template) -> Template:
         work_dir=t.work_dir,
         setup_commands=list(t.setup_commands),
         pool_size=t.pool_size,
+        runtime_class=t.runtime_class,
         created_at=_time(t.create_time),
         updated_at=_time(t.update_time),
     )
@@ -126,6 +129,7 @@ def _message(name: str, space_id: str | None, fields: dict[str, Any]) -> templat
         work_dir=v["work_dir"] or "",
         setup_commands=builtins.list(v["setup_commands"] or ()),
         pool_size=v["pool_size"] or 0,
+        runtime_class=v["runtime_class"] or "",
     )
 
 
@@ -262,6 +266,7 @@ class Templates:
         work_dir: str = "",
         setup_commands: builtins.list[str] | None = None,
         pool_size: int = 0,
+        runtime_class: str = "",
     ) -> Template:
         """Creates template `name` (1-63 lowercase letters, digits or '-') and returns it. 0 / empty leaves a
         setting to the space's and the runtime's defaults. AlreadyExists when the space has one of that name,
@@ -279,6 +284,7 @@ class Templates:
             work_dir=work_dir,
             setup_commands=setup_commands,
             pool_size=pool_size,
+            runtime_class=runtime_class,
         )
         return _template(self._call("CreateTemplate", _create_request(name, space_id, fields)).template)
 
