@@ -6,9 +6,10 @@
 //!
 //! Knobs: `BENCH_N` (round trips per figure, default 200), `BENCH_DENSITY` (idle sandboxes to hold, default
 //! 200), `BENCH_PYTHON` (the Python with jupyter_client and ipykernel for the Jupyter baseline, default
-//! .tools/venv/bin/python). `BENCH_ONLY=throughput` measures only what the journal costs stdout throughput:
-//! `BENCH_N` runs (default 9) on a journaled runtime and on a memory-only one, taken in turn so that both
-//! see the machine in the same state. `BENCH_TRACES=1` runs everything with traces on, every trace sampled,
+//! .tools/venv/bin/python). `BENCH_ONLY=throughput` measures only stdout throughput, journaled, memory-only and
+//! through `docker exec`: `BENCH_N` runs (default 9) on a journaled runtime, on a memory-only one and of
+//! `docker exec` into the journaled one's sandbox, taken in turn so that all see the machine in the same
+//! state. `BENCH_TRACES=1` runs everything with traces on, every trace sampled,
 //! exported over OTLP to a receiver in this process (compare with a run without it). Snapshots of a 200 MB
 //! workspace of 10,000 files are measured beside `tar | zstd` (`BENCH_SNAPSHOT_RUNS`, default 3);
 //! `BENCH_ONLY=snapshots` measures only them (`BENCH_N` runs, default 3). `BENCH_ONLY=shell` measures only
@@ -869,7 +870,9 @@ async fn shell_only(n: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `BENCH_ONLY=throughput`: stdout throughput on a journaled and a memory-only runtime, runs taken in turn.
+/// `BENCH_ONLY=throughput`: stdout throughput on a journaled and a memory-only runtime, and `docker exec` of
+/// the same command in the journaled runtime's sandbox, runs taken in turn (so all three see the machine in
+/// the same state).
 async fn throughput_only(runs: usize) -> anyhow::Result<()> {
     let start = |journal: bool| {
         Harness::start_with(move |c| {
@@ -881,17 +884,25 @@ async fn throughput_only(runs: usize) -> anyhow::Result<()> {
     let mut memory_only = start(false).await.context("start a memory-only runtime")?;
     let a = journaled.create_default().await?.sandbox_id;
     let b = memory_only.create_default().await?.sandbox_id;
-    let mut ours = Figure {
-        name: "stdout_256_mib_journaled".into(),
+    let container = container_of(&a);
+    let writer = format!("head -c {THROUGHPUT_BYTES} /dev/zero");
+    let docker_exec = || {
+        timed(
+            "docker",
+            &["exec", "-u", "1000", &container, "sh", "-c", &writer],
+        )
+    };
+    let named = |name: &str| Figure {
+        name: name.into(),
         samples: Vec::new(),
     };
-    let mut base = Figure {
-        name: "memory-only log".into(),
-        samples: Vec::new(),
-    };
+    let mut ours = named("stdout_256_mib_journaled");
+    let mut base = named("memory-only log");
+    let mut docker = named("docker exec (same command)");
     // One warm-up each (not kept), then the runs in turn.
     stdout_throughput_runs(&journaled, &a, "warm-up", 1).await?;
     stdout_throughput_runs(&memory_only, &b, "warm-up", 1).await?;
+    docker_exec()?;
     for _ in 0..runs {
         ours.samples.extend(
             stdout_throughput_runs(&journaled, &a, "journaled", 1)
@@ -903,12 +914,13 @@ async fn throughput_only(runs: usize) -> anyhow::Result<()> {
                 .await?
                 .samples,
         );
+        docker.samples.push(docker_exec()?);
     }
     #[allow(clippy::cast_precision_loss)]
     let mb = THROUGHPUT_BYTES as f64 / 1e6;
     let mbs = |f: &Figure, p: f64| mb / f.pct(p).as_secs_f64();
     println!("figure                      runs  median MB/s  p95-time MB/s");
-    for f in [&ours, &base] {
+    for f in [&ours, &base, &docker] {
         println!(
             "{:<27} {:>4} {:>12.0} {:>14.0}",
             f.name,
@@ -920,6 +932,21 @@ async fn throughput_only(runs: usize) -> anyhow::Result<()> {
     println!(
         "ratio journaled / memory-only (median throughput): {:.3}",
         mbs(&ours, 0.5) / mbs(&base, 0.5)
+    );
+    println!(
+        "ratio journaled / docker exec (median throughput): {:.3}",
+        mbs(&ours, 0.5) / mbs(&docker, 0.5)
+    );
+    // Run by run (each taken right after the other): how often the journaled stream kept up with Docker's.
+    let wins = ours
+        .samples
+        .iter()
+        .zip(&docker.samples)
+        .filter(|(o, d)| o <= d)
+        .count();
+    println!(
+        "runs where journaled >= docker exec: {wins} of {}",
+        ours.samples.len()
     );
     delete(&journaled, vec![a]).await?;
     delete(&memory_only, vec![b]).await?;
