@@ -15,7 +15,7 @@ TOOLS := $(CURDIR)/.tools/bin
 RELEASE_BINS := $(CARGO) build --release -p mentis-runtime -p mentis-cli
 DEBUG_BINS := $(CARGO) build -p mentis-runtime -p mentis-cli
 
-.PHONY: help setup machine-tools tools web executor image service-images bundle run demo bench soak sdk test test-unit test-e2e test-sdk test-deploy lint fmt clean-sandboxes
+.PHONY: help setup machine-tools tools web executor image service-images bundle run demo bench bench-scale soak sdk test test-unit test-e2e test-sdk test-deploy lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
@@ -79,6 +79,13 @@ demo: image tools
 # Round trips through the whole chain (median and p95), also written to target/bench.json.
 bench: image tools web
 	$(CARGO) run --release -p mentis-e2e --bin mentis-bench
+
+# The runtime at scale (tests/bench/scale.rs; issue 36): bursts of creates beside `docker run`, a hundred clients
+# beside `docker exec`, a thousand idle sandboxes. Takes about half an hour; SCALE_PARTS picks parts, the other
+# SCALE_* knobs sizes. The runtime runs as a release process of its own.
+bench-scale: image tools web
+	$(CARGO) build --release -p mentis-runtime
+	BENCH_ONLY=scale $(CARGO) run --release -p mentis-e2e --bin mentis-bench
 
 # A chaos soak (tests/soak): SOAK_CLIENTS clients and random faults (container, executor and kernel kills,
 # dropped streams, runtime SIGKILL and SIGTERM with restarts) for SOAK_DURATION; exits non-zero on any broken

@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::{env_num, rss_kib};
 
 /// The CPU time (user and system) a process has used so far.
-fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+pub(crate) fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // After the command's name, which is in parentheses and may hold spaces.
     let fields: Vec<&str> = stat
@@ -32,7 +32,7 @@ fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     Ok(Duration::from_millis(ticks * 10))
 }
 
-fn rss(pid: u32) -> u64 {
+pub(crate) fn rss(pid: u32) -> u64 {
     rss_kib(&pid.to_string()).unwrap_or(0)
 }
 

@@ -17,10 +17,12 @@
 //! image, for example one built from a change) the same on a runtime serving that image, in blocks of 25
 //! taken in turn: an A/B of an executor change with both sides seeing the machine in the same state.
 //! `BENCH_ONLY=capacity` measures how far one runtime goes: its memory per sandbox and per open stream, its
-//! CPU time per action and per idle sandbox (capacity.rs).
+//! CPU time per action and per idle sandbox (capacity.rs). `BENCH_ONLY=scale` (`make bench-scale`) measures
+//! the runtime at scale: bursts of creates, a hundred clients at once, a thousand idle sandboxes (scale.rs).
 #![allow(clippy::unwrap_used)]
 
 mod capacity;
+mod scale;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -227,7 +229,7 @@ fn executor_rss_kib(sandbox_id: &str) -> anyhow::Result<u64> {
     rss_kib(&pid).context("cannot read the executor's memory")
 }
 
-fn mem_available_kib() -> u64 {
+pub(crate) fn mem_available_kib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
@@ -240,7 +242,7 @@ fn mem_available_kib() -> u64 {
 }
 
 /// A count from the environment, or `default`.
-fn env_num(name: &str, default: usize) -> usize {
+pub(crate) fn env_num(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|s| s.parse().ok())
@@ -269,6 +271,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("capacity") {
         return capacity::run().await;
+    }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("scale") {
+        return scale::run().await;
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("throughput") {
         return throughput_only(env_num("BENCH_N", 9)).await;

@@ -1,0 +1,714 @@
+//! `make bench-scale` (`BENCH_ONLY=scale`): the runtime at scale (issue 36), each figure beside its baseline
+//! measured in the same run. The release runtime runs as a process of its own (`target/release/
+//! mentis-runtime`, next to this binary), a new one per part, so its memory and CPU time are read from /proc.
+//! `SCALE_PARTS` (comma-separated, default `bursts,concurrency,density`) picks the parts:
+//!
+//! - **bursts**: `SCALE_BURST` (50) CreateSandbox at once with no pool, against as many `docker run -d` at
+//!   once of the same image, taken in turn `SCALE_BURST_ROUNDS` (2) times; then the same burst on a runtime
+//!   whose pool holds `SCALE_BURST_POOL` (10) warm members (the first ones warm, the rest cold). Time until
+//!   all returned, p50 and p99 of each.
+//! - **concurrency**: `SCALE_CLIENTS` (100) clients, each on a sandbox of its own, running a shell command
+//!   and an IPython cell in turn for `SCALE_SECONDS` (60): actions per second, p50/p99/p99.9 of each kind,
+//!   errors of any kind; one more client's shell round trip while they run against the same when idle; and
+//!   as many concurrent loops of `docker exec CONTAINER echo` into the same containers for the same time.
+//!   The runtime's CPU time per action, and with `SCALE_PERF=1` a `perf record -g` of it during the load
+//!   (`target/scale-perf.data`; the release runtime is stripped: build it with
+//!   `CARGO_PROFILE_RELEASE_STRIP=false` for symbols).
+//! - **density**: `SCALE_SANDBOXES` (1000) idle sandboxes held (no pool): creates per second while filling
+//!   (`SCALE_CREATE_CONCURRENCY`, 8, at once), host memory (MemAvailable) and runtime memory per sandbox,
+//!   the runtime's CPU while they sit idle (health checks every 5 s, reapers), and the shell round trip on
+//!   one of them with all the others there, against the same with it alone.
+//!
+//! JSON in `BENCH_OUT` (default target/scale.json).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use mentis_e2e::*;
+use mentis_proto::api;
+use serde_json::{Value, json};
+
+use crate::capacity::{cpu_time, rss};
+use crate::{env_num, mem_available_kib};
+
+/// A runtime process of its own and a client of it.
+struct Scaled {
+    runtime: RuntimeProcess,
+    h: Harness,
+}
+
+impl Scaled {
+    /// `env` over the runtime's defaults (health checks every 5 s, as an operator's; warnings only in its
+    /// log).
+    async fn start(env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let mut env = env.to_vec();
+        env.extend([("MENTIS_HEALTH_INTERVAL_SECS", "5"), ("RUST_LOG", "warn")]);
+        let bin = std::env::current_exe()?
+            .parent()
+            .context("the bench's folder")?
+            .join("mentis-runtime");
+        if !bin.exists() {
+            bail!("{} is missing: `make bench-scale` builds it", bin.display());
+        }
+        let guard = Harness::new_instance();
+        let instance = guard.instance.clone();
+        let data_dir = tempfile::tempdir()?;
+        let runtime = RuntimeProcess::start_with_env(
+            &bin.display().to_string(),
+            &instance,
+            data_dir.path(),
+            &env,
+        )
+        .await?;
+        let h = runtime.harness(data_dir, guard).await?;
+        Ok(Self { runtime, h })
+    }
+
+    fn pid(&self) -> u32 {
+        self.runtime.pid()
+    }
+}
+
+/// Durations in ms, sorted, with percentiles.
+struct Latencies(Vec<f64>);
+
+impl Latencies {
+    fn new(mut v: Vec<Duration>) -> Self {
+        let mut ms: Vec<f64> = v.drain(..).map(|d| d.as_secs_f64() * 1000.0).collect();
+        ms.sort_by(f64::total_cmp);
+        Self(ms)
+    }
+
+    fn pct(&self, p: f64) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let i = ((self.0.len() - 1) as f64 * p).round() as usize;
+        self.0[i]
+    }
+
+    fn max(&self) -> f64 {
+        self.0.last().copied().unwrap_or(f64::NAN)
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "n": self.0.len(),
+            "p50_ms": self.pct(0.5),
+            "p99_ms": self.pct(0.99),
+            "p999_ms": self.pct(0.999),
+            "max_ms": self.max(),
+        })
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "n {:>6}  p50 {:>8.2} ms  p99 {:>8.2} ms  p99.9 {:>8.2} ms  max {:>8.2} ms",
+            self.0.len(),
+            self.pct(0.5),
+            self.pct(0.99),
+            self.pct(0.999),
+            self.max()
+        )
+    }
+}
+
+/// Makes `n` sandboxes, `at_once` at a time; their ids and each create's time.
+async fn fill(
+    h: &Harness,
+    n: usize,
+    at_once: usize,
+    spec: &api::SandboxSpec,
+) -> anyhow::Result<(Vec<String>, Vec<Duration>)> {
+    let mut ids = Vec::with_capacity(n);
+    let mut times = Vec::with_capacity(n);
+    while ids.len() < n {
+        let batch = (n - ids.len()).min(at_once.max(1));
+        let made = futures::future::join_all((0..batch).map(|_| create_one(h, spec.clone()))).await;
+        for m in made {
+            let (id, t) = m?;
+            ids.push(id);
+            times.push(t);
+        }
+    }
+    Ok((ids, times))
+}
+
+async fn create_one(h: &Harness, spec: api::SandboxSpec) -> anyhow::Result<(String, Duration)> {
+    let mut client = h.sandboxes.clone();
+    let t = Instant::now();
+    let sb = client
+        .create_sandbox(api::CreateSandboxRequest { spec: Some(spec) })
+        .await
+        .context("a create failed")?
+        .into_inner()
+        .sandbox
+        .context("no sandbox")?;
+    Ok((sb.sandbox_id, t.elapsed()))
+}
+
+/// Deletes `ids`, 16 at a time.
+async fn remove(h: &Harness, ids: &[String]) -> anyhow::Result<()> {
+    for chunk in ids.chunks(16) {
+        let done = futures::future::join_all(chunk.iter().map(|id| {
+            let mut client = h.sandboxes.clone();
+            let id = id.clone();
+            async move {
+                client
+                    .delete_sandbox(api::DeleteSandboxRequest { sandbox_id: id })
+                    .await
+            }
+        }))
+        .await;
+        for d in done {
+            d.context("a delete failed")?;
+        }
+    }
+    Ok(())
+}
+
+/// One shell `echo` round trip.
+async fn shell_once(h: &Harness, id: &str) -> anyhow::Result<Duration> {
+    let mut actions = h.actions.clone();
+    let t = Instant::now();
+    let s = actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.to_owned(),
+            action: Some(shell_action(cmd("echo scale"))),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let obs = collect(s, Duration::from_secs(60)).await?;
+    let elapsed = t.elapsed();
+    anyhow::ensure!(stdout(&obs) == "scale\n", "{obs:?}");
+    anyhow::ensure!(cmd_end(&obs)?.exit_code == 0, "{obs:?}");
+    Ok(elapsed)
+}
+
+/// One `1+1` cell round trip.
+async fn cell_once(h: &Harness, id: &str) -> anyhow::Result<Duration> {
+    let mut actions = h.actions.clone();
+    let t = Instant::now();
+    let s = actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.to_owned(),
+            action: Some(cell("1+1")),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let obs = collect(s, Duration::from_secs(120)).await?;
+    let elapsed = t.elapsed();
+    anyhow::ensure!(cell_value(&obs).as_deref() == Some("2"), "{obs:?}");
+    Ok(elapsed)
+}
+
+/// `n` shell round trips on one sandbox, one after the other (after 10 unmeasured).
+async fn shell_round_trips(h: &Harness, id: &str, n: usize) -> anyhow::Result<Latencies> {
+    for _ in 0..10 {
+        shell_once(h, id).await?;
+    }
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(shell_once(h, id).await?);
+    }
+    Ok(Latencies::new(v))
+}
+
+/// Runs `docker` with `args` `n` times at once (each from a thread of its own), labelled containers made
+/// for `instance` (its guard removes them if the bench stops early); each run's time.
+fn docker_at_once(n: usize, args: &[String]) -> anyhow::Result<Vec<Duration>> {
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let args = args.to_vec();
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let out = std::process::Command::new("docker").args(&args).output()?;
+                anyhow::ensure!(
+                    out.status.success(),
+                    "docker {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                Ok(t.elapsed())
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a docker thread panicked"))?
+        })
+        .collect()
+}
+
+/// Removes every container labelled `io.mentis.scale=<run>`.
+fn remove_labelled(run: &str) {
+    if let Ok(ids) = docker(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=io.mentis.scale={run}"),
+    ]) {
+        let ids: Vec<&str> = ids.split_whitespace().collect();
+        for chunk in ids.chunks(50) {
+            let mut args = vec!["rm", "-f"];
+            args.extend(chunk);
+            let _ = docker(&args);
+        }
+    }
+}
+
+async fn bursts() -> anyhow::Result<Value> {
+    let n = env_num("SCALE_BURST", 50);
+    let rounds = env_num("SCALE_BURST_ROUNDS", 2);
+    let pool = env_num("SCALE_BURST_POOL", 10);
+    let max = (n + pool + 16).to_string();
+    let cold = Scaled::start(&[("MENTIS_MAX_SANDBOXES", max.as_str())]).await?;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+    let docker_args: Vec<String> = [
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--label",
+        &format!("io.mentis.scale={run}"),
+        "--label",
+        &format!("io.mentis.instance={}", cold.h.guard.instance),
+        "--entrypoint",
+        "sleep",
+        &executor_image(),
+        "infinity",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let mut ours = Vec::new();
+    let mut ours_all = Vec::new();
+    let mut theirs = Vec::new();
+    let mut theirs_all = Vec::new();
+    for round in 0..rounds {
+        let t = Instant::now();
+        let made = futures::future::join_all(
+            (0..n).map(|_| create_one(&cold.h, api::SandboxSpec::default())),
+        )
+        .await;
+        let all = t.elapsed();
+        let mut ids = Vec::new();
+        for m in made {
+            let (id, d) = m?;
+            ids.push(id);
+            ours.push(d);
+        }
+        ours_all.push(all);
+        remove(&cold.h, &ids).await?;
+        let t = Instant::now();
+        let runs = tokio::task::spawn_blocking({
+            let args = docker_args.clone();
+            move || docker_at_once(n, &args)
+        })
+        .await??;
+        theirs_all.push(t.elapsed());
+        theirs.extend(runs);
+        remove_labelled(&run);
+        println!(
+            "bursts: round {}: {n} creates at once {:.2} s, {n} docker run -d at once {:.2} s",
+            round + 1,
+            ours_all[round].as_secs_f64(),
+            theirs_all[round].as_secs_f64()
+        );
+    }
+    drop(cold);
+
+    // With a pool: the first `pool` claims are warm, the rest cold.
+    let pool_setting = format!("default={pool}:{pool}");
+    let warm = Scaled::start(&[
+        ("MENTIS_MAX_SANDBOXES", max.as_str()),
+        ("MENTIS_POOL", pool_setting.as_str()),
+    ])
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let pools = warm
+            .h
+            .sandboxes
+            .clone()
+            .list_pools(api::ListPoolsRequest {})
+            .await?
+            .into_inner()
+            .pools;
+        if pools.first().is_some_and(|p| p.idle as usize >= pool) {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the pool did not fill: {pools:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let t = Instant::now();
+    let made =
+        futures::future::join_all((0..n).map(|_| create_one(&warm.h, api::SandboxSpec::default())))
+            .await;
+    let pooled_all = t.elapsed();
+    let mut pooled = Vec::new();
+    let mut ids = Vec::new();
+    for m in made {
+        let (id, d) = m?;
+        ids.push(id);
+        pooled.push(d);
+    }
+    remove(&warm.h, &ids).await?;
+    drop(warm);
+
+    let ours = Latencies::new(ours);
+    let theirs = Latencies::new(theirs);
+    let pooled = Latencies::new(pooled);
+    let median = |v: &[Duration]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v[v.len() / 2].as_secs_f64()
+    };
+    let (ours_med, theirs_med) = (median(&ours_all), median(&theirs_all));
+    println!(
+        "bursts: {n} at once, no pool: all done {ours_med:.2} s (median of {rounds}), each {}",
+        ours.line()
+    );
+    println!(
+        "bursts: {n} docker run -d at once: all done {theirs_med:.2} s, each {}",
+        theirs.line()
+    );
+    println!(
+        "bursts: ratio ours / docker run (all done): {:.3} (goal: at most 1.2)",
+        ours_med / theirs_med
+    );
+    println!(
+        "bursts: {n} at once, pool of {pool}: all done {:.2} s, each {}",
+        pooled_all.as_secs_f64(),
+        pooled.line()
+    );
+    Ok(json!({
+        "burst": n,
+        "rounds": rounds,
+        "cold_all_done_s": ours_all.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
+        "cold_each": ours.json(),
+        "docker_run_all_done_s": theirs_all.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
+        "docker_run_each": theirs.json(),
+        "ratio_all_done_median": ours_med / theirs_med,
+        "pool": pool,
+        "pooled_all_done_s": pooled_all.as_secs_f64(),
+        "pooled_each": pooled.json(),
+    }))
+}
+
+async fn concurrency() -> anyhow::Result<Value> {
+    let clients = env_num("SCALE_CLIENTS", 100);
+    let secs = env_num("SCALE_SECONDS", 60);
+    let window = Duration::from_secs(secs as u64);
+    let max = (clients + 16).to_string();
+    let s = Scaled::start(&[("MENTIS_MAX_SANDBOXES", max.as_str())]).await?;
+    let pid = s.pid();
+    let h = &s.h;
+    let (ids, _) = fill(h, clients + 1, 8, &api::SandboxSpec::default()).await?;
+    let probe = ids[clients].clone();
+    let workers = &ids[..clients];
+    // Every kernel started before the window (the first cell starts it).
+    for chunk in workers.chunks(8) {
+        for r in futures::future::join_all(chunk.iter().map(|id| cell_once(h, id))).await {
+            r?;
+        }
+    }
+    let idle = shell_round_trips(h, &probe, 100).await?;
+
+    let cpu0 = cpu_time(pid)?;
+    let perf = (std::env::var("SCALE_PERF").as_deref() == Ok("1"))
+        .then(|| {
+            std::process::Command::new("perf")
+                .args([
+                    "record",
+                    "-F",
+                    "499",
+                    "-g",
+                    "-p",
+                    &pid.to_string(),
+                    "-o",
+                    "target/scale-perf.data",
+                    "--",
+                    "sleep",
+                    &secs.to_string(),
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+        })
+        .transpose()
+        .context("start perf")?;
+    let started = Instant::now();
+    let deadline = started + window;
+    let load = futures::future::join_all(workers.iter().map(|id| async move {
+        let mut shells = Vec::new();
+        let mut cells = Vec::new();
+        let mut errors = Vec::new();
+        let mut turn = 0u64;
+        while Instant::now() < deadline {
+            turn += 1;
+            let r = if turn % 2 == 1 {
+                shell_once(h, id).await.map(|d| shells.push(d))
+            } else {
+                cell_once(h, id).await.map(|d| cells.push(d))
+            };
+            if let Err(e) = r {
+                errors.push(format!("{e:#}"));
+            }
+        }
+        (shells, cells, errors)
+    }));
+    let probing = async {
+        let mut v = Vec::new();
+        let mut errors = Vec::new();
+        while Instant::now() < deadline {
+            match shell_once(h, &probe).await {
+                Ok(d) => v.push(d),
+                Err(e) => errors.push(format!("{e:#}")),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (v, errors)
+    };
+    let (results, (probe_times, probe_errors)) = tokio::join!(load, probing);
+    let elapsed = started.elapsed();
+    let cpu = cpu_time(pid)? - cpu0;
+    if let Some(mut p) = perf {
+        let _ = p.wait();
+    }
+    let mut shells = Vec::new();
+    let mut cells = Vec::new();
+    let mut errors: Vec<String> = probe_errors;
+    for (s, c, e) in results {
+        shells.extend(s);
+        cells.extend(c);
+        errors.extend(e);
+    }
+    let actions = shells.len() + cells.len();
+    let mut all = shells.clone();
+    all.extend(cells.iter().copied());
+    let (shells, cells, all) = (
+        Latencies::new(shells),
+        Latencies::new(cells),
+        Latencies::new(all),
+    );
+    let under_load = Latencies::new(probe_times);
+    #[allow(clippy::cast_precision_loss)]
+    let per_sec = actions as f64 / elapsed.as_secs_f64();
+    #[allow(clippy::cast_precision_loss)]
+    let cpu_ms_per_action = cpu.as_secs_f64() * 1000.0 / actions.max(1) as f64;
+
+    // The baseline: as many concurrent loops of `docker exec` into the same containers.
+    let containers: Vec<String> = workers.iter().map(|id| container_of(id)).collect();
+    let docker_deadline = Instant::now() + window;
+    let docker_started = Instant::now();
+    let loops: Vec<_> = containers
+        .into_iter()
+        .map(|c| {
+            std::thread::spawn(move || {
+                let mut times = Vec::new();
+                let mut errors = 0usize;
+                while Instant::now() < docker_deadline {
+                    let t = Instant::now();
+                    match std::process::Command::new("docker")
+                        .args(["exec", "-u", "1000", &c, "echo", "scale"])
+                        .output()
+                    {
+                        Ok(o) if o.status.success() && o.stdout == b"scale\n" => {
+                            times.push(t.elapsed());
+                        }
+                        _ => errors += 1,
+                    }
+                }
+                (times, errors)
+            })
+        })
+        .collect();
+    let mut docker_times = Vec::new();
+    let mut docker_errors = 0usize;
+    for l in loops {
+        let (t, e) = l
+            .join()
+            .map_err(|_| anyhow::anyhow!("a docker exec loop panicked"))?;
+        docker_times.extend(t);
+        docker_errors += e;
+    }
+    let docker_elapsed = docker_started.elapsed();
+    #[allow(clippy::cast_precision_loss)]
+    let docker_per_sec = docker_times.len() as f64 / docker_elapsed.as_secs_f64();
+    let docker_lat = Latencies::new(docker_times);
+
+    println!(
+        "concurrency: {clients} clients for {:.0} s: {actions} actions, {per_sec:.0}/s, {} errors; runtime CPU \
+         {cpu_ms_per_action:.2} ms per action",
+        elapsed.as_secs_f64(),
+        errors.len()
+    );
+    println!("concurrency: all     {}", all.line());
+    println!("concurrency: shell   {}", shells.line());
+    println!("concurrency: cells   {}", cells.line());
+    println!(
+        "concurrency: one more client's shell round trip: idle {}, under load {} (ratio of p50 {:.2}; goal: at most 3)",
+        idle.line(),
+        under_load.line(),
+        under_load.pct(0.5) / idle.pct(0.5)
+    );
+    println!(
+        "concurrency: p99 / p50 of all actions {:.1} (goal: under 10)",
+        all.pct(0.99) / all.pct(0.5)
+    );
+    println!(
+        "concurrency: {clients} loops of docker exec: {} execs, {docker_per_sec:.0}/s, {docker_errors} errors, each {}",
+        docker_lat.0.len(),
+        docker_lat.line()
+    );
+    let mut first_errors: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &errors {
+        *first_errors
+            .entry(e.chars().take(200).collect())
+            .or_default() += 1;
+    }
+    for (e, n) in &first_errors {
+        println!("concurrency: error ({n}x): {e}");
+    }
+    remove(h, &ids).await?;
+    Ok(json!({
+        "clients": clients,
+        "seconds": elapsed.as_secs_f64(),
+        "actions": actions,
+        "actions_per_second": per_sec,
+        "errors": errors.len(),
+        "error_kinds": first_errors,
+        "all": all.json(),
+        "shell": shells.json(),
+        "cells": cells.json(),
+        "probe_idle": idle.json(),
+        "probe_under_load": under_load.json(),
+        "runtime_cpu_ms_per_action": cpu_ms_per_action,
+        "docker_exec": docker_lat.json(),
+        "docker_exec_per_second": docker_per_sec,
+        "docker_exec_errors": docker_errors,
+    }))
+}
+
+async fn density() -> anyhow::Result<Value> {
+    let n = env_num("SCALE_SANDBOXES", 1000);
+    let at_once = env_num("SCALE_CREATE_CONCURRENCY", 8);
+    let max = (n + 16).to_string();
+    let s = Scaled::start(&[("MENTIS_MAX_SANDBOXES", max.as_str())]).await?;
+    let pid = s.pid();
+    let h = &s.h;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (first, _) = fill(h, 1, 1, &api::SandboxSpec::default()).await?;
+    let one = &first[0];
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let alone = shell_round_trips(h, one, 200).await?;
+    let (rss0, avail0) = (rss(pid), mem_available_kib());
+
+    let t = Instant::now();
+    let mut ids = first.clone();
+    let mut create_times = Vec::new();
+    let mut marks = Vec::new();
+    while ids.len() < n {
+        let step = (n - ids.len()).min(100);
+        let (more, times) = fill(h, step, at_once, &api::SandboxSpec::default()).await?;
+        ids.extend(more);
+        create_times.extend(times);
+        marks.push((ids.len(), t.elapsed().as_secs_f64()));
+        println!(
+            "density: {} sandboxes after {:.0} s",
+            ids.len(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let fill_secs = t.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (rss1, avail1) = (rss(pid), mem_available_kib());
+    let idle_window = Duration::from_secs(30);
+    let cpu0 = cpu_time(pid)?;
+    tokio::time::sleep(idle_window).await;
+    let idle_cpu = cpu_time(pid)? - cpu0;
+    let crowded = shell_round_trips(h, one, 200).await?;
+
+    let t = Instant::now();
+    remove(h, &ids).await?;
+    let delete_secs = t.elapsed().as_secs_f64();
+
+    let added = ids.len() - 1;
+    #[allow(clippy::cast_precision_loss)]
+    let per = |kib: u64| kib as f64 / added.max(1) as f64;
+    let runtime_kib = per(rss1.saturating_sub(rss0));
+    let host_kib = per(avail0.saturating_sub(avail1));
+    #[allow(clippy::cast_precision_loss)]
+    let creates_per_sec = added as f64 / fill_secs;
+    let idle_pct = idle_cpu.as_secs_f64() / idle_window.as_secs_f64() * 100.0;
+    let creates = Latencies::new(create_times);
+    println!(
+        "density: {n} idle sandboxes made in {fill_secs:.0} s ({creates_per_sec:.2}/s, {at_once} at once; each {})",
+        creates.line()
+    );
+    println!(
+        "density: runtime memory {runtime_kib:.0} KiB per sandbox (goal: under 200), host memory {:.1} MiB per \
+         sandbox, idle runtime CPU {idle_pct:.2} % of a core (goal: under 5)",
+        host_kib / 1024.0
+    );
+    println!(
+        "density: shell round trip on one sandbox alone {}, with {n} {} (ratio of p50 {:.2}; goal: at most 1.2)",
+        alone.line(),
+        crowded.line(),
+        crowded.pct(0.5) / alone.pct(0.5)
+    );
+    println!("density: {n} deleted in {delete_secs:.0} s (16 at once)");
+    Ok(json!({
+        "sandboxes": n,
+        "create_concurrency": at_once,
+        "fill_seconds": fill_secs,
+        "fill_marks": marks,
+        "creates_per_second": creates_per_sec,
+        "create_each": creates.json(),
+        "runtime_kib_per_sandbox": runtime_kib,
+        "host_kib_per_sandbox": host_kib,
+        "idle_runtime_cpu_percent_of_a_core": idle_pct,
+        "round_trip_alone": alone.json(),
+        "round_trip_with_all": crowded.json(),
+        "ratio_p50": crowded.pct(0.5) / alone.pct(0.5),
+        "delete_seconds": delete_secs,
+    }))
+}
+
+pub async fn run() -> anyhow::Result<()> {
+    let parts =
+        std::env::var("SCALE_PARTS").unwrap_or_else(|_| "bursts,concurrency,density".to_owned());
+    let mut out = serde_json::Map::new();
+    for part in parts.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let started = Instant::now();
+        let value = match part {
+            "bursts" => bursts().await?,
+            "concurrency" => concurrency().await?,
+            "density" => density().await?,
+            other => bail!("SCALE_PARTS: unknown part {other:?} (bursts, concurrency, density)"),
+        };
+        println!(
+            "scale: {part} took {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+        out.insert(part.to_owned(), value);
+    }
+    let path = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target/scale.json".to_owned());
+    std::fs::write(&path, serde_json::to_string_pretty(&Value::Object(out))?)?;
+    println!("results written to {path}");
+    Ok(())
+}
