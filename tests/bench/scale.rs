@@ -373,9 +373,14 @@ async fn bursts() -> anyhow::Result<Value> {
     let theirs = Latencies::new(theirs);
     let pooled = Latencies::new(pooled);
     let median = |v: &[Duration]| {
-        let mut v = v.to_vec();
-        v.sort();
-        v[v.len() / 2].as_secs_f64()
+        let mut v: Vec<f64> = v.iter().map(Duration::as_secs_f64).collect();
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        if v.len().is_multiple_of(2) {
+            (v[mid - 1] + v[mid]) / 2.0
+        } else {
+            v[mid]
+        }
     };
     let (ours_med, theirs_med) = (median(&ours_all), median(&theirs_all));
     println!(

@@ -292,9 +292,14 @@ impl Manager {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(FLUSH_EVERY) => {}
                 }
-                registry.flush();
+                // Both block on the disk: off the runtime's threads, so no action waits behind them.
                 let syncing = Arc::clone(&registry);
-                if let Err(e) = tokio::task::spawn_blocking(move || syncing.sync_logs()).await {
+                if let Err(e) = tokio::task::spawn_blocking(move || {
+                    syncing.flush();
+                    syncing.sync_logs();
+                })
+                .await
+                {
                     tracing::warn!(error = %e, "syncing the journals failed");
                 }
                 if last_forget.elapsed() >= every {

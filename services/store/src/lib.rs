@@ -660,6 +660,35 @@ impl Store {
         Ok(())
     }
 
+    /// [`Store::update_sandbox`] for many records, in one transaction (one commit, however many).
+    pub fn update_sandboxes(&self, records: &[(Sandbox, u64)]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(db_err("update sandboxes"))?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "UPDATE sandboxes SET state = ?2, state_reason = ?3, updated_ms = ?4, activity_ms = ?5,
+                     last_seq = ?6 WHERE id = ?1",
+                )
+                .map_err(db_err("update sandboxes"))?;
+            for (s, last_seq) in records {
+                stmt.execute(params![
+                    s.id.to_string(),
+                    state_key(s.state),
+                    s.state_reason,
+                    ms(s.updated_at),
+                    ms(s.last_activity),
+                    i64::try_from(*last_seq).unwrap_or(i64::MAX),
+                ])
+                .map_err(db_err("update a sandbox"))?;
+            }
+        }
+        tx.commit().map_err(db_err("update sandboxes"))
+    }
+
     pub fn delete_sandbox(&self, id: SandboxId) -> Result<()> {
         let conn = self.conn();
         conn.execute(
@@ -1028,11 +1057,33 @@ mod tests {
         assert_eq!(all[0].record, s);
         assert_eq!(
             (all[0].env.clone(), all[0].token.clone(), all[0].last_seq),
-            (env, store.executor_token(s.id), 41)
+            (env.clone(), store.executor_token(s.id), 41)
         );
         let mut changed = s.clone();
         changed.state = SandboxState::Running;
         changed.state_reason.clear();
+        store.update_sandbox(&changed, 50).unwrap();
+        // Many at once, in one transaction: each gets its own values; none is no call at all.
+        let mut other = sandbox();
+        store.put_sandbox(&other, &env, 1).unwrap();
+        other.state = SandboxState::Running;
+        let mut again = changed.clone();
+        again.state = SandboxState::Paused;
+        store
+            .update_sandboxes(&[(again, 60), (other.clone(), 7)])
+            .unwrap();
+        store.update_sandboxes(&[]).unwrap();
+        let all = store.sandboxes().unwrap();
+        let of = |id| all.iter().find(|x| x.record.id == id).unwrap();
+        assert_eq!(
+            (of(s.id).record.state, of(s.id).last_seq),
+            (SandboxState::Paused, 60)
+        );
+        assert_eq!(
+            (of(other.id).record.state, of(other.id).last_seq),
+            (SandboxState::Running, 7)
+        );
+        store.delete_sandbox(other.id).unwrap();
         store.update_sandbox(&changed, 50).unwrap();
         let all = store.sandboxes().unwrap();
         assert_eq!(

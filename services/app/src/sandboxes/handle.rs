@@ -310,6 +310,11 @@ impl SandboxHandle {
         self.dirty.swap(false, Ordering::AcqRel)
     }
 
+    /// Marks the record changed (a write of it failed: the next flush tries again).
+    pub(crate) fn mark_dirty(&self) {
+        self.dirty.store(true, Ordering::Relaxed);
+    }
+
     /// A copy of the record.
     pub fn snapshot(&self) -> Sandbox {
         lock(&self.inner).record.clone()

@@ -267,14 +267,37 @@ impl Registry {
         }
     }
 
-    /// Writes every changed record (last activity, newest seq) to the store. State changes are written at
-    /// once by `enter`; this catches the rest.
+    /// Writes every changed record (last activity, newest seq) to the store, in one transaction: with
+    /// hundreds of busy sandboxes, one commit a second rather than one per sandbox holding the store's lock
+    /// in turn. State changes are written at once by `enter`; this catches the rest. It blocks on the
+    /// store: the sweeper calls it off the runtime's threads.
     pub fn flush(&self) {
-        for h in self.handles() {
-            let seq_changed =
-                h.log.last_seq() != h.stored_seq.load(std::sync::atomic::Ordering::Relaxed);
-            if h.take_dirty() || seq_changed {
-                h.persist();
+        use std::sync::atomic::Ordering;
+        let changed: Vec<(Arc<SandboxHandle>, u64)> = self
+            .handles()
+            .into_iter()
+            .filter_map(|h| {
+                let seq = h.log.last_seq();
+                let seq_changed = seq != h.stored_seq.load(Ordering::Relaxed);
+                (h.take_dirty() || seq_changed).then_some((h, seq))
+            })
+            .collect();
+        let records: Vec<(mentis_core::Sandbox, u64)> = changed
+            .iter()
+            .map(|(h, seq)| (h.snapshot(), *seq))
+            .collect();
+        match self.store.update_sandboxes(&records) {
+            Ok(()) => {
+                for (h, seq) in &changed {
+                    h.stored_seq.store(*seq, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(sandboxes = records.len(), error = %e.chain(), "could not write sandboxes to the store");
+                // Written again at the next round.
+                for (h, _) in &changed {
+                    h.mark_dirty();
+                }
             }
         }
     }
