@@ -629,14 +629,29 @@ async fn density() -> anyhow::Result<Value> {
     let mut marks = Vec::new();
     while ids.len() < n {
         let step = (n - ids.len()).min(100);
-        let (more, times) = fill(h, step, at_once, &api::SandboxSpec::default()).await?;
+        let filled = fill(h, step, at_once, &api::SandboxSpec::default()).await;
+        let (more, times) = match filled {
+            Ok(made) => made,
+            Err(e) => {
+                // Where the machine stood when creates began to fail, then the sandboxes go.
+                println!(
+                    "density: a create failed with {} sandboxes after {:.0} s: {e:#}; {}",
+                    ids.len(),
+                    t.elapsed().as_secs_f64(),
+                    machine(pid)
+                );
+                remove(h, &ids).await?;
+                return Err(e);
+            }
+        };
         ids.extend(more);
         create_times.extend(times);
         marks.push((ids.len(), t.elapsed().as_secs_f64()));
         println!(
-            "density: {} sandboxes after {:.0} s",
+            "density: {} sandboxes after {:.0} s; {}",
             ids.len(),
-            t.elapsed().as_secs_f64()
+            t.elapsed().as_secs_f64(),
+            machine(pid)
         );
     }
     let fill_secs = t.elapsed().as_secs_f64();
@@ -692,6 +707,45 @@ async fn density() -> anyhow::Result<Value> {
         "ratio_p50": crowded.pct(0.5) / alone.pct(0.5),
         "delete_seconds": delete_secs,
     }))
+}
+
+/// The machine's state, for a line of the density log: load, free memory, the runtime's memory, threads
+/// and open files, loop devices in use, the engine's threads.
+fn machine(pid: u32) -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(4).collect();
+    let count = |dir: String| std::fs::read_dir(dir).map_or(0, Iterator::count);
+    let loops = std::fs::read_dir("/sys/block")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    let name = e.file_name();
+                    name.to_string_lossy().starts_with("loop")
+                        && std::fs::read_to_string(e.path().join("size"))
+                            .is_ok_and(|s| s.trim() != "0")
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    let dockerd = docker_pid().map_or(0, |p| count(format!("/proc/{p}/task")));
+    format!(
+        "load {}, MemAvailable {} MiB, runtime RSS {} MiB, threads {}, open files {}; loop devices in use \
+         {loops}; dockerd threads {dockerd}",
+        load.join(" "),
+        mem_available_kib() / 1024,
+        rss(pid) / 1024,
+        count(format!("/proc/{pid}/task")),
+        count(format!("/proc/{pid}/fd")),
+    )
+}
+
+/// The Docker daemon's pid, if one runs here.
+fn docker_pid() -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == "dockerd").then_some(pid)
+    })
 }
 
 pub async fn run() -> anyhow::Result<()> {
