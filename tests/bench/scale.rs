@@ -17,7 +17,8 @@
 //! - **density**: `SCALE_SANDBOXES` (1000) idle sandboxes held (no pool): creates per second while filling
 //!   (`SCALE_CREATE_CONCURRENCY`, 8, at once), host memory (MemAvailable) and runtime memory per sandbox,
 //!   the runtime's CPU while they sit idle (health checks every 5 s, reapers), and the shell round trip on
-//!   one of them with all the others there, against the same with it alone.
+//!   one of them with all the others there, against the same with it alone. `SCALE_DISK_LIMITS=off` runs
+//!   every part with workspaces that have no disk of their own (no loop device each).
 //!
 //! JSON in `BENCH_OUT` (default target/scale.json).
 
@@ -44,6 +45,9 @@ impl Scaled {
     async fn start(env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let mut env = env.to_vec();
         env.extend([("MENTIS_HEALTH_INTERVAL_SECS", "5"), ("RUST_LOG", "warn")]);
+        // `SCALE_DISK_LIMITS=off`: workspaces without a disk of their own (no loop device each).
+        let disk_limits = std::env::var("SCALE_DISK_LIMITS").unwrap_or_else(|_| "loop".to_owned());
+        env.push(("MENTIS_DISK_LIMITS", disk_limits.as_str()));
         let bin = std::env::current_exe()?
             .parent()
             .context("the bench's folder")?
