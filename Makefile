@@ -85,6 +85,9 @@ bench: image tools web
 # SCALE_* knobs sizes. The runtime runs as a release process of its own.
 bench-scale: image tools web
 	$(CARGO) build --release -p mentis-runtime
+	@# Past 512 neighbour entries (the kernel's default gc_thresh2) new executors are not reached: room for 1000.
+	-sysctl -q -w net.ipv4.neigh.default.gc_thresh1=1024 net.ipv4.neigh.default.gc_thresh2=4096 \
+	  net.ipv4.neigh.default.gc_thresh3=8192
 	BENCH_ONLY=scale $(CARGO) run --release -p mentis-e2e --bin mentis-bench
 
 # A chaos soak (tests/soak): SOAK_CLIENTS clients and random faults (container, executor and kernel kills,

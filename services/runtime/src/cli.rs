@@ -67,6 +67,7 @@ pub async fn run_from_env() -> anyhow::Result<()> {
     )?;
     let config = RuntimeConfig::from_env().context("bad configuration")?;
     open_files_for(&config);
+    neighbours_for(&config);
     // Before anything records: the instruments are made at their first use.
     let metrics = MetricsExport::start(
         config.metrics_listen.is_some(),
@@ -138,6 +139,40 @@ fn open_files_for(config: &RuntimeConfig) {
              may need: lower MENTIS_MAX_CONNECTIONS or raise the limit (ulimit -n, LimitNOFILE=)"
         );
     }
+}
+
+/// The kernel's neighbour (ARP) table, where the runtime reaches executors on the engine's bridge: past its
+/// `gc_thresh2` entries (512 by default) new sandboxes' executors were no longer reached here (`make
+/// bench-scale`, density: every create after the 501st timed out waiting for its executor, with or without
+/// disk limits, and went on to 650 once the thresholds were raised). Warns when `MENTIS_MAX_SANDBOXES`
+/// does not fit under it. Docker only: a pod's address is the cluster network's business.
+fn neighbours_for(config: &RuntimeConfig) {
+    if !matches!(config.backend, crate::config::BackendChoice::Docker) {
+        return;
+    }
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/neigh/default/{name}"))
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+    };
+    if let Some(why) = read("gc_thresh2").and_then(|t| neighbour_room(config.max_sandboxes, t)) {
+        tracing::warn!("{why}");
+    }
+}
+
+/// Why `max_sandboxes` sandboxes (and the runtime's own few neighbours) may not fit under a neighbour table
+/// that starts evicting at `gc_thresh2` entries; None when they do.
+fn neighbour_room(max_sandboxes: usize, gc_thresh2: usize) -> Option<String> {
+    let needed = max_sandboxes + 64;
+    (needed > gc_thresh2).then(|| {
+        format!(
+            "MENTIS_MAX_SANDBOXES={max_sandboxes} may not fit in the kernel's neighbour table, which starts \
+             evicting at {gc_thresh2} entries (net.ipv4.neigh.default.gc_thresh2): past about that many \
+             sandboxes new executors may not be reached. Raise gc_thresh1/2/3 (for example sysctl -w \
+             net.ipv4.neigh.default.gc_thresh1=1024 net.ipv4.neigh.default.gc_thresh2=4096 \
+             net.ipv4.neigh.default.gc_thresh3=8192) or lower MENTIS_MAX_SANDBOXES"
+        )
+    })
 }
 
 /// The first SIGTERM or SIGINT cancels `stop` (the drain); a second exits the process at once.
@@ -225,4 +260,22 @@ async fn health_of(addr: std::net::SocketAddr) -> anyhow::Result<ServingStatus> 
         .with_context(|| format!("grpc.health.v1.Health/Check at {addr}"))?
         .into_inner();
     Ok(ServingStatus::try_from(reply.status).unwrap_or(ServingStatus::Unknown))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::neighbour_room;
+
+    #[test]
+    fn the_neighbour_table_must_hold_every_sandbox_and_some_room() {
+        // The defaults: 256 sandboxes in a table of 512.
+        assert_eq!(neighbour_room(256, 512), None);
+        let why = neighbour_room(1000, 512).expect("1000 do not fit in 512");
+        assert!(
+            why.contains("MENTIS_MAX_SANDBOXES=1000") && why.contains("gc_thresh2"),
+            "{why}"
+        );
+        assert_eq!(neighbour_room(1000, 4096), None);
+        assert!(neighbour_room(460, 512).is_some());
+    }
 }
