@@ -335,6 +335,31 @@ impl Harness {
             .context("CreateSandbox returned no sandbox")
     }
 
+    /// Waits until the pool of `template` (empty: the `MENTIS_POOL` pool) has `idle` idle members; fails
+    /// after `within`, showing the pools.
+    pub async fn wait_pool_idle(&self, template: &str, idle: u32, within: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let pools = self
+                .sandboxes
+                .clone()
+                .list_pools(api::ListPoolsRequest {})
+                .await?
+                .into_inner()
+                .pools;
+            if pools
+                .iter()
+                .any(|p| p.template == template && p.idle >= idle)
+            {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("the pool has not {idle} idle members within {within:?}: {pools:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Creates a sandbox with the default spec.
     pub async fn create_default(&mut self) -> Result<api::Sandbox> {
         self.create(api::SandboxSpec::default()).await

@@ -339,25 +339,9 @@ async fn bursts() -> anyhow::Result<Value> {
         ("MENTIS_POOL", pool_setting.as_str()),
     ])
     .await?;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let pools = warm
-            .h
-            .sandboxes
-            .clone()
-            .list_pools(api::ListPoolsRequest {})
-            .await?
-            .into_inner()
-            .pools;
-        if pools.first().is_some_and(|p| p.idle as usize >= pool) {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the pool did not fill: {pools:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    warm.h
+        .wait_pool_idle("", u32::try_from(pool)?, Duration::from_secs(300))
+        .await?;
     let t = Instant::now();
     let made =
         futures::future::join_all((0..n).map(|_| create_one(&warm.h, api::SandboxSpec::default())))

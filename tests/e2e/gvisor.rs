@@ -194,7 +194,7 @@ async fn gvisor_pool_members_serve_default_limits_and_other_limits_start_cold() 
             "{{index .Config.Labels \"io.mentis.pool\"}}",
         )
     };
-    wait_idle(&mut h).await?;
+    h.wait_pool_idle("", 1, Duration::from_secs(90)).await?;
 
     // runsc cannot change a running container's limits, so a member cannot take these on: a cold create.
     let custom = h
@@ -230,26 +230,6 @@ async fn gvisor_pool_members_serve_default_limits_and_other_limits_start_cold() 
         "warm\n"
     );
     h.stop().await
-}
-
-/// Waits until the one pool has an idle member.
-async fn wait_idle(h: &mut Harness) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let pools = h
-            .sandboxes
-            .list_pools(api::ListPoolsRequest {})
-            .await?
-            .into_inner()
-            .pools;
-        if pools.first().is_some_and(|p| p.idle >= 1) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("the pool has no idle member: {pools:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// A template, with `runtime_class` and a pool of `pool_size`.
@@ -420,22 +400,7 @@ async fn a_template_or_a_space_runs_its_sandboxes_under_gvisor_while_the_default
         .await?;
 
     // Its pool's members were made under the space's class, and a claim takes one.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let pools = h
-            .sandboxes
-            .list_pools(api::ListPoolsRequest {})
-            .await?
-            .into_inner()
-            .pools;
-        if pools.iter().any(|p| p.template == "mine" && p.idle >= 1) {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("the template's pool has no idle member: {pools:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    h.wait_pool_idle("mine", 1, Duration::from_secs(90)).await?;
     let claimed = SandboxServiceClient::new(h.with_key(Some(&key)))
         .create_sandbox(api::CreateSandboxRequest {
             spec: Some(api::SandboxSpec {

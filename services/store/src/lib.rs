@@ -641,27 +641,11 @@ impl Store {
 
     /// Updates the parts of a record that change while it lives.
     pub fn update_sandbox(&self, s: &Sandbox, last_seq: u64) -> Result<()> {
-        self.conn()
-            .prepare_cached(
-                "UPDATE sandboxes SET state = ?2, state_reason = ?3, updated_ms = ?4, activity_ms = ?5,
-                 last_seq = ?6 WHERE id = ?1",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    s.id.to_string(),
-                    state_key(s.state),
-                    s.state_reason,
-                    ms(s.updated_at),
-                    ms(s.last_activity),
-                    i64::try_from(last_seq).unwrap_or(i64::MAX),
-                ])
-            })
-            .map_err(db_err("update a sandbox"))?;
-        Ok(())
+        self.update_sandboxes(&[(s, last_seq)])
     }
 
     /// [`Store::update_sandbox`] for many records, in one transaction (one commit, however many).
-    pub fn update_sandboxes(&self, records: &[(Sandbox, u64)]) -> Result<()> {
+    pub fn update_sandboxes(&self, records: &[(&Sandbox, u64)]) -> Result<()> {
         if records.is_empty() {
             return Ok(());
         }
@@ -1070,7 +1054,7 @@ mod tests {
         let mut again = changed.clone();
         again.state = SandboxState::Paused;
         store
-            .update_sandboxes(&[(again, 60), (other.clone(), 7)])
+            .update_sandboxes(&[(&again, 60), (&other, 7)])
             .unwrap();
         store.update_sandboxes(&[]).unwrap();
         let all = store.sandboxes().unwrap();

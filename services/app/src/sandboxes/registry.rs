@@ -282,11 +282,13 @@ impl Registry {
                 (h.take_dirty() || seq_changed).then_some((h, seq))
             })
             .collect();
-        let records: Vec<(mentis_core::Sandbox, u64)> = changed
+        let records: Vec<mentis_core::Sandbox> =
+            changed.iter().map(|(h, _)| h.snapshot()).collect();
+        let rows: Vec<(&mentis_core::Sandbox, u64)> = records
             .iter()
-            .map(|(h, seq)| (h.snapshot(), *seq))
+            .zip(changed.iter().map(|(_, seq)| *seq))
             .collect();
-        match self.store.update_sandboxes(&records) {
+        match self.store.update_sandboxes(&rows) {
             Ok(()) => {
                 for (h, seq) in &changed {
                     h.stored_seq.store(*seq, Ordering::Relaxed);
