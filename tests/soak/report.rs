@@ -9,6 +9,8 @@ pub struct Tally {
     pub reconnects: BTreeMap<String, u64>,
     pub notes: BTreeMap<String, u64>,
     pub failures: Vec<String>,
+    /// Every INTERNAL a call answered, with where and its message: none may come, faults or not.
+    pub internal: Vec<String>,
     pub bytes: u64,
 }
 
@@ -19,6 +21,15 @@ impl Tally {
 
     pub fn reconnect(&mut self, why: String) {
         *self.reconnects.entry(why).or_default() += 1;
+    }
+
+    /// A call that failed with `code` (`message`) at `context`: a reconnect, or an INTERNAL kept whole.
+    pub fn status(&mut self, context: &str, code: tonic::Code, message: &str) {
+        if code == tonic::Code::Internal {
+            eprintln!("soak: INTERNAL at {context}: {message}");
+            self.internal.push(format!("{context}: {message}"));
+        }
+        self.reconnect(format!("{context}: {code:?}"));
     }
 
     pub fn note(&mut self, what: String) {
@@ -41,6 +52,7 @@ impl Tally {
             *self.notes.entry(k).or_default() += v;
         }
         self.failures.extend(other.failures);
+        self.internal.extend(other.internal);
         self.bytes += other.bytes;
     }
 }
@@ -77,6 +89,7 @@ impl Summary {
                 self.tally.failures.is_empty(),
             ),
             ("nothing left behind", self.leftovers.is_empty()),
+            ("no call answered INTERNAL", self.tally.internal.is_empty()),
             (
                 "runtime RSS at the end within 10 % of after warm-up",
                 rss_ok,
@@ -114,6 +127,9 @@ impl Summary {
         for f in self.tally.failures.iter().take(20) {
             println!("  BROKEN: {f}");
         }
+        for f in self.tally.internal.iter().take(20) {
+            println!("  INTERNAL: {f}");
+        }
         println!("  invariants:");
         for (name, ok) in self.invariants() {
             println!("    {:<4} {name}", if ok { "PASS" } else { "FAIL" });
@@ -133,6 +149,7 @@ impl Summary {
             "rss_end_kib": self.rss_end_kib,
             "leftovers": self.leftovers,
             "failures": self.tally.failures,
+            "internal": self.tally.internal,
             "invariants": self.invariants().into_iter().map(|(n, ok)| serde_json::json!({"name": n, "pass": ok})).collect::<Vec<_>>(),
         })
     }

@@ -101,6 +101,9 @@ pub async fn run(shared: Arc<Shared>, index: usize, seed: u64, until: Instant) -
                     .unwrap_or_default();
             }
             Err(e) if Instant::now() < until => {
+                if e.code() == tonic::Code::Internal {
+                    c.tally.status("create", e.code(), e.message());
+                }
                 c.tally.note(format!("create retried: {}", e.code()));
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -272,7 +275,7 @@ async fn attempt_execute(
     let mut stream = match client.execute(request).await {
         Ok(s) => s.into_inner(),
         Err(e) => {
-            tally.reconnect(format!("submit: {:?}", e.code()));
+            tally.status("submit", e.code(), e.message());
             return None;
         }
     };
@@ -308,7 +311,7 @@ async fn attempt_execute(
                 _ => {}
             },
             Ok(Some(Err(e))) => {
-                tally.reconnect(format!("stream: {:?}", e.code()));
+                tally.status("stream", e.code(), e.message());
                 break false;
             }
             Ok(None) => {
@@ -365,7 +368,7 @@ async fn attempt_connect(
     let mut stream = match client.connect(requests).await {
         Ok(s) => s.into_inner(),
         Err(e) => {
-            tally.reconnect(format!("connect: {:?}", e.code()));
+            tally.status("connect", e.code(), e.message());
             return None;
         }
     };
@@ -410,13 +413,17 @@ async fn attempt_connect(
                     *watched = (*watched).max(g.first_available_seq.saturating_sub(1));
                 }
                 Some(Resp::Rejected(r)) => {
-                    tally.reconnect(format!("rejected: {}", r.code));
+                    if r.code == "INTERNAL" {
+                        tally.status("rejected", tonic::Code::Internal, &r.message);
+                    } else {
+                        tally.reconnect(format!("rejected: {}", r.code));
+                    }
                     break false;
                 }
                 _ => {}
             },
             Ok(Some(Err(e))) => {
-                tally.reconnect(format!("stream: {:?}", e.code()));
+                tally.status("stream", e.code(), e.message());
                 break false;
             }
             Ok(None) => {
@@ -491,12 +498,9 @@ async fn file_round_trip(
                 return;
             }
             (w, r) => {
-                let why = w
-                    .err()
-                    .or(r.err())
-                    .map(|e| format!("{:?}", e.code()))
-                    .unwrap_or_default();
-                tally.reconnect(format!("file: {why}"));
+                if let Some(e) = w.err().or(r.err()) {
+                    tally.status("file", e.code(), e.message());
+                }
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
         }
