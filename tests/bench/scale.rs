@@ -1,29 +1,36 @@
 //! `make bench-scale` (`BENCH_ONLY=scale`): the runtime at scale (issue 36), each figure beside its baseline
 //! measured in the same run. The release runtime runs as a process of its own (`target/release/
 //! mentis-runtime`, next to this binary), a new one per part, so its memory and CPU time are read from /proc.
-//! `SCALE_PARTS` (comma-separated, default `bursts,concurrency,density`) picks the parts:
+//! `SCALE_PARTS` (comma-separated, default `bursts,concurrency,density,output`) picks the parts:
 //!
 //! - **bursts**: `SCALE_BURST` (50) CreateSandbox at once with no pool, against as many `docker run -d` at
-//!   once of the same image, taken in turn `SCALE_BURST_ROUNDS` (2) times; then the same burst on a runtime
-//!   whose pool holds `SCALE_BURST_POOL` (10) warm members (the first ones warm, the rest cold). Time until
-//!   all returned, p50 and p99 of each.
+//!   once of the same image (on the default bridge network, as a user types it; and with `--network none`),
+//!   taken in turn `SCALE_BURST_ROUNDS` (2) times; then the same burst on a runtime whose pool holds
+//!   `SCALE_BURST_POOL` (10) warm members (the first ones warm, the rest cold). Time until all returned,
+//!   p50 and p99 of each, and where each create went by the engine's events: from the request to the
+//!   container's create, from its create to its start, from its start to the answer.
 //! - **concurrency**: `SCALE_CLIENTS` (100) clients, each on a sandbox of its own, running a shell command
 //!   and an IPython cell in turn for `SCALE_SECONDS` (60): actions per second, p50/p99/p99.9 of each kind,
 //!   errors of any kind; one more client's shell round trip while they run against the same when idle; and
 //!   as many concurrent loops of `docker exec CONTAINER echo` into the same containers for the same time.
 //!   The runtime's CPU time per action, and with `SCALE_PERF=1` a `perf record -g` of it during the load
 //!   (`target/scale-perf.data`; the release runtime is stripped: build it with
-//!   `CARGO_PROFILE_RELEASE_STRIP=false` for symbols).
+//!   `CARGO_PROFILE_RELEASE_STRIP=false CARGO_PROFILE_RELEASE_DEBUG=line-tables-only` for symbols and
+//!   stacks). Then the same clients paced at `SCALE_PACED_FRACTION` (0.5) of the rate they reached, each on
+//!   a fixed schedule, and the one more client's round trip under that load.
 //! - **density**: `SCALE_SANDBOXES` (1000) idle sandboxes held (no pool): creates per second while filling
 //!   (`SCALE_CREATE_CONCURRENCY`, 8, at once), host memory (MemAvailable) and runtime memory per sandbox,
-//!   the runtime's CPU while they sit idle (health checks every 5 s, reapers), and the shell round trip on
+//!   the runtime's CPU while they sit idle (health watches, reapers), and the shell round trip on
 //!   one of them with all the others there, against the same with it alone. `SCALE_DISK_LIMITS=off` runs
 //!   every part with workspaces that have no disk of their own (no loop device each).
+//! - **output**: the runtime's CPU time per observation byte of a command's stdout (`SCALE_OUTPUT_MIB`,
+//!   256, journaled, read to its end), against the engine's (dockerd, containerd and the shims) per byte of
+//!   `docker exec` of the same command into the same container, `SCALE_OUTPUT_RUNS` (3) runs in turn.
 //!
 //! JSON in `BENCH_OUT` (default target/scale.json).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
 use mentis_e2e::*;
@@ -227,8 +234,9 @@ async fn shell_round_trips(h: &Harness, id: &str, n: usize) -> anyhow::Result<La
 }
 
 /// Runs `docker` with `args` `n` times at once (each from a thread of its own), labelled containers made
-/// for `instance` (its guard removes them if the bench stops early); each run's time.
-fn docker_at_once(n: usize, args: &[String]) -> anyhow::Result<Vec<Duration>> {
+/// for `instance` (its guard removes them if the bench stops early); each run's container id (what
+/// `docker run -d` prints) and time.
+fn docker_at_once(n: usize, args: &[String]) -> anyhow::Result<Vec<(String, Duration)>> {
     let handles: Vec<_> = (0..n)
         .map(|_| {
             let args = args.to_vec();
@@ -241,7 +249,10 @@ fn docker_at_once(n: usize, args: &[String]) -> anyhow::Result<Vec<Duration>> {
                     args.join(" "),
                     String::from_utf8_lossy(&out.stderr)
                 );
-                Ok(t.elapsed())
+                Ok((
+                    String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+                    t.elapsed(),
+                ))
             })
         })
         .collect();
@@ -271,6 +282,135 @@ fn remove_labelled(run: &str) {
     }
 }
 
+/// Nanoseconds since the epoch.
+fn epoch_nanos(t: SystemTime) -> u128 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos()
+}
+
+/// When the engine created and started a container (nanoseconds since the epoch), from its events.
+type Made = (Option<u128>, Option<u128>);
+
+/// When the engine created and started each container labelled `label` between `since` and `until`
+/// (its events), under both its id and its name.
+fn container_events(
+    since: SystemTime,
+    until: SystemTime,
+    label: &str,
+) -> anyhow::Result<BTreeMap<String, Made>> {
+    let stamp = |t: SystemTime| {
+        let n = epoch_nanos(t);
+        format!("{}.{:09}", n / 1_000_000_000, n % 1_000_000_000)
+    };
+    let out = docker(&[
+        "events",
+        "--since",
+        &stamp(since),
+        "--until",
+        &stamp(until + Duration::from_secs(1)),
+        "--filter",
+        "type=container",
+        "--filter",
+        &format!("label={label}"),
+        "--format",
+        "{{.TimeNano}} {{.Action}} {{.Actor.ID}} {{.Actor.Attributes.name}}",
+    ])?;
+    let mut seen: BTreeMap<String, Made> = BTreeMap::new();
+    for line in out.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(at), Some(action), Some(id), name) = (f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let Ok(at) = at.parse::<u128>() else { continue };
+        for key in std::iter::once(id).chain(name) {
+            let e = seen.entry(key.to_owned()).or_default();
+            match action {
+                "create" => e.0 = e.0.or(Some(at)),
+                "start" => e.1 = e.1.or(Some(at)),
+                _ => {}
+            }
+        }
+    }
+    Ok(seen)
+}
+
+/// Where a burst's creates spent their time, from the engine's events: from the request to the engine's
+/// create of the container, from its create to its start, from its start to the answer.
+#[derive(Default)]
+struct Phases {
+    to_create: Vec<Duration>,
+    to_start: Vec<Duration>,
+    to_answer: Vec<Duration>,
+}
+
+impl Phases {
+    /// One create asked at `asked` that answered after `took`; `events` are its container's.
+    fn add(&mut self, asked: SystemTime, took: Duration, events: Option<&Made>) {
+        let Some(&(Some(created), Some(started))) = events else {
+            return;
+        };
+        let asked = epoch_nanos(asked);
+        let answered = asked + took.as_nanos();
+        let span = |a: u128, b: u128| {
+            Duration::from_nanos(u64::try_from(b.saturating_sub(a)).unwrap_or(u64::MAX))
+        };
+        self.to_create.push(span(asked, created));
+        self.to_start.push(span(created, started));
+        self.to_answer.push(span(started, answered));
+    }
+
+    fn line(self) -> String {
+        let n = self.to_create.len();
+        format!(
+            "{n} seen; request to create {}; create to start {}; start to answer {}",
+            Latencies::new(self.to_create).line(),
+            Latencies::new(self.to_start).line(),
+            Latencies::new(self.to_answer).line()
+        )
+    }
+}
+
+/// One burst of `n` `docker run -d` with `args` at once: its time to all done, each run's time, and where
+/// they went.
+async fn docker_burst(
+    n: usize,
+    args: &[String],
+    label: &str,
+    run: &str,
+    phases: &mut Phases,
+) -> anyhow::Result<(Duration, Vec<Duration>)> {
+    let asked = SystemTime::now();
+    let t = Instant::now();
+    let runs = tokio::task::spawn_blocking({
+        let args = args.to_vec();
+        move || docker_at_once(n, &args)
+    })
+    .await??;
+    let all = t.elapsed();
+    let events = container_events(asked, SystemTime::now(), label)?;
+    for (id, took) in &runs {
+        phases.add(asked, *took, events.get(id));
+    }
+    remove_labelled(run);
+    Ok((all, runs.into_iter().map(|(_, d)| d).collect()))
+}
+
+/// The median of `v`, in seconds.
+fn median_secs(v: &[Duration]) -> f64 {
+    let mut v: Vec<f64> = v.iter().map(Duration::as_secs_f64).collect();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.is_empty() {
+        0.0
+    } else if v.len().is_multiple_of(2) {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    }
+}
+
 async fn bursts() -> anyhow::Result<Value> {
     let n = env_num("SCALE_BURST", 50);
     let rounds = env_num("SCALE_BURST_ROUNDS", 2);
@@ -278,56 +418,67 @@ async fn bursts() -> anyhow::Result<Value> {
     let max = (n + pool + 16).to_string();
     let cold = Scaled::start(&[("MENTIS_MAX_SANDBOXES", max.as_str())]).await?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
-    let docker_args: Vec<String> = [
-        "run",
-        "-d",
-        "--network",
-        "none",
-        "--label",
-        &format!("io.mentis.scale={run}"),
-        "--label",
-        &format!("io.mentis.instance={}", cold.h.guard.instance),
-        "--entrypoint",
-        "sleep",
-        &executor_image(),
-        "infinity",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    let label = format!("io.mentis.instance={}", cold.h.guard.instance);
+    // `docker run -d` as a user types it (the default bridge network), and with no network at all.
+    let docker_args = |network: Option<&str>| -> Vec<String> {
+        let mut args = vec!["run".to_owned(), "-d".to_owned()];
+        if let Some(network) = network {
+            args.extend(["--network".to_owned(), network.to_owned()]);
+        }
+        args.extend(
+            [
+                "--label",
+                &format!("io.mentis.scale={run}"),
+                "--label",
+                &label,
+                "--entrypoint",
+                "sleep",
+                &executor_image(),
+                "infinity",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned()),
+        );
+        args
+    };
+    let (bridged, unnetworked) = (docker_args(None), docker_args(Some("none")));
     let mut ours = Vec::new();
     let mut ours_all = Vec::new();
+    let mut ours_phases = Phases::default();
     let mut theirs = Vec::new();
     let mut theirs_all = Vec::new();
+    let mut theirs_phases = Phases::default();
+    let mut bare_all = Vec::new();
+    let mut bare_phases = Phases::default();
     for round in 0..rounds {
+        let asked = SystemTime::now();
         let t = Instant::now();
         let made = futures::future::join_all(
             (0..n).map(|_| create_one(&cold.h, api::SandboxSpec::default())),
         )
         .await;
         let all = t.elapsed();
+        let events = container_events(asked, SystemTime::now(), &label)?;
         let mut ids = Vec::new();
         for m in made {
             let (id, d) = m?;
+            ours_phases.add(asked, d, events.get(&format!("mentis-{id}")));
             ids.push(id);
             ours.push(d);
         }
         ours_all.push(all);
         remove(&cold.h, &ids).await?;
-        let t = Instant::now();
-        let runs = tokio::task::spawn_blocking({
-            let args = docker_args.clone();
-            move || docker_at_once(n, &args)
-        })
-        .await??;
-        theirs_all.push(t.elapsed());
+        let (all, runs) = docker_burst(n, &bridged, &label, &run, &mut theirs_phases).await?;
+        theirs_all.push(all);
         theirs.extend(runs);
-        remove_labelled(&run);
+        let (all, _) = docker_burst(n, &unnetworked, &label, &run, &mut bare_phases).await?;
+        bare_all.push(all);
         println!(
-            "bursts: round {}: {n} creates at once {:.2} s, {n} docker run -d at once {:.2} s",
+            "bursts: round {}: {n} creates at once {:.2} s, {n} docker run -d at once {:.2} s (--network none {:.2} s)",
             round + 1,
             ours_all[round].as_secs_f64(),
-            theirs_all[round].as_secs_f64()
+            theirs_all[round].as_secs_f64(),
+            bare_all[round].as_secs_f64()
         );
     }
     drop(cold);
@@ -360,17 +511,11 @@ async fn bursts() -> anyhow::Result<Value> {
     let ours = Latencies::new(ours);
     let theirs = Latencies::new(theirs);
     let pooled = Latencies::new(pooled);
-    let median = |v: &[Duration]| {
-        let mut v: Vec<f64> = v.iter().map(Duration::as_secs_f64).collect();
-        v.sort_by(f64::total_cmp);
-        let mid = v.len() / 2;
-        if v.len().is_multiple_of(2) {
-            (v[mid - 1] + v[mid]) / 2.0
-        } else {
-            v[mid]
-        }
-    };
-    let (ours_med, theirs_med) = (median(&ours_all), median(&theirs_all));
+    let (ours_med, theirs_med, bare_med) = (
+        median_secs(&ours_all),
+        median_secs(&theirs_all),
+        median_secs(&bare_all),
+    );
     println!(
         "bursts: {n} at once, no pool: all done {ours_med:.2} s (median of {rounds}), each {}",
         ours.line()
@@ -379,27 +524,103 @@ async fn bursts() -> anyhow::Result<Value> {
         "bursts: {n} docker run -d at once: all done {theirs_med:.2} s, each {}",
         theirs.line()
     );
+    println!("bursts: {n} docker run -d --network none at once: all done {bare_med:.2} s");
     println!(
-        "bursts: ratio ours / docker run (all done): {:.3} (goal: at most 1.2)",
-        ours_med / theirs_med
+        "bursts: ratio ours / docker run -d (all done): {:.3} (goal: at most 1.2); ours / docker run -d \
+         --network none: {:.3}",
+        ours_med / theirs_med,
+        ours_med / bare_med
+    );
+    println!("bursts: where ours went: {}", ours_phases.line());
+    println!("bursts: where docker run -d went: {}", theirs_phases.line());
+    println!(
+        "bursts: where docker run -d --network none went: {}",
+        bare_phases.line()
     );
     println!(
         "bursts: {n} at once, pool of {pool}: all done {:.2} s, each {}",
         pooled_all.as_secs_f64(),
         pooled.line()
     );
+    let secs = |v: &[Duration]| v.iter().map(Duration::as_secs_f64).collect::<Vec<_>>();
     Ok(json!({
         "burst": n,
         "rounds": rounds,
-        "cold_all_done_s": ours_all.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
+        "cold_all_done_s": secs(&ours_all),
         "cold_each": ours.json(),
-        "docker_run_all_done_s": theirs_all.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
+        "docker_run_all_done_s": secs(&theirs_all),
         "docker_run_each": theirs.json(),
+        "docker_run_no_network_all_done_s": secs(&bare_all),
         "ratio_all_done_median": ours_med / theirs_med,
+        "ratio_all_done_median_no_network": ours_med / bare_med,
         "pool": pool,
         "pooled_all_done_s": pooled_all.as_secs_f64(),
         "pooled_each": pooled.json(),
     }))
+}
+
+/// Each worker's shell commands and cells in turn until `deadline` (one every `pace` when given, else
+/// back to back), beside a probe's shell round trip every 100 ms: each worker's shell and cell times and
+/// errors, and the probe's times and errors.
+#[allow(clippy::type_complexity)]
+async fn load_window(
+    h: &Harness,
+    workers: &[String],
+    probe: &str,
+    deadline: Instant,
+    pace: Option<Duration>,
+) -> (
+    Vec<(Vec<Duration>, Vec<Duration>, Vec<String>)>,
+    (Vec<Duration>, Vec<String>),
+) {
+    let load = futures::future::join_all(workers.iter().enumerate().map(|(i, id)| async move {
+        let mut shells = Vec::new();
+        let mut cells = Vec::new();
+        let mut errors = Vec::new();
+        let mut turn = 0u64;
+        // Paced workers start spread over one period, so their actions do not come in waves.
+        let mut next = tokio::time::Instant::now();
+        if let Some(pace) = pace {
+            #[allow(clippy::cast_possible_truncation)]
+            let offset = pace * (i as u32) / (workers.len().max(1) as u32);
+            next += offset;
+            tokio::time::sleep_until(next).await;
+        }
+        while Instant::now() < deadline {
+            turn += 1;
+            let r = if turn % 2 == 1 {
+                shell_once(h, id).await.map(|d| shells.push(d))
+            } else {
+                cell_once(h, id).await.map(|d| cells.push(d))
+            };
+            if let Err(e) = r {
+                errors.push(format!("{e:#}"));
+            }
+            if let Some(pace) = pace {
+                // A fixed schedule: a late action is not made up for by a burst.
+                next += pace;
+                let now = tokio::time::Instant::now();
+                while next < now {
+                    next += pace;
+                }
+                tokio::time::sleep_until(next).await;
+            }
+        }
+        (shells, cells, errors)
+    }));
+    let probing = async {
+        let mut v = Vec::new();
+        let mut errors = Vec::new();
+        while Instant::now() < deadline {
+            match shell_once(h, probe).await {
+                Ok(d) => v.push(d),
+                Err(e) => errors.push(format!("{e:#}")),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (v, errors)
+    };
+    tokio::join!(load, probing)
 }
 
 async fn concurrency() -> anyhow::Result<Value> {
@@ -428,8 +649,10 @@ async fn concurrency() -> anyhow::Result<Value> {
                 .args([
                     "record",
                     "-F",
-                    "499",
-                    "-g",
+                    "199",
+                    // Unwound from the debug info (a release build keeps no frame pointers).
+                    "--call-graph",
+                    "dwarf,16384",
                     "-p",
                     &pid.to_string(),
                     "-o",
@@ -445,38 +668,8 @@ async fn concurrency() -> anyhow::Result<Value> {
         .transpose()
         .context("start perf")?;
     let started = Instant::now();
-    let deadline = started + window;
-    let load = futures::future::join_all(workers.iter().map(|id| async move {
-        let mut shells = Vec::new();
-        let mut cells = Vec::new();
-        let mut errors = Vec::new();
-        let mut turn = 0u64;
-        while Instant::now() < deadline {
-            turn += 1;
-            let r = if turn % 2 == 1 {
-                shell_once(h, id).await.map(|d| shells.push(d))
-            } else {
-                cell_once(h, id).await.map(|d| cells.push(d))
-            };
-            if let Err(e) = r {
-                errors.push(format!("{e:#}"));
-            }
-        }
-        (shells, cells, errors)
-    }));
-    let probing = async {
-        let mut v = Vec::new();
-        let mut errors = Vec::new();
-        while Instant::now() < deadline {
-            match shell_once(h, &probe).await {
-                Ok(d) => v.push(d),
-                Err(e) => errors.push(format!("{e:#}")),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        (v, errors)
-    };
-    let (results, (probe_times, probe_errors)) = tokio::join!(load, probing);
+    let (results, (probe_times, probe_errors)) =
+        load_window(h, workers, &probe, started + window, None).await;
     let elapsed = started.elapsed();
     let cpu = cpu_time(pid)? - cpu0;
     if let Some(mut p) = perf {
@@ -503,6 +696,32 @@ async fn concurrency() -> anyhow::Result<Value> {
     let per_sec = actions as f64 / elapsed.as_secs_f64();
     #[allow(clippy::cast_precision_loss)]
     let cpu_ms_per_action = cpu.as_secs_f64() * 1000.0 / actions.max(1) as f64;
+
+    // The same clients paced at a fraction of the rate just measured (each on a fixed schedule, whatever
+    // its answers' times): one more client's round trip there, where the machine has room.
+    let fraction: f64 = std::env::var("SCALE_PACED_FRACTION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.5);
+    #[allow(clippy::cast_precision_loss)]
+    let pace = Duration::from_secs_f64(clients as f64 / (per_sec * fraction).max(0.001));
+    let paced_started = Instant::now();
+    let (paced_results, (paced_probe, paced_probe_errors)) =
+        load_window(h, workers, &probe, paced_started + window, Some(pace)).await;
+    let paced_elapsed = paced_started.elapsed();
+    let mut paced_actions = 0usize;
+    let mut paced_errors = paced_probe_errors;
+    let mut paced_all = Vec::new();
+    for (s, c, e) in paced_results {
+        paced_actions += s.len() + c.len();
+        paced_all.extend(s);
+        paced_all.extend(c);
+        paced_errors.extend(e);
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let paced_per_sec = paced_actions as f64 / paced_elapsed.as_secs_f64();
+    let paced_all = Latencies::new(paced_all);
+    let paced_probe = Latencies::new(paced_probe);
 
     // The baseline: as many concurrent loops of `docker exec` into the same containers.
     let containers: Vec<String> = workers.iter().map(|id| container_of(id)).collect();
@@ -554,10 +773,24 @@ async fn concurrency() -> anyhow::Result<Value> {
     println!("concurrency: shell   {}", shells.line());
     println!("concurrency: cells   {}", cells.line());
     println!(
-        "concurrency: one more client's shell round trip: idle {}, under load {} (ratio of p50 {:.2}; goal: at most 3)",
+        "concurrency: one more client's shell round trip: idle {}, under the saturating load {} (ratio of p50 {:.2})",
         idle.line(),
         under_load.line(),
         under_load.pct(0.5) / idle.pct(0.5)
+    );
+    println!(
+        "concurrency: paced at {fraction} of that rate ({clients} clients, one action each every {:.0} ms): \
+         {paced_per_sec:.0} actions/s, {} errors, each {}",
+        pace.as_secs_f64() * 1000.0,
+        paced_errors.len(),
+        paced_all.line()
+    );
+    println!(
+        "concurrency: one more client's shell round trip: idle {}, under the paced load {} (ratio of p50 \
+         {:.2}; goal: at most 3)",
+        idle.line(),
+        paced_probe.line(),
+        paced_probe.pct(0.5) / idle.pct(0.5)
     );
     println!(
         "concurrency: p99 / p50 of all actions {:.1} (goal: under 10)",
@@ -569,7 +802,7 @@ async fn concurrency() -> anyhow::Result<Value> {
         docker_lat.line()
     );
     let mut first_errors: BTreeMap<String, usize> = BTreeMap::new();
-    for e in &errors {
+    for e in errors.iter().chain(&paced_errors) {
         *first_errors
             .entry(e.chars().take(200).collect())
             .or_default() += 1;
@@ -590,6 +823,11 @@ async fn concurrency() -> anyhow::Result<Value> {
         "cells": cells.json(),
         "probe_idle": idle.json(),
         "probe_under_load": under_load.json(),
+        "paced_fraction": fraction,
+        "paced_actions_per_second": paced_per_sec,
+        "paced_errors": paced_errors.len(),
+        "paced_all": paced_all.json(),
+        "probe_under_paced_load": paced_probe.json(),
         "runtime_cpu_ms_per_action": cpu_ms_per_action,
         "docker_exec": docker_lat.json(),
         "docker_exec_per_second": docker_per_sec,
@@ -736,9 +974,126 @@ fn docker_pid() -> Option<u32> {
     })
 }
 
+/// The CPU time of every process named `names` (all of them: the engine's daemons and shims).
+fn cpu_of_named(names: &[&str]) -> Duration {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Duration::ZERO;
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            let comm = comm.trim();
+            names
+                .iter()
+                .any(|n| comm.starts_with(n))
+                .then(|| cpu_time(pid).ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// The engine's processes that carry `docker exec`'s output: the daemons and the containers' shims.
+const ENGINE: &[&str] = &["dockerd", "containerd"];
+
+/// A command's stdout read to its end through Execute: how many bytes came.
+async fn stdout_bytes(h: &Harness, id: &str, command: &str) -> anyhow::Result<u64> {
+    use futures::StreamExt;
+    let mut actions = h.actions.clone();
+    let mut s = actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.to_owned(),
+            action: Some(shell_action(cmd(command))),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let mut bytes = 0u64;
+    let mut ended = false;
+    while let Some(m) = s.next().await {
+        if let Some(api::execute_response::Kind::Observation(o)) = m?.kind {
+            match o.kind {
+                Some(api::observation::Kind::CmdOutput(out)) => bytes += out.data.len() as u64,
+                Some(api::observation::Kind::CmdEnd(_)) => ended = true,
+                _ => {}
+            }
+        }
+    }
+    anyhow::ensure!(ended, "the command did not end");
+    Ok(bytes)
+}
+
+/// `output`: the runtime's CPU time per observation byte of a command's stdout (journaled, read by a
+/// client to its end), against the engine's (dockerd, containerd and the shims) for `docker exec` of the
+/// same command into the same container, runs taken in turn.
+async fn output() -> anyhow::Result<Value> {
+    let mib = env_num("SCALE_OUTPUT_MIB", 256);
+    let runs = env_num("SCALE_OUTPUT_RUNS", 3);
+    let bytes = u64::try_from(mib)? << 20;
+    let s = Scaled::start(&[]).await?;
+    let pid = s.pid();
+    let h = &s.h;
+    let (ids, _) = fill(h, 1, 1, &api::SandboxSpec::default()).await?;
+    let id = &ids[0];
+    let writer = format!("head -c {bytes} /dev/zero");
+    let container = format!("mentis-{id}");
+    let docker_exec = || -> anyhow::Result<()> {
+        let status = std::process::Command::new("docker")
+            .args(["exec", "-u", "1000", &container, "sh", "-c", &writer])
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "docker exec: {status}");
+        Ok(())
+    };
+    // One warm-up each, not kept.
+    anyhow::ensure!(stdout_bytes(h, id, &writer).await? == bytes);
+    docker_exec()?;
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    #[allow(clippy::cast_precision_loss)]
+    let per_byte = |cpu: Duration, secs: f64| {
+        (
+            cpu.as_nanos() as f64 / bytes as f64,
+            bytes as f64 / 1e6 / secs,
+        )
+    };
+    for _ in 0..runs {
+        let (cpu0, t) = (cpu_time(pid)?, Instant::now());
+        let got = stdout_bytes(h, id, &writer).await?;
+        anyhow::ensure!(got == bytes, "{got} of {bytes} bytes came");
+        ours.push(per_byte(cpu_time(pid)? - cpu0, t.elapsed().as_secs_f64()));
+        let (cpu0, t) = (cpu_of_named(ENGINE), Instant::now());
+        docker_exec()?;
+        theirs.push(per_byte(
+            cpu_of_named(ENGINE) - cpu0,
+            t.elapsed().as_secs_f64(),
+        ));
+    }
+    remove(h, &ids).await?;
+    let median = |v: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
+        let mut v: Vec<f64> = v.iter().map(pick).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (ours_ns, ours_mbs) = (median(&ours, |p| p.0), median(&ours, |p| p.1));
+    let (theirs_ns, theirs_mbs) = (median(&theirs, |p| p.0), median(&theirs, |p| p.1));
+    println!(
+        "output: {mib} MiB of stdout, median of {runs}: the runtime {ours_ns:.2} ns of CPU per byte at \
+         {ours_mbs:.0} MB/s (journaled); the engine {theirs_ns:.2} ns per byte for docker exec at {theirs_mbs:.0} MB/s"
+    );
+    Ok(json!({
+        "mib": mib,
+        "runs": runs,
+        "runtime_cpu_ns_per_byte": ours_ns,
+        "runtime_mb_per_s": ours_mbs,
+        "engine_cpu_ns_per_byte_docker_exec": theirs_ns,
+        "docker_exec_mb_per_s": theirs_mbs,
+        "each": ours.iter().zip(&theirs).map(|(o, t)| json!({"runtime_ns_per_byte": o.0, "runtime_mb_s": o.1, "engine_ns_per_byte": t.0, "docker_exec_mb_s": t.1})).collect::<Vec<_>>(),
+    }))
+}
+
 pub async fn run() -> anyhow::Result<()> {
-    let parts =
-        std::env::var("SCALE_PARTS").unwrap_or_else(|_| "bursts,concurrency,density".to_owned());
+    let parts = std::env::var("SCALE_PARTS")
+        .unwrap_or_else(|_| "bursts,concurrency,density,output".to_owned());
     let mut out = serde_json::Map::new();
     for part in parts.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let started = Instant::now();
@@ -746,7 +1101,10 @@ pub async fn run() -> anyhow::Result<()> {
             "bursts" => bursts().await?,
             "concurrency" => concurrency().await?,
             "density" => density().await?,
-            other => bail!("SCALE_PARTS: unknown part {other:?} (bursts, concurrency, density)"),
+            "output" => output().await?,
+            other => {
+                bail!("SCALE_PARTS: unknown part {other:?} (bursts, concurrency, density, output)")
+            }
         };
         println!(
             "scale: {part} took {:.0} s",
