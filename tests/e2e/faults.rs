@@ -495,8 +495,11 @@ async fn a_deleted_sandbox_stays_readable_for_the_retention_time() -> anyhow::Re
 /// after the ready timeout the runtime restarts its container, and the workspace is kept.
 #[tokio::test]
 async fn a_stopped_executor_gets_its_container_restarted() -> anyhow::Result<()> {
+    // The stopped executor answers no keepalive: its connection, and with it the health watch, is given
+    // up on within two keepalive periods.
     let mut h = Harness::start_with(|c| {
         c.health_interval = Duration::from_secs(1);
+        c.executor_keepalive = Duration::from_secs(2);
         c.ready_timeout = Duration::from_secs(10);
     })
     .await?;

@@ -77,6 +77,8 @@ pub struct ExecutorClient {
     /// With the token too: an executor that is not this sandbox's (a reused address) refuses it.
     health: HealthClient<InterceptedService<Channel, BearerToken>>,
     call_timeout: Duration,
+    /// One per connection made (clones share it): a health watch belongs to the client it was opened on.
+    connection: Arc<()>,
     /// The host and port the executor answers at (the sandbox's address on the executor network).
     host: Arc<str>,
     port: u16,
@@ -134,6 +136,7 @@ impl ExecutorClient {
             ),
             health: HealthClient::with_interceptor(channel, BearerToken(value)),
             call_timeout,
+            connection: Arc::new(()),
             host,
             port,
         })
@@ -170,6 +173,44 @@ impl ExecutorClient {
                 "the executor's health check timed out",
             )),
         }
+    }
+
+    /// Opens a watch of the executor's serving status (`grpc.health.v1` Watch), bounded by `within` until
+    /// its first answer, the status now: Ok only when that is SERVING. Held open, it costs nothing on the
+    /// wire until the status changes or the connection breaks (its HTTP/2 keepalive notices a peer that
+    /// went silent), so an idle sandbox is not asked again and again.
+    pub async fn watch_health(&self, within: Duration) -> Result<HealthWatch, Error> {
+        let mut health = self.health.clone();
+        let opened = async {
+            let mut stream = health
+                .watch(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await?
+                .into_inner();
+            let first = stream.message().await?;
+            Ok::<_, tonic::Status>((stream, first))
+        };
+        let (stream, first) = match tokio::time::timeout(within, opened).await {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(s)) => {
+                return Err(executor_unavailable(format!(
+                    "the executor does not answer: {}",
+                    s.message()
+                ))
+                .with_source(s));
+            }
+            Err(_) => {
+                return Err(executor_unavailable(
+                    "the executor's health check timed out",
+                ));
+            }
+        };
+        serving(first.as_ref())?;
+        Ok(HealthWatch {
+            stream,
+            connection: Arc::clone(&self.connection),
+        })
     }
 
     /// Waits until the executor reports SERVING, polling until `within` has passed.
@@ -352,15 +393,61 @@ impl ExecutorClient {
     }
 }
 
+/// An open watch of one executor's serving status ([`ExecutorClient::watch_health`]).
+pub struct HealthWatch {
+    stream: tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
+    connection: Arc<()>,
+}
+
+impl HealthWatch {
+    /// Whether it was opened on `client`'s connection (a sandbox's client is replaced when its executor
+    /// is reached again).
+    pub fn is_of(&self, client: &ExecutorClient) -> bool {
+        Arc::ptr_eq(&self.connection, &client.connection)
+    }
+
+    /// The next change: Ok while the executor says SERVING; anything else (another status, the stream's
+    /// end or error) is the error a failed check gives. Cancel-safe.
+    pub async fn changed(&mut self) -> Result<(), Error> {
+        match self.stream.message().await {
+            Ok(answer) => serving(answer.as_ref()),
+            Err(s) => Err(executor_unavailable(format!(
+                "the executor's health watch broke: {}",
+                s.message()
+            ))
+            .with_source(s)),
+        }
+    }
+}
+
+/// Ok for a SERVING answer; a watch that ended gave none.
+fn serving(answer: Option<&tonic_health::pb::HealthCheckResponse>) -> Result<(), Error> {
+    match answer {
+        Some(r) if r.status == ServingStatus::Serving as i32 => Ok(()),
+        Some(r) => Err(executor_unavailable(format!(
+            "the executor reports status {}",
+            r.status
+        ))),
+        None => Err(executor_unavailable("the executor's health watch ended")),
+    }
+}
+
 /// An executor's status as a domain error: its verdicts on the request pass through with the reason it
 /// names (`google.rpc.ErrorInfo`, the same vocabulary), transport trouble is EXECUTOR_UNAVAILABLE, and
-/// anything odd is Internal.
+/// anything odd is Internal. The executor names a reason on every status it answers; an INTERNAL or
+/// UNKNOWN without one is the client's transport speaking (an HTTP/2 stream or connection that broke, as
+/// when the executor or its container is killed mid-call), so it is the executor's unavailability too.
 pub fn status_to_error(s: tonic::Status) -> Error {
     use tonic::Code;
     // The executor may quote a request's field whole; the client gets a bounded message.
     let msg = mentis_core::quote::bounded(s.message());
-    let told = mentis_proto::error_reason(&s, mentis_core::error::DOMAIN)
-        .and_then(|name| Reason::from_name(&name));
+    let named = mentis_proto::error_reason(&s, mentis_core::error::DOMAIN);
+    let from_transport = named.is_none() && matches!(s.code(), Code::Internal | Code::Unknown);
+    let told = named.and_then(|name| Reason::from_name(&name));
+    if from_transport {
+        return executor_unavailable(format!("the connection to the executor broke: {msg}"))
+            .with_source(s);
+    }
     let e = match s.code() {
         Code::InvalidArgument => Error::invalid(msg),
         Code::OutOfRange => Error::new(Reason::OutOfRange, msg),
@@ -419,5 +506,26 @@ mod tests {
         assert_eq!(e.reason(), Reason::ExecutorUnavailable);
         let e = status_to_error(told(Code::Unavailable, "UNAVAILABLE", DOMAIN));
         assert_eq!(e.reason(), Reason::ExecutorUnavailable);
+    }
+
+    #[test]
+    fn a_broken_connection_is_the_executors_unavailability_and_its_own_internal_stays_internal() {
+        // What tonic makes of an HTTP/2 stream reset or a connection cut mid-call: no reason of ours.
+        for s in [
+            tonic::Status::internal("h2 protocol error: stream no longer needed"),
+            tonic::Status::unknown("transport error"),
+        ] {
+            let e = status_to_error(s);
+            assert_eq!(e.reason(), Reason::ExecutorUnavailable, "{e}");
+            assert!(
+                e.to_string().contains("connection to the executor broke"),
+                "{e}"
+            );
+        }
+        // The executor's own INTERNAL names its reason: it stays INTERNAL.
+        let e = status_to_error(told(Code::Internal, "INTERNAL", DOMAIN));
+        assert!(matches!(e, Error::Internal(_)), "{e:?}");
+        let e = status_to_error(told(Code::Unknown, "INTERNAL", DOMAIN));
+        assert!(matches!(e, Error::Internal(_)), "{e:?}");
     }
 }

@@ -1,4 +1,8 @@
-//! The health watch of one sandbox: a periodic check of its executor. Two failed checks in a row make the
+//! The health watch of one sandbox: a periodic check of its executor. The check is an open `grpc.health.v1`
+//! Watch of the executor (opened again when it broke or the executor was reached anew): while it is open
+//! and the executor last said SERVING, a check sends nothing, so a thousand idle sandboxes cost their
+//! connections' keepalives and no calls; news on the watch (another status, its end) is checked at once.
+//! Two failed checks in a row make the
 //! sandbox UNHEALTHY; the watch then brings the executor back — starting its container again when it
 //! stopped, reconnecting when its address changed, restarting the container when the executor runs but does
 //! not answer for the ready timeout — and the sandbox is RUNNING again. A container that is
@@ -18,6 +22,7 @@ use tracing::Instrument;
 use super::handle::SandboxHandle;
 use super::reach::{reach_executor, ready_executor};
 use crate::config::RuntimeConfig;
+use crate::executor_client::{ExecutorClient, HealthWatch};
 
 /// Failed checks in a row before a sandbox is UNHEALTHY (one miss can be a hiccup).
 const FAILURES_BEFORE_UNHEALTHY: u32 = 2;
@@ -51,21 +56,25 @@ async fn watch(
     runtime: TaskTracker,
 ) {
     let mut failures = 0u32;
+    let mut watch = Watch::default();
     loop {
         // The backend's word that the container or pod went: a failed check then counts as enough.
         let hinted = tokio::select! {
             () = h.cancel.cancelled() => return,
             () = tokio::time::sleep(config.health_interval) => false,
             () = h.gone_hint.notified() => true,
+            () = watch.news() => false,
         };
         if !matches!(h.state(), SandboxState::Running | SandboxState::Unhealthy) {
             failures = 0;
+            // Paused, stopped or being replaced: the next executor gets a watch of its own.
+            watch.close();
             continue;
         }
         let Some(client) = h.executor() else { continue };
         let checked = tokio::select! {
             () = h.cancel.cancelled() => return,
-            r = client.check(CHECK_TIMEOUT) => r,
+            r = watch.check(&client, hinted) => r,
         };
         match checked {
             Ok(()) => {
@@ -120,6 +129,47 @@ async fn watch(
                 }
             }
         }
+    }
+}
+
+/// The open health watch of a sandbox's executor, if any.
+#[derive(Default)]
+struct Watch {
+    open: Option<HealthWatch>,
+    /// What the open watch said last: false once it said anything but SERVING.
+    serving: bool,
+}
+
+impl Watch {
+    /// Ok when the open watch is `client`'s and its executor last said SERVING (nothing is sent); else a
+    /// new watch, whose first answer is the check. After the backend's word that the sandbox went
+    /// (`hinted`), always a new one.
+    async fn check(&mut self, client: &ExecutorClient, hinted: bool) -> Result<(), Error> {
+        if !hinted && self.serving && self.open.as_ref().is_some_and(|w| w.is_of(client)) {
+            return Ok(());
+        }
+        self.close();
+        let opened = client.watch_health(CHECK_TIMEOUT).await?;
+        self.open = Some(opened);
+        self.serving = true;
+        Ok(())
+    }
+
+    /// Resolves when the open watch brings news; never while none is open. Anything but SERVING closes
+    /// it (the executor may be shutting down: an open watch would hold up its graceful stop).
+    async fn news(&mut self) {
+        let Some(open) = self.open.as_mut() else {
+            return std::future::pending().await;
+        };
+        if let Err(e) = open.changed().await {
+            tracing::debug!(error = %e.chain(), "the executor's health watch brought news");
+            self.close();
+        }
+    }
+
+    fn close(&mut self) {
+        self.open = None;
+        self.serving = false;
     }
 }
 

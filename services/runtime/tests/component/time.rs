@@ -66,8 +66,10 @@ async fn a_frozen_executor_makes_the_sandbox_unhealthy_until_it_answers_again() 
     let sb = rt.create_default().await;
     let id = sb.sandbox_id.clone();
     rt.backend.freeze(sid(&sb));
-    // Two failed checks: the next one within 5 s, another 5 s later, each given up after 2 s.
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    // The executor's health watch holds while its connection does: the connection's keepalive gives up
+    // on the frozen executor within two periods (10 s each), then two checks fail (a new watch each, given
+    // up after 2 s, the second 5 s after the first).
+    tokio::time::sleep(Duration::from_secs(35)).await;
     assert_eq!(rt.state(&id).await, SandboxState::Unhealthy);
     let refused = rt.sh(&id, "true").await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
