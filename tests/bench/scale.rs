@@ -13,7 +13,7 @@
 //!   and an IPython cell in turn for `SCALE_SECONDS` (60): actions per second, p50/p99/p99.9 of each kind,
 //!   errors of any kind; one more client's shell round trip while they run against the same when idle; and
 //!   as many concurrent loops of `docker exec CONTAINER echo` into the same containers for the same time.
-//!   The runtime's CPU time per action, and with `SCALE_PERF=1` a `perf record -g` of it during the load
+//!   The runtime's CPU time per action, and with `SCALE_PERF=1` a `perf record` of it during the load
 //!   (`target/scale-perf.data`; the release runtime is stripped: build it with
 //!   `CARGO_PROFILE_RELEASE_STRIP=false CARGO_PROFILE_RELEASE_DEBUG=line-tables-only` for symbols and
 //!   stacks). Then the same clients paced at `SCALE_PACED_FRACTION` (0.5) of the rate they reached, each on
@@ -21,11 +21,13 @@
 //! - **density**: `SCALE_SANDBOXES` (1000) idle sandboxes held (no pool): creates per second while filling
 //!   (`SCALE_CREATE_CONCURRENCY`, 8, at once), host memory (MemAvailable) and runtime memory per sandbox,
 //!   the runtime's CPU while they sit idle (health watches, reapers), and the shell round trip on
-//!   one of them with all the others there, against the same with it alone. `SCALE_DISK_LIMITS=off` runs
+//!   one of them with all the others there, against the same with it alone; beside it the same for an
+//!   IPython cell (no process started) and for a health check straight to its executor (no runtime). `SCALE_DISK_LIMITS=off` runs
 //!   every part with workspaces that have no disk of their own (no loop device each).
 //! - **output**: the runtime's CPU time per observation byte of a command's stdout (`SCALE_OUTPUT_MIB`,
 //!   256, journaled, read to its end), against the engine's (dockerd, containerd and the shims) per byte of
-//!   `docker exec` of the same command into the same container, `SCALE_OUTPUT_RUNS` (3) runs in turn.
+//!   `docker exec` of the same command into the same container, `SCALE_OUTPUT_RUNS` (3) runs in turn
+//!   (`SCALE_PERF=1`: a `perf record` of the runtime in `target/scale-output-perf.data`).
 //!
 //! JSON in `BENCH_OUT` (default target/scale.json).
 
@@ -233,6 +235,55 @@ async fn shell_round_trips(h: &Harness, id: &str, n: usize) -> anyhow::Result<La
     Ok(Latencies::new(v))
 }
 
+/// `n` `1+1` cell round trips on one sandbox, one after the other (after 10 unmeasured, the first of
+/// which starts its kernel).
+async fn cell_round_trips(h: &Harness, id: &str, n: usize) -> anyhow::Result<Latencies> {
+    for _ in 0..10 {
+        cell_once(h, id).await?;
+    }
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(cell_once(h, id).await?);
+    }
+    Ok(Latencies::new(v))
+}
+
+/// `n` `grpc.health.v1` checks straight from here to the sandbox's executor over the engine's bridge (no
+/// runtime in the way, no process started), one after the other (after 10 unmeasured): the network path's
+/// own share of a round trip.
+async fn direct_round_trips(id: &str, n: usize) -> anyhow::Result<Latencies> {
+    let ip = docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
+        &format!("mentis-{id}"),
+    ])?;
+    let ip = ip
+        .split_whitespace()
+        .next()
+        .context("the sandbox's container has no address")?;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{ip}:50052"))?
+        .tcp_nodelay(true)
+        .connect()
+        .await?;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut once = async || -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        health
+            .check(tonic_health::pb::HealthCheckRequest::default())
+            .await?;
+        Ok(t.elapsed())
+    };
+    for _ in 0..10 {
+        once().await?;
+    }
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(once().await?);
+    }
+    Ok(Latencies::new(v))
+}
+
 /// Runs `docker` with `args` `n` times at once (each from a thread of its own), labelled containers made
 /// for `instance` (its guard removes them if the bench stops early); each run's container id (what
 /// `docker run -d` prints) and time.
@@ -381,6 +432,7 @@ async fn docker_burst(
     run: &str,
     phases: &mut Phases,
 ) -> anyhow::Result<(Duration, Vec<Duration>)> {
+    let cpu = cpu_by_command();
     let asked = SystemTime::now();
     let t = Instant::now();
     let runs = tokio::task::spawn_blocking({
@@ -389,6 +441,11 @@ async fn docker_burst(
     })
     .await??;
     let all = t.elapsed();
+    println!(
+        "bursts: docker {}: {}",
+        args[..3].join(" "),
+        cpu_line(&cpu_grown(&cpu))
+    );
     let events = container_events(asked, SystemTime::now(), label)?;
     for (id, took) in &runs {
         phases.add(asked, *took, events.get(id));
@@ -451,6 +508,7 @@ async fn bursts() -> anyhow::Result<Value> {
     let mut bare_all = Vec::new();
     let mut bare_phases = Phases::default();
     for round in 0..rounds {
+        let cpu = cpu_by_command();
         let asked = SystemTime::now();
         let t = Instant::now();
         let made = futures::future::join_all(
@@ -458,6 +516,7 @@ async fn bursts() -> anyhow::Result<Value> {
         )
         .await;
         let all = t.elapsed();
+        println!("bursts: ours: {}", cpu_line(&cpu_grown(&cpu)));
         let events = container_events(asked, SystemTime::now(), &label)?;
         let mut ids = Vec::new();
         for m in made {
@@ -559,6 +618,38 @@ async fn bursts() -> anyhow::Result<Value> {
     }))
 }
 
+/// With `SCALE_PERF=1`, a `perf record` of a process from its start to its stop (DWARF stacks: a release
+/// build keeps no frame pointers).
+struct Perf(Option<std::process::Child>);
+
+impl Perf {
+    fn start(pid: u32, out: &str) -> anyhow::Result<Self> {
+        if std::env::var("SCALE_PERF").as_deref() != Ok("1") {
+            return Ok(Self(None));
+        }
+        let child = std::process::Command::new("perf")
+            .args(["record", "-F", "199", "--call-graph", "dwarf,16384", "-p"])
+            .arg(pid.to_string())
+            .args(["-o", out])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("start perf")?;
+        println!("perf: recording process {pid} into {out}");
+        Ok(Self(Some(child)))
+    }
+
+    /// Ends the recording as Ctrl-C would, and waits for perf to write it out.
+    fn stop(mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Each worker's shell commands and cells in turn until `deadline` (one every `pace` when given, else
 /// back to back), beside a probe's shell round trip every 100 ms: each worker's shell and cell times and
 /// errors, and the probe's times and errors.
@@ -643,38 +734,13 @@ async fn concurrency() -> anyhow::Result<Value> {
     let idle = shell_round_trips(h, &probe, 100).await?;
 
     let cpu0 = cpu_time(pid)?;
-    let perf = (std::env::var("SCALE_PERF").as_deref() == Ok("1"))
-        .then(|| {
-            std::process::Command::new("perf")
-                .args([
-                    "record",
-                    "-F",
-                    "199",
-                    // Unwound from the debug info (a release build keeps no frame pointers).
-                    "--call-graph",
-                    "dwarf,16384",
-                    "-p",
-                    &pid.to_string(),
-                    "-o",
-                    "target/scale-perf.data",
-                    "--",
-                    "sleep",
-                    &secs.to_string(),
-                ])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-        })
-        .transpose()
-        .context("start perf")?;
+    let perf = Perf::start(pid, "target/scale-perf.data")?;
     let started = Instant::now();
     let (results, (probe_times, probe_errors)) =
         load_window(h, workers, &probe, started + window, None).await;
     let elapsed = started.elapsed();
     let cpu = cpu_time(pid)? - cpu0;
-    if let Some(mut p) = perf {
-        let _ = p.wait();
-    }
+    perf.stop();
     let mut shells = Vec::new();
     let mut cells = Vec::new();
     let mut errors: Vec<String> = probe_errors;
@@ -847,6 +913,8 @@ async fn density() -> anyhow::Result<Value> {
     let one = &first[0];
     tokio::time::sleep(Duration::from_secs(2)).await;
     let alone = shell_round_trips(h, one, 200).await?;
+    let cell_alone = cell_round_trips(h, one, 200).await?;
+    let direct_alone = direct_round_trips(one, 200).await?;
     let (rss0, avail0) = (rss(pid), mem_available_kib());
 
     let t = Instant::now();
@@ -888,6 +956,9 @@ async fn density() -> anyhow::Result<Value> {
     tokio::time::sleep(idle_window).await;
     let idle_cpu = cpu_time(pid)? - cpu0;
     let crowded = shell_round_trips(h, one, 200).await?;
+    let cell_crowded = cell_round_trips(h, one, 200).await?;
+    let direct_crowded = direct_round_trips(one, 200).await?;
+    let host_state = machine(pid);
 
     let t = Instant::now();
     remove(h, &ids).await?;
@@ -917,6 +988,20 @@ async fn density() -> anyhow::Result<Value> {
         crowded.line(),
         crowded.pct(0.5) / alone.pct(0.5)
     );
+    println!(
+        "density: IPython 1+1 round trip on it alone {}, with {n} {} (ratio of p50 {:.2})",
+        cell_alone.line(),
+        cell_crowded.line(),
+        cell_crowded.pct(0.5) / cell_alone.pct(0.5)
+    );
+    println!(
+        "density: health check straight to its executor (no runtime, no process) alone {}, with {n} {} \
+         (ratio of p50 {:.2})",
+        direct_alone.line(),
+        direct_crowded.line(),
+        direct_crowded.pct(0.5) / direct_alone.pct(0.5)
+    );
+    println!("density: the machine while {n} sat idle: {host_state}");
     println!("density: {n} deleted in {delete_secs:.0} s (16 at once)");
     Ok(json!({
         "sandboxes": n,
@@ -931,6 +1016,11 @@ async fn density() -> anyhow::Result<Value> {
         "round_trip_alone": alone.json(),
         "round_trip_with_all": crowded.json(),
         "ratio_p50": crowded.pct(0.5) / alone.pct(0.5),
+        "cell_alone": cell_alone.json(),
+        "cell_with_all": cell_crowded.json(),
+        "direct_health_alone": direct_alone.json(),
+        "direct_health_with_all": direct_crowded.json(),
+        "machine_idle": host_state,
         "delete_seconds": delete_secs,
     }))
 }
@@ -993,6 +1083,66 @@ fn cpu_of_named(names: &[&str]) -> Duration {
         .sum()
 }
 
+/// CPU time (their own and their reaped children's) of every process here, by command name.
+fn cpu_by_command() -> BTreeMap<String, Duration> {
+    let mut by: BTreeMap<String, Duration> = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return by;
+    };
+    for e in dir.flatten() {
+        if e.file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_none()
+        {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some((head, rest))) = (stat.find('('), stat.rsplit_once(')')) else {
+            continue;
+        };
+        let name = head[open + 1..].to_owned();
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // utime, stime, cutime, cstime: the 12th to 15th fields after the name; USER_HZ is 100.
+        let ticks: u64 = f
+            .get(11..15)
+            .map_or(0, |t| t.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+        *by.entry(name).or_default() += Duration::from_millis(ticks * 10);
+    }
+    by
+}
+
+/// What `cpu_by_command` grew by from `before`, largest first (processes that ended unreaped are missed).
+fn cpu_grown(before: &BTreeMap<String, Duration>) -> Vec<(String, Duration)> {
+    let mut grown: Vec<(String, Duration)> = cpu_by_command()
+        .into_iter()
+        .map(|(name, now)| {
+            let was = before.get(&name).copied().unwrap_or_default();
+            (name, now.saturating_sub(was))
+        })
+        .filter(|(_, d)| *d >= Duration::from_millis(50))
+        .collect();
+    grown.sort_by_key(|g| std::cmp::Reverse(g.1));
+    grown
+}
+
+/// `cpu_grown` as a line: the CPU seconds of each command.
+fn cpu_line(grown: &[(String, Duration)]) -> String {
+    let total: Duration = grown.iter().map(|(_, d)| *d).sum();
+    let each: Vec<String> = grown
+        .iter()
+        .take(8)
+        .map(|(n, d)| format!("{n} {:.2}", d.as_secs_f64()))
+        .collect();
+    format!(
+        "{:.2} CPU s in all: {}",
+        total.as_secs_f64(),
+        each.join(", ")
+    )
+}
+
 /// The engine's processes that carry `docker exec`'s output: the daemons and the containers' shims.
 const ENGINE: &[&str] = &["dockerd", "containerd"];
 
@@ -1049,6 +1199,7 @@ async fn output() -> anyhow::Result<Value> {
     anyhow::ensure!(stdout_bytes(h, id, &writer).await? == bytes);
     docker_exec()?;
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let perf = Perf::start(pid, "target/scale-output-perf.data")?;
     #[allow(clippy::cast_precision_loss)]
     let per_byte = |cpu: Duration, secs: f64| {
         (
@@ -1068,6 +1219,7 @@ async fn output() -> anyhow::Result<Value> {
             t.elapsed().as_secs_f64(),
         ));
     }
+    perf.stop();
     remove(h, &ids).await?;
     let median = |v: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
         let mut v: Vec<f64> = v.iter().map(pick).collect();
