@@ -21,7 +21,8 @@
 //! - **density**: `SCALE_SANDBOXES` (1000) idle sandboxes held (no pool): creates per second while filling
 //!   (`SCALE_CREATE_CONCURRENCY`, 8, at once), host memory (MemAvailable) and runtime memory per sandbox,
 //!   the runtime's CPU while they sit idle (health watches, reapers), and the shell round trip on
-//!   one of them with all the others there, against the same with it alone; beside it the same for an
+//!   one of them with all the others there, against the same with it alone before they came and after they
+//!   went (the machine drifts over a run this long); beside it the same for an
 //!   IPython cell (no process started) and for a health check straight to its executor (no runtime). `SCALE_DISK_LIMITS=off` runs
 //!   every part with workspaces that have no disk of their own (no loop device each).
 //! - **output**: the runtime's CPU time per observation byte of a command's stdout (`SCALE_OUTPUT_MIB`,
@@ -961,8 +962,14 @@ async fn density() -> anyhow::Result<Value> {
     let host_state = machine(pid);
 
     let t = Instant::now();
-    remove(h, &ids).await?;
+    remove(h, &ids[1..]).await?;
     let delete_secs = t.elapsed().as_secs_f64();
+    // Alone again once the others are gone (and the engine has settled): the machine's state drifts over
+    // a run this long, so the crowded figure is set beside an alone one from before and one from after.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let alone_after = shell_round_trips(h, one, 200).await?;
+    let cell_alone_after = cell_round_trips(h, one, 200).await?;
+    remove(h, &ids[..1]).await?;
 
     let added = ids.len() - 1;
     #[allow(clippy::cast_precision_loss)]
@@ -983,16 +990,22 @@ async fn density() -> anyhow::Result<Value> {
         host_kib / 1024.0
     );
     println!(
-        "density: shell round trip on one sandbox alone {}, with {n} {} (ratio of p50 {:.2}; goal: at most 1.2)",
+        "density: shell round trip on one sandbox alone {}, with {n} {}, alone again after {} (ratio of p50 \
+         to alone before {:.2}, to alone after {:.2}; goal: at most 1.2)",
         alone.line(),
         crowded.line(),
-        crowded.pct(0.5) / alone.pct(0.5)
+        alone_after.line(),
+        crowded.pct(0.5) / alone.pct(0.5),
+        crowded.pct(0.5) / alone_after.pct(0.5)
     );
     println!(
-        "density: IPython 1+1 round trip on it alone {}, with {n} {} (ratio of p50 {:.2})",
+        "density: IPython 1+1 round trip on it alone {}, with {n} {}, alone again after {} (ratio of p50 to \
+         alone before {:.2}, to alone after {:.2})",
         cell_alone.line(),
         cell_crowded.line(),
-        cell_crowded.pct(0.5) / cell_alone.pct(0.5)
+        cell_alone_after.line(),
+        cell_crowded.pct(0.5) / cell_alone.pct(0.5),
+        cell_crowded.pct(0.5) / cell_alone_after.pct(0.5)
     );
     println!(
         "density: health check straight to its executor (no runtime, no process) alone {}, with {n} {} \
@@ -1002,7 +1015,10 @@ async fn density() -> anyhow::Result<Value> {
         direct_crowded.pct(0.5) / direct_alone.pct(0.5)
     );
     println!("density: the machine while {n} sat idle: {host_state}");
-    println!("density: {n} deleted in {delete_secs:.0} s (16 at once)");
+    println!(
+        "density: {} deleted in {delete_secs:.0} s (16 at once)",
+        ids.len() - 1
+    );
     Ok(json!({
         "sandboxes": n,
         "create_concurrency": at_once,
@@ -1016,6 +1032,9 @@ async fn density() -> anyhow::Result<Value> {
         "round_trip_alone": alone.json(),
         "round_trip_with_all": crowded.json(),
         "ratio_p50": crowded.pct(0.5) / alone.pct(0.5),
+        "round_trip_alone_after": alone_after.json(),
+        "ratio_p50_to_after": crowded.pct(0.5) / alone_after.pct(0.5),
+        "cell_alone_after": cell_alone_after.json(),
         "cell_alone": cell_alone.json(),
         "cell_with_all": cell_crowded.json(),
         "direct_health_alone": direct_alone.json(),
