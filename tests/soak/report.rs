@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 pub struct Tally {
     pub ends: BTreeMap<String, u64>,
     pub reconnects: BTreeMap<String, u64>,
+    /// The first message of each kind of failed call (`context: code`), to tell its cause.
+    pub samples: BTreeMap<String, String>,
     pub notes: BTreeMap<String, u64>,
     pub failures: Vec<String>,
     /// Every INTERNAL a call answered, with where and its message: none may come, faults or not.
@@ -29,7 +31,11 @@ impl Tally {
             eprintln!("soak: INTERNAL at {context}: {message}");
             self.internal.push(format!("{context}: {message}"));
         }
-        self.reconnect(format!("{context}: {code:?}"));
+        let key = format!("{context}: {code:?}");
+        self.samples
+            .entry(key.clone())
+            .or_insert_with(|| message.chars().take(200).collect());
+        self.reconnect(key);
     }
 
     pub fn note(&mut self, what: String) {
@@ -47,6 +53,9 @@ impl Tally {
         }
         for (k, v) in other.reconnects {
             *self.reconnects.entry(k).or_default() += v;
+        }
+        for (k, v) in other.samples {
+            self.samples.entry(k).or_insert(v);
         }
         for (k, v) in other.notes {
             *self.notes.entry(k).or_default() += v;
@@ -118,6 +127,9 @@ impl Summary {
         println!("  reconnects and retries:");
         for (k, v) in &self.tally.reconnects {
             println!("    {k:<40} {v:>8}");
+            if let Some(sample) = self.tally.samples.get(k) {
+                println!("      e.g. {sample}");
+            }
         }
         println!(
             "  runtime RSS (medians): {} KiB after warm-up (60-75 %), {} KiB at the end (85-100 %)",
@@ -144,6 +156,7 @@ impl Summary {
             "ends": self.tally.ends,
             "faults": self.faults,
             "reconnects": self.tally.reconnects,
+            "samples": self.tally.samples,
             "bytes_checked": self.tally.bytes,
             "rss_baseline_kib": self.rss_baseline_kib,
             "rss_end_kib": self.rss_end_kib,
