@@ -4,7 +4,8 @@
 //! `SCALE_PARTS` (comma-separated, default `bursts,concurrency,density,output`) picks the parts:
 //!
 //! - **bursts**: `SCALE_BURST` (50) CreateSandbox at once with no pool, against as many `docker run -d` at
-//!   once of the same image (on the default bridge network, as a user types it; and with `--network none`),
+//!   once of the same image (on the default bridge network, as a user types it; with `--network none`; and
+//!   on `mentis-net`, the sandboxes' network, where Docker sets up its embedded DNS in each container),
 //!   taken in turn `SCALE_BURST_ROUNDS` (2) times; then the same burst on a runtime whose pool holds
 //!   `SCALE_BURST_POOL` (10) warm members (the first ones warm, the rest cold). Time until all returned,
 //!   p50 and p99 of each, and where each create went by the engine's events: from the request to the
@@ -499,7 +500,13 @@ async fn bursts() -> anyhow::Result<Value> {
         );
         args
     };
-    let (bridged, unnetworked) = (docker_args(None), docker_args(Some("none")));
+    // And on the network a sandbox is on (a network of its own, with Docker's embedded DNS set up in each
+    // container), the same engine work as ours.
+    let (bridged, unnetworked, ours_net) = (
+        docker_args(None),
+        docker_args(Some("none")),
+        docker_args(Some("mentis-net")),
+    );
     let mut ours = Vec::new();
     let mut ours_all = Vec::new();
     let mut ours_phases = Phases::default();
@@ -508,6 +515,8 @@ async fn bursts() -> anyhow::Result<Value> {
     let mut theirs_phases = Phases::default();
     let mut bare_all = Vec::new();
     let mut bare_phases = Phases::default();
+    let mut net_all = Vec::new();
+    let mut net_phases = Phases::default();
     for round in 0..rounds {
         let cpu = cpu_by_command();
         let asked = SystemTime::now();
@@ -533,12 +542,16 @@ async fn bursts() -> anyhow::Result<Value> {
         theirs.extend(runs);
         let (all, _) = docker_burst(n, &unnetworked, &label, &run, &mut bare_phases).await?;
         bare_all.push(all);
+        let (all, _) = docker_burst(n, &ours_net, &label, &run, &mut net_phases).await?;
+        net_all.push(all);
         println!(
-            "bursts: round {}: {n} creates at once {:.2} s, {n} docker run -d at once {:.2} s (--network none {:.2} s)",
+            "bursts: round {}: {n} creates at once {:.2} s, {n} docker run -d at once {:.2} s (--network none \
+             {:.2} s, --network mentis-net {:.2} s)",
             round + 1,
             ours_all[round].as_secs_f64(),
             theirs_all[round].as_secs_f64(),
-            bare_all[round].as_secs_f64()
+            bare_all[round].as_secs_f64(),
+            net_all[round].as_secs_f64()
         );
     }
     drop(cold);
@@ -571,10 +584,11 @@ async fn bursts() -> anyhow::Result<Value> {
     let ours = Latencies::new(ours);
     let theirs = Latencies::new(theirs);
     let pooled = Latencies::new(pooled);
-    let (ours_med, theirs_med, bare_med) = (
+    let (ours_med, theirs_med, bare_med, net_med) = (
         median_secs(&ours_all),
         median_secs(&theirs_all),
         median_secs(&bare_all),
+        median_secs(&net_all),
     );
     println!(
         "bursts: {n} at once, no pool: all done {ours_med:.2} s (median of {rounds}), each {}",
@@ -586,6 +600,10 @@ async fn bursts() -> anyhow::Result<Value> {
     );
     println!("bursts: {n} docker run -d --network none at once: all done {bare_med:.2} s");
     println!(
+        "bursts: {n} docker run -d --network mentis-net at once: all done {net_med:.2} s (ratio ours / it: {:.3})",
+        ours_med / net_med
+    );
+    println!(
         "bursts: ratio ours / docker run -d (all done): {:.3} (goal: at most 1.2); ours / docker run -d \
          --network none: {:.3}",
         ours_med / theirs_med,
@@ -596,6 +614,10 @@ async fn bursts() -> anyhow::Result<Value> {
     println!(
         "bursts: where docker run -d --network none went: {}",
         bare_phases.line()
+    );
+    println!(
+        "bursts: where docker run -d --network mentis-net went: {}",
+        net_phases.line()
     );
     println!(
         "bursts: {n} at once, pool of {pool}: all done {:.2} s, each {}",
@@ -613,6 +635,8 @@ async fn bursts() -> anyhow::Result<Value> {
         "docker_run_no_network_all_done_s": secs(&bare_all),
         "ratio_all_done_median": ours_med / theirs_med,
         "ratio_all_done_median_no_network": ours_med / bare_med,
+        "docker_run_mentis_net_all_done_s": secs(&net_all),
+        "ratio_all_done_median_mentis_net": ours_med / net_med,
         "pool": pool,
         "pooled_all_done_s": pooled_all.as_secs_f64(),
         "pooled_each": pooled.json(),
