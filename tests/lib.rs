@@ -335,18 +335,23 @@ impl Harness {
             .context("CreateSandbox returned no sandbox")
     }
 
+    /// The runtime's warm pools now (ListPools).
+    pub async fn pools(&self) -> Result<Vec<api::Pool>> {
+        Ok(self
+            .sandboxes
+            .clone()
+            .list_pools(api::ListPoolsRequest {})
+            .await?
+            .into_inner()
+            .pools)
+    }
+
     /// Waits until the pool of `template` (empty: the `MENTIS_POOL` pool) has `idle` idle members; fails
     /// after `within`, showing the pools.
     pub async fn wait_pool_idle(&self, template: &str, idle: u32, within: Duration) -> Result<()> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let pools = self
-                .sandboxes
-                .clone()
-                .list_pools(api::ListPoolsRequest {})
-                .await?
-                .into_inner()
-                .pools;
+            let pools = self.pools().await?;
             if pools
                 .iter()
                 .any(|p| p.template == template && p.idle >= idle)

@@ -193,13 +193,7 @@ async fn delete(h: &Harness, ids: Vec<String>) -> anyhow::Result<()> {
 /// Idle members, or 0 while the pool is still making one (a refill in progress would compete for the
 /// CPU with the measured claim: the figure is the pool's steady state).
 async fn idle_members(h: &Harness) -> anyhow::Result<u32> {
-    let pools = h
-        .sandboxes
-        .clone()
-        .list_pools(api::ListPoolsRequest {})
-        .await?
-        .into_inner()
-        .pools;
+    let pools = h.pools().await?;
     Ok(pools
         .first()
         .map_or(0, |p| if p.creating == 0 { p.idle } else { 0 }))
@@ -974,36 +968,42 @@ async fn stdout_throughput_runs(
     let writer = format!("head -c {THROUGHPUT_BYTES} /dev/zero");
     let warmup = usize::from(runs > 1);
     measure(name, runs, warmup, Duration::from_secs(180), || {
-        let mut actions = h.actions.clone();
-        let id = id.to_owned();
         let writer = writer.clone();
         async move {
             let t = Instant::now();
-            let mut s = actions
-                .execute(api::ExecuteRequest {
-                    sandbox_id: id,
-                    action: Some(shell_action(cmd(&writer))),
-                    action_id: String::new(),
-                })
-                .await?
-                .into_inner();
-            let mut bytes = 0u64;
-            let mut ended = false;
-            while let Some(m) = s.next().await {
-                if let Some(api::execute_response::Kind::Observation(o)) = m?.kind {
-                    match o.kind {
-                        Some(Kind::CmdOutput(out)) => bytes += out.data.len() as u64,
-                        Some(Kind::CmdEnd(_)) => ended = true,
-                        _ => {}
-                    }
-                }
-            }
+            let bytes = stdout_bytes(h, id, &writer).await?;
             let elapsed = t.elapsed();
-            anyhow::ensure!(ended && bytes == THROUGHPUT_BYTES, "got {bytes} bytes");
+            anyhow::ensure!(bytes == THROUGHPUT_BYTES, "got {bytes} bytes");
             Ok(elapsed)
         }
     })
     .await
+}
+
+/// A command's stdout read to its end through Execute: how many bytes came (an error when no end came).
+pub(crate) async fn stdout_bytes(h: &Harness, id: &str, command: &str) -> anyhow::Result<u64> {
+    let mut actions = h.actions.clone();
+    let mut s = actions
+        .execute(api::ExecuteRequest {
+            sandbox_id: id.to_owned(),
+            action: Some(shell_action(cmd(command))),
+            action_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    let mut bytes = 0u64;
+    let mut ended = false;
+    while let Some(m) = s.next().await {
+        if let Some(api::execute_response::Kind::Observation(o)) = m?.kind {
+            match o.kind {
+                Some(Kind::CmdOutput(out)) => bytes += out.data.len() as u64,
+                Some(Kind::CmdEnd(_)) => ended = true,
+                _ => {}
+            }
+        }
+    }
+    anyhow::ensure!(ended, "the command did not end (after {bytes} bytes)");
+    Ok(bytes)
 }
 
 /// `BENCH_TRACES=1`: traces on for this process as `mentis-runtime` turns them on (every trace sampled,

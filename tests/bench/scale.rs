@@ -42,7 +42,7 @@ use mentis_proto::api;
 use serde_json::{Value, json};
 
 use crate::capacity::{cpu_time, rss};
-use crate::{env_num, mem_available_kib};
+use crate::{env_num, mem_available_kib, stdout_bytes};
 
 /// A runtime process of its own and a client of it.
 struct Scaled {
@@ -225,34 +225,34 @@ async fn cell_once(h: &Harness, id: &str) -> anyhow::Result<Duration> {
     Ok(elapsed)
 }
 
-/// `n` shell round trips on one sandbox, one after the other (after 10 unmeasured).
-async fn shell_round_trips(h: &Harness, id: &str, n: usize) -> anyhow::Result<Latencies> {
+/// `n` round trips of `once` on one sandbox, one after the other (after 10 unmeasured; for cells the first
+/// of them starts the kernel).
+async fn round_trips<F: std::future::Future<Output = anyhow::Result<Duration>>>(
+    n: usize,
+    once: impl Fn() -> F,
+) -> anyhow::Result<Latencies> {
     for _ in 0..10 {
-        shell_once(h, id).await?;
+        once().await?;
     }
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
-        v.push(shell_once(h, id).await?);
+        v.push(once().await?);
     }
     Ok(Latencies::new(v))
 }
 
-/// `n` `1+1` cell round trips on one sandbox, one after the other (after 10 unmeasured, the first of
-/// which starts its kernel).
+/// `n` shell round trips on one sandbox.
+async fn shell_round_trips(h: &Harness, id: &str, n: usize) -> anyhow::Result<Latencies> {
+    round_trips(n, || shell_once(h, id)).await
+}
+
+/// `n` `1+1` cell round trips on one sandbox.
 async fn cell_round_trips(h: &Harness, id: &str, n: usize) -> anyhow::Result<Latencies> {
-    for _ in 0..10 {
-        cell_once(h, id).await?;
-    }
-    let mut v = Vec::with_capacity(n);
-    for _ in 0..n {
-        v.push(cell_once(h, id).await?);
-    }
-    Ok(Latencies::new(v))
+    round_trips(n, || cell_once(h, id)).await
 }
 
 /// `n` `grpc.health.v1` checks straight from here to the sandbox's executor over the engine's bridge (no
-/// runtime in the way, no process started), one after the other (after 10 unmeasured): the network path's
-/// own share of a round trip.
+/// runtime in the way, no process started): the network path's own share of a round trip.
 async fn direct_round_trips(id: &str, n: usize) -> anyhow::Result<Latencies> {
     let ip = docker(&[
         "inspect",
@@ -268,22 +268,18 @@ async fn direct_round_trips(id: &str, n: usize) -> anyhow::Result<Latencies> {
         .tcp_nodelay(true)
         .connect()
         .await?;
-    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-    let mut once = async || -> anyhow::Result<Duration> {
-        let t = Instant::now();
-        health
-            .check(tonic_health::pb::HealthCheckRequest::default())
-            .await?;
-        Ok(t.elapsed())
-    };
-    for _ in 0..10 {
-        once().await?;
-    }
-    let mut v = Vec::with_capacity(n);
-    for _ in 0..n {
-        v.push(once().await?);
-    }
-    Ok(Latencies::new(v))
+    let health = tonic_health::pb::health_client::HealthClient::new(channel);
+    round_trips(n, || {
+        let mut health = health.clone();
+        async move {
+            let t = Instant::now();
+            health
+                .check(tonic_health::pb::HealthCheckRequest::default())
+                .await?;
+            Ok(t.elapsed())
+        }
+    })
+    .await
 }
 
 /// Runs `docker` with `args` `n` times at once (each from a thread of its own), labelled containers made
@@ -434,7 +430,7 @@ async fn docker_burst(
     run: &str,
     phases: &mut Phases,
 ) -> anyhow::Result<(Duration, Vec<Duration>)> {
-    let cpu = cpu_by_command();
+    let cpu = cpu_by_command(true);
     let asked = SystemTime::now();
     let t = Instant::now();
     let runs = tokio::task::spawn_blocking({
@@ -456,9 +452,8 @@ async fn docker_burst(
     Ok((all, runs.into_iter().map(|(_, d)| d).collect()))
 }
 
-/// The median of `v`, in seconds.
-fn median_secs(v: &[Duration]) -> f64 {
-    let mut v: Vec<f64> = v.iter().map(Duration::as_secs_f64).collect();
+/// The median of `v` (0 when empty).
+fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let mid = v.len() / 2;
     if v.is_empty() {
@@ -468,6 +463,11 @@ fn median_secs(v: &[Duration]) -> f64 {
     } else {
         v[mid]
     }
+}
+
+/// The median of `v`, in seconds.
+fn median_secs(v: &[Duration]) -> f64 {
+    median(v.iter().map(Duration::as_secs_f64).collect())
 }
 
 async fn bursts() -> anyhow::Result<Value> {
@@ -518,7 +518,7 @@ async fn bursts() -> anyhow::Result<Value> {
     let mut net_all = Vec::new();
     let mut net_phases = Phases::default();
     for round in 0..rounds {
-        let cpu = cpu_by_command();
+        let cpu = cpu_by_command(true);
         let asked = SystemTime::now();
         let t = Instant::now();
         let made = futures::future::join_all(
@@ -1107,27 +1107,19 @@ fn docker_pid() -> Option<u32> {
     })
 }
 
-/// The CPU time of every process named `names` (all of them: the engine's daemons and shims).
+/// The CPU time of every process whose name begins with one of `names` (all of them: the engine's daemons
+/// and shims), their own only.
 fn cpu_of_named(names: &[&str]) -> Duration {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Duration::ZERO;
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-            let comm = comm.trim();
-            names
-                .iter()
-                .any(|n| comm.starts_with(n))
-                .then(|| cpu_time(pid).ok())
-                .flatten()
-        })
+    cpu_by_command(false)
+        .into_iter()
+        .filter(|(name, _)| names.iter().any(|n| name.starts_with(n)))
+        .map(|(_, d)| d)
         .sum()
 }
 
-/// CPU time (their own and their reaped children's) of every process here, by command name.
-fn cpu_by_command() -> BTreeMap<String, Duration> {
+/// CPU time of every process here, by command name: their own, and with `reaped` their reaped children's
+/// too.
+fn cpu_by_command(reaped: bool) -> BTreeMap<String, Duration> {
     let mut by: BTreeMap<String, Duration> = BTreeMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return by;
@@ -1149,8 +1141,9 @@ fn cpu_by_command() -> BTreeMap<String, Duration> {
         let name = head[open + 1..].to_owned();
         let f: Vec<&str> = rest.split_whitespace().collect();
         // utime, stime, cutime, cstime: the 12th to 15th fields after the name; USER_HZ is 100.
+        let fields = if reaped { 11..15 } else { 11..13 };
         let ticks: u64 = f
-            .get(11..15)
+            .get(fields)
             .map_or(0, |t| t.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
         *by.entry(name).or_default() += Duration::from_millis(ticks * 10);
     }
@@ -1159,7 +1152,7 @@ fn cpu_by_command() -> BTreeMap<String, Duration> {
 
 /// What `cpu_by_command` grew by from `before`, largest first (processes that ended unreaped are missed).
 fn cpu_grown(before: &BTreeMap<String, Duration>) -> Vec<(String, Duration)> {
-    let mut grown: Vec<(String, Duration)> = cpu_by_command()
+    let mut grown: Vec<(String, Duration)> = cpu_by_command(true)
         .into_iter()
         .map(|(name, now)| {
             let was = before.get(&name).copied().unwrap_or_default();
@@ -1188,33 +1181,6 @@ fn cpu_line(grown: &[(String, Duration)]) -> String {
 
 /// The engine's processes that carry `docker exec`'s output: the daemons and the containers' shims.
 const ENGINE: &[&str] = &["dockerd", "containerd"];
-
-/// A command's stdout read to its end through Execute: how many bytes came.
-async fn stdout_bytes(h: &Harness, id: &str, command: &str) -> anyhow::Result<u64> {
-    use futures::StreamExt;
-    let mut actions = h.actions.clone();
-    let mut s = actions
-        .execute(api::ExecuteRequest {
-            sandbox_id: id.to_owned(),
-            action: Some(shell_action(cmd(command))),
-            action_id: String::new(),
-        })
-        .await?
-        .into_inner();
-    let mut bytes = 0u64;
-    let mut ended = false;
-    while let Some(m) = s.next().await {
-        if let Some(api::execute_response::Kind::Observation(o)) = m?.kind {
-            match o.kind {
-                Some(api::observation::Kind::CmdOutput(out)) => bytes += out.data.len() as u64,
-                Some(api::observation::Kind::CmdEnd(_)) => ended = true,
-                _ => {}
-            }
-        }
-    }
-    anyhow::ensure!(ended, "the command did not end");
-    Ok(bytes)
-}
 
 /// `output`: the runtime's CPU time per observation byte of a command's stdout (journaled, read by a
 /// client to its end), against the engine's (dockerd, containerd and the shims) for `docker exec` of the
@@ -1267,13 +1233,9 @@ async fn output() -> anyhow::Result<Value> {
     }
     perf.stop();
     remove(h, &ids).await?;
-    let median = |v: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
-        let mut v: Vec<f64> = v.iter().map(pick).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (ours_ns, ours_mbs) = (median(&ours, |p| p.0), median(&ours, |p| p.1));
-    let (theirs_ns, theirs_mbs) = (median(&theirs, |p| p.0), median(&theirs, |p| p.1));
+    let of = |v: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| median(v.iter().map(pick).collect());
+    let (ours_ns, ours_mbs) = (of(&ours, |p| p.0), of(&ours, |p| p.1));
+    let (theirs_ns, theirs_mbs) = (of(&theirs, |p| p.0), of(&theirs, |p| p.1));
     println!(
         "output: {mib} MiB of stdout, median of {runs}: the runtime {ours_ns:.2} ns of CPU per byte at \
          {ours_mbs:.0} MB/s (journaled); the engine {theirs_ns:.2} ns per byte for docker exec at {theirs_mbs:.0} MB/s"

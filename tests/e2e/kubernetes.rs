@@ -271,13 +271,7 @@ fn env_for(cluster: &Cluster) -> Vec<(&'static str, String)> {
 async fn warm_pod(h: &Harness, cluster: &Cluster, claimed: &[&str]) -> anyhow::Result<String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let pools = h
-            .sandboxes
-            .clone()
-            .list_pools(api::ListPoolsRequest {})
-            .await?
-            .into_inner()
-            .pools;
+        let pools = h.pools().await?;
         let idle = pools.first().is_some_and(|p| p.idle > 0 && p.creating == 0);
         let warm: Vec<String> = cluster
             .names("pods", &cluster.namespace)

@@ -158,21 +158,8 @@ impl ExecutorClient {
         let check = health.check(HealthCheckRequest {
             service: String::new(),
         });
-        match tokio::time::timeout(within, check).await {
-            Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
-            Ok(Ok(r)) => Err(executor_unavailable(format!(
-                "the executor reports status {}",
-                r.get_ref().status
-            ))),
-            Ok(Err(s)) => Err(executor_unavailable(format!(
-                "the executor does not answer: {}",
-                s.message()
-            ))
-            .with_source(s)),
-            Err(_) => Err(executor_unavailable(
-                "the executor's health check timed out",
-            )),
-        }
+        let answer = health_call(within, check).await?;
+        serving(Some(answer.get_ref()))
     }
 
     /// Opens a watch of the executor's serving status (`grpc.health.v1` Watch), bounded by `within` until
@@ -191,21 +178,7 @@ impl ExecutorClient {
             let first = stream.message().await?;
             Ok::<_, tonic::Status>((stream, first))
         };
-        let (stream, first) = match tokio::time::timeout(within, opened).await {
-            Ok(Ok(opened)) => opened,
-            Ok(Err(s)) => {
-                return Err(executor_unavailable(format!(
-                    "the executor does not answer: {}",
-                    s.message()
-                ))
-                .with_source(s));
-            }
-            Err(_) => {
-                return Err(executor_unavailable(
-                    "the executor's health check timed out",
-                ));
-            }
-        };
+        let (stream, first) = health_call(within, opened).await?;
         serving(first.as_ref())?;
         Ok(HealthWatch {
             stream,
@@ -417,6 +390,24 @@ impl HealthWatch {
             ))
             .with_source(s)),
         }
+    }
+}
+
+/// A health call bounded by `within`: its answer, or the executor's unavailability.
+async fn health_call<T>(
+    within: Duration,
+    call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(within, call).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(s)) => Err(executor_unavailable(format!(
+            "the executor does not answer: {}",
+            s.message()
+        ))
+        .with_source(s)),
+        Err(_) => Err(executor_unavailable(
+            "the executor's health check timed out",
+        )),
     }
 }
 

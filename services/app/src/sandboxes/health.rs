@@ -132,26 +132,22 @@ async fn watch(
     }
 }
 
-/// The open health watch of a sandbox's executor, if any.
+/// The open health watch of a sandbox's executor, if any: open only while its executor last said SERVING
+/// (anything else closes it).
 #[derive(Default)]
 struct Watch {
     open: Option<HealthWatch>,
-    /// What the open watch said last: false once it said anything but SERVING.
-    serving: bool,
 }
 
 impl Watch {
-    /// Ok when the open watch is `client`'s and its executor last said SERVING (nothing is sent); else a
-    /// new watch, whose first answer is the check. After the backend's word that the sandbox went
-    /// (`hinted`), always a new one.
+    /// Ok when the open watch is `client`'s (nothing is sent); else a new watch, whose first answer is the
+    /// check. After the backend's word that the sandbox went (`hinted`), always a new one.
     async fn check(&mut self, client: &ExecutorClient, hinted: bool) -> Result<(), Error> {
-        if !hinted && self.serving && self.open.as_ref().is_some_and(|w| w.is_of(client)) {
+        if !hinted && self.open.as_ref().is_some_and(|w| w.is_of(client)) {
             return Ok(());
         }
         self.close();
-        let opened = client.watch_health(CHECK_TIMEOUT).await?;
-        self.open = Some(opened);
-        self.serving = true;
+        self.open = Some(client.watch_health(CHECK_TIMEOUT).await?);
         Ok(())
     }
 
@@ -169,7 +165,6 @@ impl Watch {
 
     fn close(&mut self) {
         self.open = None;
-        self.serving = false;
     }
 }
 
