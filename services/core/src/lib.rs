@@ -6,6 +6,7 @@
 //! here at their usual paths (`mentis_core::action`, `mentis_core::observation`, ...).
 
 pub mod backend;
+pub mod egress;
 pub mod error;
 pub mod files;
 pub mod ids;
