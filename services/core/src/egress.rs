@@ -519,6 +519,7 @@ impl fmt::Display for Target {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn rule(domain: &str, cidr: &str, ports: &[u32]) -> RuleRequest {
