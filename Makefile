@@ -168,7 +168,7 @@ lint: machine-tools
 	@# helm/mentis for several value sets: Helm's lint and render (Helm's own library), every manifest against
 	@# Kubernetes 1.34's schemas (strict), bad values refused. No cluster is involved (helm/mentis/README.md).
 	@.tools/venv/bin/python tests/helm-check.py
-	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/backend-docker/src services/telemetry/src services/store/src services/app/src services/runtime/src executor/src cli/src tests
+	@python3 tests/module-cycles.py proto/src services/model/src services/core/src services/gateway/src services/backend-docker/src services/telemetry/src services/store/src services/app/src services/runtime/src executor/src cli/src tests
 	@# Every file and test docs/ARCHITECTURE.md names exists (a test renamed or moved leaves the text naming nothing).
 	@python3 tests/arch-docs-check.py
 	@# Each crate depends only on the crates its layer may use (the API never on the store or a backend).

@@ -31,6 +31,8 @@ ALLOWED = {
     "mentis-backend-docker": {"mentis-core", "mentis-telemetry"},
     "mentis-backend-kubernetes": {"mentis-core", "mentis-telemetry"},
     "mentis-store": {"mentis-core"},
+    # The egress gateway: policies and the seams it asks through, below the application that runs it.
+    "mentis-gateway": {"mentis-core"},
     "mentis-app": {
         "mentis-proto",
         "mentis-core",
