@@ -37,6 +37,7 @@ ALLOWED = {
         "mentis-proto",
         "mentis-core",
         "mentis-store",
+        "mentis-gateway",
         "mentis-backend-docker",
         "mentis-backend-kubernetes",
         "mentis-telemetry",

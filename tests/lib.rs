@@ -152,6 +152,38 @@ impl Drop for InstanceGuard {
             args.extend(volumes.iter().map(String::as_str));
             let _ = docker(&args);
         }
+        // Networks of the instance (its egress gateway's), with the gateway's netfilter chains of their
+        // bridges, when the runtime could not take them away itself.
+        let networks =
+            docker(&["network", "ls", "-q", "--filter", &self.filter()]).unwrap_or_default();
+        for id in networks.split_whitespace() {
+            let bridge = format!("br-{}", &id[..id.len().min(12)]);
+            let chain = format!("MGW-{bridge}");
+            for args in [
+                vec!["-t", "nat", "-D", "PREROUTING", "-i", &bridge, "-j", &chain],
+                vec!["-D", "INPUT", "-i", &bridge, "-j", &chain],
+                vec!["-D", "DOCKER-USER", "-i", &bridge, "-j", "DROP"],
+                vec![
+                    "-D",
+                    "INPUT",
+                    "-i",
+                    &bridge,
+                    "-m",
+                    "conntrack",
+                    "--ctstate",
+                    "NEW",
+                    "-j",
+                    "DROP",
+                ],
+                vec!["-t", "nat", "-F", &chain],
+                vec!["-t", "nat", "-X", &chain],
+                vec!["-F", &chain],
+                vec!["-X", &chain],
+            ] {
+                let _ = Command::new("iptables").arg("-w").args(&args).output();
+            }
+            let _ = docker(&["network", "rm", id]);
+        }
         for (device, file) in loop_devices() {
             let ours = images.contains(&file)
                 || self
@@ -211,6 +243,14 @@ pub struct Harness {
 impl Harness {
     /// Starts a runtime with its own instance name; `tweak` may adjust the config.
     pub async fn start_with(tweak: impl FnOnce(&mut RuntimeConfig)) -> Result<Self> {
+        Self::start_in(Self::new_instance(), tweak).await
+    }
+
+    /// [`Harness::start_with`] under an instance made beforehand (whose name the test used already).
+    pub async fn start_in(
+        guard: InstanceGuard,
+        tweak: impl FnOnce(&mut RuntimeConfig),
+    ) -> Result<Self> {
         mentis_runtime::install_crypto_provider();
         // RUST_LOG=debug shows what the runtime did, for a failing test.
         let _ = tracing_subscriber::fmt()
@@ -225,7 +265,6 @@ impl Harness {
                 "executor image {image} is missing: run `make test` (or `make image`) to build it"
             )
         })?;
-        let guard = Self::new_instance();
         let instance = guard.instance.clone();
         let data_dir = tempfile::tempdir()?;
         let mut config = RuntimeConfig {

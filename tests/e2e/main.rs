@@ -7,6 +7,7 @@ mod bad_input;
 mod builds;
 mod cli;
 mod disk;
+mod egress;
 mod faults;
 mod files;
 mod flood;

@@ -83,6 +83,10 @@ impl App {
         let mut docker = config.docker.clone();
         // The default sandbox image also carries the executor every sandbox runs (whatever its image).
         docker.executor_image.clone_from(&config.executor_image);
+        // One egress gateway per instance, each on a network of its own (it knows only its sandboxes).
+        if docker.instance != "default" {
+            docker.gateway_network = format!("{}-{}", docker.gateway_network, docker.instance);
+        }
         // Images of bounded workspaces live beside the store; those made earlier are attached again even
         // with disk limits off.
         docker.disks_dir = Some(config.disks_dir());

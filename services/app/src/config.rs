@@ -12,6 +12,7 @@ use mentis_core::{Expiry, IdlePolicy, LimitsPolicy, SpaceId};
 
 mod auth;
 mod builds;
+mod egress;
 mod error;
 mod kubernetes;
 mod limits;
@@ -24,6 +25,7 @@ use error::err;
 
 pub use auth::AuthConfig;
 pub use builds::{BuildPolicy, MAX_BUILD_MEMORY_MB};
+pub use egress::EgressConfig;
 pub use kubernetes::{BackendChoice, KubernetesSettings, Workspace};
 pub use limits::DiskLimits;
 pub use snapshots::SnapshotStoreConfig;
@@ -122,6 +124,8 @@ pub struct RuntimeConfig {
     pub expiry: Expiry,
     /// `MENTIS_EGRESS_DEFAULT` (deny|allow): egress of sandboxes whose spec leaves it unspecified.
     pub egress_default: bool,
+    /// `MENTIS_EGRESS_HOSTS`, `MENTIS_EGRESS_CA_FILES`: the egress gateway's names and upstream CAs.
+    pub egress: EgressConfig,
     /// `MENTIS_REAPER_INTERVAL_SECS`: how often expiry is checked.
     pub reaper_interval: Duration,
     /// `MENTIS_DATA_MOUNTS`: host folders mounted read-only into the sandboxes of a space, as
@@ -253,6 +257,15 @@ pub struct SpaceMount {
 }
 
 impl RuntimeConfig {
+    /// The egress of sandboxes whose spec and template leave it unspecified.
+    pub fn default_egress(&self) -> mentis_core::egress::Egress {
+        if self.egress_default {
+            mentis_core::egress::Egress::Allow
+        } else {
+            mentis_core::egress::Egress::Deny
+        }
+    }
+
     /// The folder of the workspaces' filesystem images (`MENTIS_DATA_DIR/disks`).
     pub fn disks_dir(&self) -> PathBuf {
         self.data_dir.join("disks")
@@ -371,6 +384,7 @@ impl Default for RuntimeConfig {
             reaper_interval: Duration::from_secs(10),
             data_mounts: Vec::new(),
             egress_default: false,
+            egress: EgressConfig::default(),
             pools: Vec::new(),
             auth: AuthConfig::default(),
             tls: None,
@@ -539,6 +553,12 @@ impl RuntimeConfig {
                 "allow" => true,
                 _ => return Err(err("MENTIS_EGRESS_DEFAULT", &v, "use deny or allow")),
             };
+        }
+        if let Some(v) = get("MENTIS_EGRESS_HOSTS") {
+            c.egress.hosts = egress::hosts(&v)?;
+        }
+        if let Some(v) = get("MENTIS_EGRESS_CA_FILES") {
+            c.egress.upstream_ca_files = egress::ca_files(&v)?;
         }
         if let Some(v) = get("MENTIS_DATA_MOUNTS") {
             c.data_mounts = parse_mounts(&v)?;

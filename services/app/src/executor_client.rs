@@ -82,6 +82,8 @@ pub struct ExecutorClient {
     /// The host and port the executor answers at (the sandbox's address on the executor network).
     host: Arc<str>,
     port: u16,
+    /// The sandbox's address on the egress gateway's network, when it is there.
+    gateway_source: Option<std::net::IpAddr>,
 }
 
 impl std::fmt::Debug for ExecutorClient {
@@ -139,6 +141,7 @@ impl ExecutorClient {
             connection: Arc::new(()),
             host,
             port,
+            gateway_source: endpoint.gateway_source,
         })
     }
 
@@ -150,6 +153,11 @@ impl ExecutorClient {
     /// The executor's own port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The sandbox's address on the egress gateway's network, when it is there.
+    pub fn gateway_source(&self) -> Option<std::net::IpAddr> {
+        self.gateway_source
     }
 
     /// One health check, bounded by `within`.

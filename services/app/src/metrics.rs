@@ -54,6 +54,8 @@ pub struct Metrics {
     /// idle: no byte went either way for too long; evicted: a newcomer took the place of this connection,
     /// which had brought no request, at a full listener).
     pub connections_timed_out: Counter<u64>,
+    /// Connections and DNS questions the egress gateway refused, by `protocol` (dns, tcp, tls, http).
+    pub egress_denied: Counter<u64>,
 }
 
 /// The process's instruments: no-ops until [`MetricsExport::start`] installed a provider (it must run
@@ -128,8 +130,19 @@ impl Metrics {
                     "Connections closed by their listener, by listener and reason (first_request, idle, evicted)",
                 )
                 .build(),
+            egress_denied: meter
+                .u64_counter("mentis.egress.denied")
+                .with_description(
+                    "Connections and DNS questions of sandboxes the egress gateway refused, by protocol",
+                )
+                .build(),
         }
     }
+}
+
+/// Counts one refusal of the egress gateway.
+pub fn egress_denied(protocol: &'static str) {
+    metrics().egress_denied.add(1, &[kv("protocol", protocol)]);
 }
 
 /// One attribute.

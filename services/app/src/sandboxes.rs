@@ -6,6 +6,7 @@
 //! lifecycle").
 
 mod actions;
+mod egress;
 mod gauges;
 mod handle;
 mod health;
@@ -36,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use actions::Submitted;
+pub use egress::DenialRecord as EgressDenial;
 pub use pool::{Pool, PoolStats};
 pub use registry::ListQuery;
 pub use spaces::SpaceView;
@@ -70,6 +72,8 @@ pub struct Manager {
     images: Images,
     /// The keys: a deleted space leaves their scope.
     keyring: Arc<crate::auth::Keyring>,
+    /// The egress gateway of sandboxes with EGRESS_RULES.
+    egress: Arc<egress::EgressGateway>,
     /// Owns the runtime-wide tasks (creates, deletes, the sweeper, the reaper, the pools).
     tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -132,6 +136,13 @@ impl Manager {
             Arc::clone(&store),
             Arc::clone(&backend),
         ));
+        let egress = Arc::new(egress::EgressGateway::new(
+            Arc::clone(&config),
+            Arc::clone(&backend),
+            Arc::clone(&registry),
+            tasks.clone(),
+            shutdown.clone(),
+        ));
         let provisioner = Arc::new(Provisioner::new(
             Arc::clone(&config),
             Arc::clone(&owners),
@@ -142,6 +153,7 @@ impl Manager {
             Arc::clone(&pools),
             Arc::clone(&lifecycle),
             keeper,
+            Arc::clone(&egress),
             tasks.clone(),
             shutdown.clone(),
         ));
@@ -164,6 +176,7 @@ impl Manager {
             config.terminals,
         );
         Arc::new(Self {
+            egress,
             terminals,
             images,
             keyring,
@@ -282,6 +295,7 @@ impl Manager {
     /// forgets ended sandboxes past their retention now and then.
     fn spawn_sweeper(&self) {
         let registry = Arc::clone(&self.registry);
+        let egress = Arc::clone(&self.egress);
         let shutdown = self.shutdown.clone();
         let every = (self.config.ended_retention / 10)
             .clamp(Duration::from_secs(1), Duration::from_secs(60));
@@ -304,6 +318,7 @@ impl Manager {
                 }
                 if last_forget.elapsed() >= every {
                     registry.forget_old_ended();
+                    egress.prune(|id| registry.find(id).is_some());
                     last_forget = tokio::time::Instant::now();
                 }
             }
@@ -316,6 +331,7 @@ impl Manager {
         self.shutdown.cancel();
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.tasks.wait()).await;
+        self.egress.stop().await;
         self.registry.flush();
         self.registry.sync_logs();
         if let Err(e) = self.store.set_meta(restore::CLEAN_SHUTDOWN, "1") {
@@ -391,6 +407,21 @@ impl Manager {
     pub fn get(&self, id: SandboxId) -> Result<(Sandbox, u64)> {
         let h = self.registry.handle(id)?;
         Ok((h.snapshot(), h.log.last_seq()))
+    }
+
+    /// New egress rules for a sandbox made with EGRESS_RULES, in force for its next connection.
+    pub fn update_egress(
+        &self,
+        id: SandboxId,
+        egress: mentis_core::egress::Egress,
+    ) -> Result<Sandbox> {
+        self.registry.handle(id)?.set_egress(egress)
+    }
+
+    /// The latest connections and DNS questions the egress gateway refused to a sandbox, oldest first.
+    pub fn egress_denials(&self, id: SandboxId) -> Result<Vec<EgressDenial>> {
+        self.registry.handle(id)?;
+        Ok(self.egress.denials(id))
     }
 
     /// The live sandbox carrying `key` in `space`.

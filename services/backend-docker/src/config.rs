@@ -15,6 +15,9 @@ pub struct DockerConfig {
     pub network: String,
     /// Second network, with a route out, attached to sandboxes whose spec allows egress.
     pub egress_network: String,
+    /// The network in front of the egress gateway, attached to sandboxes with EGRESS_RULES: one per
+    /// instance (its gateway knows only its own sandboxes), made at the first such sandbox.
+    pub gateway_network: String,
     /// The sandbox user (uid:gid, numeric) that user code runs as and the workspace belongs to. The
     /// container starts as root so the executor can supervise it (docs/ARCHITECTURE.md, Security model).
     pub user: String,
@@ -44,6 +47,7 @@ impl Default for DockerConfig {
             instance: "default".into(),
             network: "mentis-net".into(),
             egress_network: "mentis-egress".into(),
+            gateway_network: "mentis-gw".into(),
             user: "1000:1000".into(),
             executor_image: "mentis/executor:latest".into(),
             call_timeout: Duration::from_secs(60),

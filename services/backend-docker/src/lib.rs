@@ -4,6 +4,7 @@
 mod config;
 mod disk;
 mod error;
+mod gateway;
 mod images;
 mod inject;
 mod labels;
@@ -66,6 +67,8 @@ pub struct DockerBackend {
     arch: String,
     /// The volume of `/.mentis` (see `inject`), once filled at `prepare`.
     executor_volume: std::sync::OnceLock<String>,
+    /// The egress gateway's network and its bridge, once made (`gateway`).
+    gateway: tokio::sync::OnceCell<(mentis_core::GatewayNetwork, String)>,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -121,6 +124,7 @@ impl DockerBackend {
             disks,
             arch,
             executor_volume: std::sync::OnceLock::new(),
+            gateway: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -320,6 +324,22 @@ impl DockerBackend {
             .about(Resource::sandbox(spec.id)),
             _ => error::to_core("create the container", e),
         })?;
+        if spec.gateway {
+            // Its way out goes through the egress gateway only (`gateway`).
+            self.gateway_net().await?;
+            self.call(
+                "connect the gateway network",
+                self.docker.connect_network(
+                    &self.config.gateway_network,
+                    bollard::models::NetworkConnectRequest {
+                        container: name.clone(),
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .docker_ctx("attach the egress gateway's network")?;
+        }
         if spec.egress {
             // A second network with a route out (inter-container traffic off there too); the executor is
             // still reached on the executor network.
@@ -360,10 +380,16 @@ impl DockerBackend {
             )
             .await
             .docker_ctx("inspect the container")?;
-        let ip = info
+        let mut networks = info
             .network_settings
             .and_then(|s| s.networks)
-            .and_then(|mut n| n.remove(&self.config.network))
+            .unwrap_or_default();
+        let gateway_source = networks
+            .remove(&self.config.gateway_network)
+            .and_then(|e| e.ip_address)
+            .and_then(|ip| ip.parse().ok());
+        let ip = networks
+            .remove(&self.config.network)
             .and_then(|e| e.ip_address)
             .filter(|ip| !ip.is_empty())
             .ok_or_else(|| {
@@ -374,7 +400,15 @@ impl DockerBackend {
             })?;
         Ok(Endpoint {
             uri: format!("http://{ip}:{EXECUTOR_PORT}"),
+            gateway_source,
         })
+    }
+
+    /// The egress gateway's network, made at the first call.
+    async fn gateway_net(&self) -> Result<&(mentis_core::GatewayNetwork, String)> {
+        self.gateway
+            .get_or_try_init(|| gateway::ensure(&self.docker, &self.config))
+            .await
     }
 }
 
@@ -402,6 +436,22 @@ impl SandboxBackend for DockerBackend {
 
     async fn has_image(&self, image: &str) -> Result<bool> {
         self.has_image_inner(image).await
+    }
+
+    async fn gateway_network(&self) -> Result<Option<mentis_core::GatewayNetwork>> {
+        Ok(Some(self.gateway_net().await?.0.clone()))
+    }
+
+    async fn route_to_gateway(&self, tcp_port: u16, dns_port: u16) -> Result<()> {
+        let (_, bridge) = self.gateway_net().await?;
+        gateway::route(bridge, tcp_port, dns_port).await
+    }
+
+    async fn unroute_gateway(&self) -> Result<()> {
+        match self.gateway.get() {
+            Some((_, bridge)) => gateway::unroute(bridge).await,
+            None => Ok(()),
+        }
     }
 
     async fn image_info(&self, image: &str) -> Result<Option<mentis_core::ImageInfo>> {

@@ -28,7 +28,7 @@ pub(crate) async fn ensure(docker: &Docker, config: &DockerConfig) -> Result<()>
 }
 
 /// The Linux bridge behind a network.
-async fn bridge_of(docker: &Docker, name: &str) -> Result<String> {
+pub(crate) async fn bridge_of(docker: &Docker, name: &str) -> Result<String> {
     let net = docker
         .inspect_network(name, None)
         .await
@@ -51,7 +51,7 @@ async fn bridge_of(docker: &Docker, name: &str) -> Result<String> {
 /// could open connections to any host service listening on all addresses (the runtime's API with
 /// `MENTIS_LISTEN=0.0.0.0:...`, for one) through its gateway. This drops new connections from the bridge to
 /// the host; replies to connections the host opens (the runtime calling executors) still pass.
-async fn guard_host(bridge: &str) -> Result<()> {
+pub(crate) async fn guard_host(bridge: &str) -> Result<()> {
     let rule = [
         "INPUT",
         "-i",
@@ -140,4 +140,34 @@ async fn ensure_one(docker: &Docker, name: &str, internal: bool) -> Result<()> {
         }) => Ok(()),
         Err(e) => Err(to_core("create a network", e)),
     }
+}
+
+/// Runs `iptables -w <args>`: whether it succeeded (a check that does not match, a chain that exists).
+/// Err only when iptables cannot be run.
+pub(crate) async fn iptables(args: &[&str]) -> Result<bool> {
+    Ok(run_iptables(args).await?.status.success())
+}
+
+/// Runs `iptables -w <args>`, which must succeed.
+pub(crate) async fn iptables_ok(args: &[&str]) -> Result<()> {
+    let out = run_iptables(args).await?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(Error::unavailable(format!(
+        "iptables {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
+}
+
+async fn run_iptables(args: &[&str]) -> Result<std::process::Output> {
+    tokio::process::Command::new("iptables")
+        .arg("-w")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .await
+        .map_err(|e| Error::unavailable("cannot run iptables").with_source(e))
 }

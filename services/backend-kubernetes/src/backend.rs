@@ -230,6 +230,7 @@ impl SandboxBackend for KubernetesBackend {
         match progress(&pod) {
             Progress::Ready { ip } => Ok(Endpoint {
                 uri: endpoint_uri(&ip, self.config.executor_port),
+                gateway_source: None,
             }),
             Progress::Failed(e) => Err(e.about(Resource::sandbox(id))),
             Progress::Waiting(_) | Progress::Stuck(_) => {

@@ -109,6 +109,7 @@ impl Cluster {
             |pod, wait| match progress(pod) {
                 Progress::Ready { ip } => Some(Ok(Endpoint {
                     uri: endpoint_uri(&ip, self.config.executor_port),
+                    gateway_source: None,
                 })),
                 Progress::Failed(e) => Some(Err(e)),
                 Progress::Waiting(what) => {

@@ -49,6 +49,7 @@ fn spec() -> BackendSpec {
         data_mounts: Vec::new(),
         executor_env: Vec::new(),
         egress: false,
+        gateway: false,
         read_only_rootfs: true,
         runtime_class: None,
     }

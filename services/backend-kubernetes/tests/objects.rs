@@ -48,6 +48,7 @@ fn spec(egress: bool, read_only_rootfs: bool) -> BackendSpec {
         data_mounts: Vec::new(),
         executor_env: vec!["MENTIS_KERNEL=warm".to_owned()],
         egress,
+        gateway: false,
         read_only_rootfs,
         // One of the pods checked against the schema names its own class (a template's or a space's).
         runtime_class: egress.then(|| "kata-qemu".to_owned()),

@@ -25,6 +25,8 @@ pub struct BackendSpec {
     pub executor_env: Vec<String>,
     /// Attach the network with a route out (the executor network has none).
     pub egress: bool,
+    /// Attach the network in front of the egress gateway (EGRESS_RULES): its only way out is the gateway.
+    pub gateway: bool,
     /// Only /workspace and a /tmp tmpfs are writable.
     pub read_only_rootfs: bool,
     /// The runtime class to run under (an engine runtime on Docker, a RuntimeClass on Kubernetes); `None`:
@@ -55,11 +57,23 @@ impl fmt::Debug for BackendSpec {
     }
 }
 
+/// Where the egress gateway must be for a backend's sandboxes with EGRESS_RULES.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayNetwork {
+    /// The address (on this host) the network's traffic is sent to: the gateway listens there.
+    pub address: std::net::Ipv4Addr,
+    /// The runtime's own networks: never reachable through the gateway.
+    pub own_networks: Vec<crate::egress::Cidr>,
+}
+
 /// Where a sandbox's executor answers gRPC.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     /// For example `http://172.20.0.3:50052`.
     pub uri: String,
+    /// Its address on the network in front of the egress gateway, when attached there: the gateway knows
+    /// the sandbox by it.
+    pub gateway_source: Option<std::net::IpAddr>,
 }
 
 /// How the backend finds a sandbox's container (or pod).
@@ -220,6 +234,27 @@ pub trait SandboxBackend: Send + Sync + 'static {
     /// Whether the engine answers now (Unavailable when it does not): the runtime's health says
     /// NOT_SERVING while it does not.
     async fn ping(&self) -> Result<()>;
+
+    /// The network in front of the egress gateway (EGRESS_RULES): where the gateway must listen to be
+    /// reached from it, made at the first call. `None`: this backend cannot put sandboxes behind a gateway,
+    /// and EGRESS_RULES is refused.
+    async fn gateway_network(&self) -> Result<Option<GatewayNetwork>> {
+        Ok(None)
+    }
+
+    /// Sends every TCP connection and DNS question of sandboxes on the gateway network to the gateway's
+    /// ports on [`GatewayNetwork::address`], and forwards nothing else out of it. Idempotent.
+    async fn route_to_gateway(&self, _tcp_port: u16, _dns_port: u16) -> Result<()> {
+        Err(Error::new(
+            crate::Reason::FailedPrecondition,
+            "this backend cannot put sandboxes behind an egress gateway",
+        ))
+    }
+
+    /// Undoes [`SandboxBackend::route_to_gateway`] (the runtime stops). Idempotent.
+    async fn unroute_gateway(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Follows what happens to this instance's sandboxes from outside (a pod deleted by someone else,
     /// evicted, or on a node that was lost), calling `gone` with the id of each that went or will not run

@@ -7,7 +7,8 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use crate::{Error, quoted};
+use crate::error::Error;
+use mentis_model::quote::quoted;
 
 /// At most this many rules per policy.
 pub const MAX_RULES: usize = 256;

@@ -27,8 +27,8 @@ pub use mentis_model::terminal;
 
 pub use action::{Action, IPythonAction, ShellAction};
 pub use backend::{
-    BackendSandbox, BackendSpec, BackendState, DataMount, Endpoint, IMAGE_SPACE_LABEL, ImageBuild,
-    ImageInfo, SandboxBackend,
+    BackendSandbox, BackendSpec, BackendState, DataMount, Endpoint, GatewayNetwork,
+    IMAGE_SPACE_LABEL, ImageBuild, ImageInfo, SandboxBackend,
 };
 pub use error::{Chain, Detail, Error, Reason, Resource, ResourceKind, Result};
 pub use ids::{ActionId, SandboxId, SpaceId};

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use crate::egress::{Egress, EgressMode, RuleRequest};
 use crate::error::{Error, Reason};
 use crate::ids::{SandboxId, SpaceId};
 use mentis_model::quote::quoted;
@@ -128,8 +129,8 @@ pub struct SandboxSpec {
     pub limits: Limits,
     pub external_key: Option<String>,
     pub expiry: Expiry,
-    /// A route out of this machine.
-    pub egress: bool,
+    /// What it may reach outside this machine.
+    pub egress: Egress,
     /// Only /workspace and /tmp (a tmpfs) are writable.
     pub read_only_rootfs: bool,
 }
@@ -157,8 +158,10 @@ pub struct SandboxRequest {
     /// 0 = default.
     pub max_lifetime_seconds: u32,
     pub auto_resume: bool,
-    /// `None` = the runtime's default.
-    pub egress: Option<bool>,
+    /// `None` = the default (the template's, else the runtime's), unless rules are given.
+    pub egress: Option<EgressMode>,
+    /// With EGRESS_RULES (or no mode), what it may reach.
+    pub egress_rules: Vec<RuleRequest>,
     /// The space's template this sandbox is made from (empty: none); see [`crate::Template::apply`].
     pub template: String,
 }
@@ -170,7 +173,7 @@ impl SandboxRequest {
         self,
         policy: &LimitsPolicy,
         defaults: &Expiry,
-        default_egress: bool,
+        default_egress: &Egress,
         default_read_only: bool,
     ) -> Result<SandboxSpec, Error> {
         self.checked(policy, defaults, default_egress, default_read_only)
@@ -187,7 +190,7 @@ impl SandboxRequest {
         self,
         policy: &LimitsPolicy,
         defaults: &Expiry,
-        default_egress: bool,
+        default_egress: &Egress,
         default_read_only: bool,
     ) -> Result<SandboxSpec, Error> {
         let space_id = self.space()?;
@@ -232,6 +235,12 @@ impl SandboxRequest {
             max_lifetime: or_default(self.max_lifetime_seconds, defaults.max_lifetime),
             auto_resume: self.auto_resume || defaults.auto_resume,
         };
+        let egress = crate::egress::validate(
+            self.egress,
+            self.egress_rules,
+            default_egress,
+            "spec.egress",
+        )?;
         Ok(SandboxSpec {
             space_id,
             image,
@@ -240,7 +249,7 @@ impl SandboxRequest {
             limits,
             external_key,
             expiry,
-            egress: self.egress.unwrap_or(default_egress),
+            egress,
             read_only_rootfs: self.read_only_rootfs.unwrap_or(default_read_only),
         })
     }
@@ -297,8 +306,8 @@ pub struct Sandbox {
     pub expiry: Expiry,
     /// The last action, file call, create or resume.
     pub last_activity: SystemTime,
-    /// A route out of this machine.
-    pub egress: bool,
+    /// What it may reach outside this machine.
+    pub egress: Egress,
     /// Only /workspace and /tmp are writable.
     pub read_only_rootfs: bool,
     /// The template it was made from (empty: none).
@@ -321,7 +330,7 @@ mod tests {
     fn zero_limits_take_defaults() {
         let p = LimitsPolicy::default();
         let spec = req()
-            .validate(&p, &Expiry::default(), false, false)
+            .validate(&p, &Expiry::default(), &Egress::Deny, false)
             .expect("valid");
         assert_eq!(spec.limits, p.default);
         assert_eq!(spec.space_id.as_str(), "default");
@@ -348,7 +357,7 @@ mod tests {
                 pids_limit: pids,
                 ..req()
             }
-            .validate(&p, &Expiry::default(), false, false);
+            .validate(&p, &Expiry::default(), &Egress::Deny, false);
             assert!(
                 matches!(r, Err(Error::InvalidArgument(_))),
                 "{cpu} {mem} {pids}: {r:?}"
@@ -360,7 +369,7 @@ mod tests {
             pids_limit: 64,
             ..req()
         }
-        .validate(&p, &Expiry::default(), false, false)
+        .validate(&p, &Expiry::default(), &Egress::Deny, false)
         .expect("valid");
         assert_eq!(
             ok.limits,
@@ -383,7 +392,7 @@ mod tests {
         };
         assert!(
             bad_env
-                .validate(&p, &Expiry::default(), false, false)
+                .validate(&p, &Expiry::default(), &Egress::Deny, false)
                 .is_err()
         );
         let reserved = SandboxRequest {
@@ -392,7 +401,7 @@ mod tests {
         };
         assert!(
             reserved
-                .validate(&p, &Expiry::default(), false, false)
+                .validate(&p, &Expiry::default(), &Egress::Deny, false)
                 .is_err()
         );
         let image = SandboxRequest {
@@ -401,14 +410,17 @@ mod tests {
         };
         assert!(
             image
-                .validate(&p, &Expiry::default(), false, false)
+                .validate(&p, &Expiry::default(), &Egress::Deny, false)
                 .is_err()
         );
         let good = SandboxRequest {
             image: "mentis/executor:latest".into(),
             ..req()
         };
-        assert!(good.validate(&p, &Expiry::default(), false, false).is_ok());
+        assert!(
+            good.validate(&p, &Expiry::default(), &Egress::Deny, false)
+                .is_ok()
+        );
     }
 
     #[test]
@@ -467,7 +479,7 @@ mod tests {
         ];
         for (r, field) in cases {
             let e = r
-                .validate(&p, &Expiry::default(), false, false)
+                .validate(&p, &Expiry::default(), &Egress::Deny, false)
                 .expect_err(field);
             assert_eq!((e.reason(), e.field()), (Reason::InvalidSpec, Some(field)));
         }

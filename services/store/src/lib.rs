@@ -25,6 +25,7 @@ use mentis_core::{
 use rusqlite::{Connection, OptionalExtension, params};
 
 pub mod actions;
+pub mod egress;
 pub mod images;
 mod keys;
 pub mod links;
@@ -55,8 +56,9 @@ pub struct KeyRecord {
 
 /// Schema version in `PRAGMA user_version` (7 added the images' owners and the spaces' generations: a
 /// runtime that did not know them would let every space use every image and an old key reach a space made
-/// again under its id, so it must not open a store that has them).
-const SCHEMA_VERSION: i64 = 7;
+/// again under its id, so it must not open a store that has them; 8 added egress rules, `egress` 2, which a
+/// runtime before it would read as an open route out).
+const SCHEMA_VERSION: i64 = 8;
 
 /// The first schema whose tokens are derived and envs sealed: from it on, the key file must exist.
 const SEALED_SCHEMA: i64 = 6;
@@ -114,7 +116,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     disk_mb INTEGER NOT NULL DEFAULT 0,
     template TEXT NOT NULL DEFAULT '',
     work_dir TEXT NOT NULL DEFAULT '',
-    runtime_class TEXT NOT NULL DEFAULT ''
+    runtime_class TEXT NOT NULL DEFAULT '',
+    egress_rules TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS sandboxes_by_space ON sandboxes(space_id);
 CREATE TABLE IF NOT EXISTS pool (
@@ -358,6 +361,7 @@ impl Store {
             ("spaces", "runtime_class", "TEXT NOT NULL DEFAULT ''"),
             ("sandboxes", "runtime_class", "TEXT NOT NULL DEFAULT ''"),
             ("templates", "runtime_class", "TEXT NOT NULL DEFAULT ''"),
+            ("sandboxes", "egress_rules", "TEXT NOT NULL DEFAULT '[]'"),
             (
                 "api_keys",
                 "space_generations",
@@ -706,7 +710,7 @@ impl Store {
                 "SELECT id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
                  external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
                  updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb, template, work_dir,
-                 runtime_class FROM sandboxes ORDER BY created_ms, id",
+                 runtime_class, egress_rules FROM sandboxes ORDER BY created_ms, id",
             )
             .map_err(db_err("read sandboxes"))?;
         let rows = stmt
@@ -747,7 +751,7 @@ impl Store {
                             created_at: time(r.get(16)?),
                             updated_at: time(r.get(17)?),
                             last_activity: time(r.get(18)?),
-                            egress: r.get(20)?,
+                            egress: egress::from_sql(r.get(20)?, &r.get::<_, String>(27)?),
                             read_only_rootfs: r.get(22)?,
                             template: r.get(24)?,
                             work_dir: r.get(25)?,
@@ -943,9 +947,9 @@ fn insert_sandbox(
          (id, space_id, state, state_reason, image, labels, env, cpu, memory_mb, pids, token,
           external_key, idle_timeout_s, idle_policy, max_lifetime_s, auto_resume, created_ms,
           updated_ms, activity_ms, last_seq, egress, nofile, read_only, disk_mb, template, work_dir,
-          runtime_class)
+          runtime_class, egress_rules)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-          ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
+          ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
         params![
             s.id.to_string(),
             s.space_id.as_str(),
@@ -967,13 +971,14 @@ fn insert_sandbox(
             ms(s.updated_at),
             ms(s.last_activity),
             i64::try_from(last_seq).unwrap_or(i64::MAX),
-            s.egress,
+            egress::mode_to_sql(&s.egress),
             s.limits.nofile,
             s.read_only_rootfs,
             s.limits.disk_mb,
             s.template,
             s.work_dir,
             s.runtime_class,
+            egress::rules_to_sql(&s.egress),
         ],
     )
     .map_err(db_err("write a sandbox"))?;
@@ -1012,7 +1017,7 @@ mod tests {
                 auto_resume: true,
             },
             last_activity: now,
-            egress: true,
+            egress: mentis_core::egress::Egress::Allow,
             read_only_rootfs: true,
             template: String::new(),
             work_dir: String::new(),

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use mentis_core::egress::Egress;
 use mentis_core::lifecycle;
 use mentis_core::observation::ActionKind;
 use mentis_core::{
@@ -273,6 +274,40 @@ impl SandboxHandle {
         }
     }
 
+    /// Gives a sandbox with EGRESS_RULES new rules (the gateway reads them at its next connection or
+    /// question) and writes the record through. FAILED_PRECONDITION for any other change of egress: the
+    /// networks a sandbox is on are fixed when its container is made.
+    pub fn set_egress(&self, egress: Egress) -> Result<Sandbox, Error> {
+        {
+            let mut inner = lock(&self.inner);
+            let record = &mut inner.record;
+            if record.state.is_final() {
+                return Err(lifecycle::refuse(
+                    self.id,
+                    record.state,
+                    "an update",
+                    &[SandboxState::Running, SandboxState::Paused],
+                ));
+            }
+            if record.egress.mode() != egress.mode() {
+                return Err(Error::new(
+                    Reason::FailedPrecondition,
+                    format!(
+                        "sandbox {} has egress {:?}; only the rules of a sandbox made with EGRESS_RULES change                          in place (its networks are fixed when it is made): make a new sandbox for {:?}",
+                        self.id,
+                        record.egress.mode(),
+                        egress.mode()
+                    ),
+                )
+                .about(Resource::sandbox(self.id)));
+            }
+            record.egress = egress;
+            record.updated_at = crate::clock::now();
+        }
+        self.persist();
+        Ok(self.snapshot())
+    }
+
     /// Writes the record to the store now, with the newest seq.
     pub(crate) fn persist(&self) {
         self.take_dirty();
@@ -361,7 +396,8 @@ impl SandboxHandle {
             limits: record.limits,
             token: self.token.clone(),
             executor_env: Vec::new(),
-            egress: record.egress,
+            egress: record.egress.is_allow(),
+            gateway: record.egress.mode() == mentis_core::egress::EgressMode::Rules,
             read_only_rootfs: record.read_only_rootfs,
             runtime_class: Some(record.runtime_class).filter(|c| !c.is_empty()),
         }
@@ -616,7 +652,7 @@ mod tests {
             external_key: None,
             expiry: Default::default(),
             last_activity: now,
-            egress: false,
+            egress: mentis_core::egress::Egress::Deny,
             read_only_rootfs: true,
             template: String::new(),
             work_dir: String::new(),

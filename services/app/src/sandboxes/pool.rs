@@ -399,6 +399,7 @@ impl Pools {
                 Vec::new()
             },
             egress: false,
+            gateway: false,
             runtime_class: template
                 .map(|t| t.runtime_class.clone())
                 .filter(|c| !c.is_empty()),
@@ -547,7 +548,7 @@ pub(super) fn template_pool(
     let spec = req.validate(
         &policy,
         &config.expiry,
-        config.egress_default,
+        &config.default_egress(),
         space
             .limits
             .read_only_rootfs

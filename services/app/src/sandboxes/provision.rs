@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use mentis_core::egress::{Egress, EgressMode};
+
+use super::egress::EgressGateway;
 use mentis_core::{
     BackendSpec, Cause, Ending, Error, Reason, Resource, Result, Sandbox, SandboxBackend,
     SandboxId, SandboxRequest, SandboxState,
@@ -40,6 +43,8 @@ pub struct Provisioner {
     pools: Arc<Pools>,
     lifecycle: Arc<Lifecycle>,
     keeper: Arc<Keeper>,
+    /// The egress gateway, started by the first sandbox with EGRESS_RULES.
+    egress: Arc<EgressGateway>,
     /// Owns every create and delete in flight.
     pub(super) tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -63,10 +68,12 @@ impl Provisioner {
         pools: Arc<Pools>,
         lifecycle: Arc<Lifecycle>,
         keeper: Arc<Keeper>,
+        egress: Arc<EgressGateway>,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
+            egress,
             config,
             owners,
             backend,
@@ -122,12 +129,16 @@ impl Provisioner {
         let spec = req.validate(
             &policy,
             &self.config.expiry,
-            self.config.egress_default,
+            &self.config.default_egress(),
             space
                 .limits
                 .read_only_rootfs
                 .unwrap_or(self.config.read_only_rootfs),
         )?;
+        if spec.egress.mode() == EgressMode::Rules {
+            // Its only way out: the gateway must run (FAILED_PRECONDITION where the backend has none).
+            self.egress.ensure().await?;
+        }
         let image = spec
             .image
             .clone()
@@ -154,7 +165,7 @@ impl Provisioner {
             .filter(|p| {
                 p.template.as_ref().is_some_and(|made| {
                     p.config.image == image
-                        && !spec.egress
+                        && spec.egress == Egress::Deny
                         && spec.limits.nofile == made.limits.nofile
                         && spec.limits.disk_mb == made.limits.disk_mb
                         && spec.read_only_rootfs == made.read_only_rootfs
@@ -168,7 +179,7 @@ impl Provisioner {
             self.pools.pool_for(&image).filter(|_| {
                 // An image's pool runs under the runtime's default class.
                 class.is_none()
-                    && !spec.egress
+                    && spec.egress == Egress::Deny
                     && spec.limits.nofile == self.config.limits.default.nofile
                     && spec.limits.disk_mb == self.config.limits.default.disk_mb
                     && spec.read_only_rootfs == self.config.read_only_rootfs
@@ -201,7 +212,7 @@ impl Provisioner {
             external_key: spec.external_key.clone(),
             expiry: spec.expiry,
             last_activity: now,
-            egress: spec.egress,
+            egress: spec.egress.clone(),
             read_only_rootfs: spec.read_only_rootfs,
             template: template
                 .as_ref()

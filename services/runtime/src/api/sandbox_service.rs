@@ -12,9 +12,13 @@ use super::access::{self, caller};
 use super::paging;
 use super::snapshot_service;
 use super::status::to_status;
-use crate::convert::{request_from_proto, sandbox_to_proto, state_from_proto};
+use crate::convert::{
+    egress_mode_from_proto, egress_to_proto, request_from_proto, rule_from_proto, sandbox_to_proto,
+    state_from_proto,
+};
 use crate::preview::{self, Previews};
 use crate::sandboxes::{ListQuery, Manager};
+use mentis_core::egress::EgressMode;
 
 /// Implementation of `mentis.v1.SandboxService`.
 #[derive(Debug, Clone)]
@@ -262,6 +266,91 @@ impl SandboxService for SandboxApi {
                     creating: count(p.creating),
                     hits: p.hits,
                     misses: p.misses,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn update_sandbox(
+        &self,
+        req: Request<api::UpdateSandboxRequest>,
+    ) -> Result<Response<api::UpdateSandboxResponse>, Status> {
+        let caller = caller(&req)?;
+        let r = req.into_inner();
+        let sandbox = r.sandbox.unwrap_or_default();
+        let paths = r.update_mask.map(|m| m.paths).unwrap_or_default();
+        if paths.is_empty() {
+            return Err(to_status(
+                Error::invalid("update_mask names no field: name egress, egress_rules or both")
+                    .at("update_mask"),
+            ));
+        }
+        if let Some(other) = paths
+            .iter()
+            .find(|p| !matches!(p.as_str(), "egress" | "egress_rules"))
+        {
+            return Err(to_status(
+                Error::invalid(format!(
+                    "update_mask: {} cannot change on a sandbox (egress, egress_rules can)",
+                    mentis_core::quoted(other)
+                ))
+                .at("update_mask"),
+            ));
+        }
+        let id = access::sandbox(&caller, &self.manager, &sandbox.sandbox_id)?;
+        let (current, _) = self.manager.get(id).map_err(to_status)?;
+        let named = |p: &str| paths.iter().any(|x| x == p);
+        let mode = if named("egress") {
+            egress_mode_from_proto(sandbox.egress)
+                .map_err(|e| to_status(e.within("sandbox")))?
+                .ok_or_else(|| {
+                    to_status(
+                        Error::invalid(
+                            "sandbox.egress: name EGRESS_DENY, EGRESS_ALLOW or EGRESS_RULES",
+                        )
+                        .at("sandbox.egress"),
+                    )
+                })?
+        } else {
+            current.egress.mode()
+        };
+        let rules = if named("egress_rules") {
+            sandbox.egress_rules
+        } else if mode == EgressMode::Rules {
+            egress_to_proto(&current.egress).1
+        } else {
+            Vec::new()
+        };
+        let egress = mentis_core::egress::validate(
+            Some(mode),
+            rules.into_iter().map(rule_from_proto).collect(),
+            &current.egress,
+            "sandbox.egress",
+        )
+        .map_err(to_status)?;
+        let updated = self.manager.update_egress(id, egress).map_err(to_status)?;
+        tracing::info!(sandbox_id = %id, "sandbox egress updated");
+        Ok(Response::new(api::UpdateSandboxResponse {
+            sandbox: Some(sandbox_to_proto(&updated, 0)),
+        }))
+    }
+
+    async fn list_egress_denials(
+        &self,
+        req: Request<api::ListEgressDenialsRequest>,
+    ) -> Result<Response<api::ListEgressDenialsResponse>, Status> {
+        let caller = caller(&req)?;
+        let id = access::sandbox(&caller, &self.manager, &req.into_inner().sandbox_id)?;
+        let denials = self.manager.egress_denials(id).map_err(to_status)?;
+        Ok(Response::new(api::ListEgressDenialsResponse {
+            denials: denials
+                .into_iter()
+                .map(|d| api::EgressDenial {
+                    time: Some(crate::convert::timestamp(d.time)),
+                    protocol: d.denial.protocol.to_owned(),
+                    name: d.denial.name.unwrap_or_default(),
+                    address: d.denial.address.map(|a| a.to_string()).unwrap_or_default(),
+                    reason: d.denial.reason,
                 })
                 .collect(),
         }))

@@ -1,5 +1,6 @@
 //! Sandboxes: the client's spec → an unvalidated request, and the domain record → the public proto.
 
+use mentis_core::egress::{Egress, EgressMode, RuleRequest, Target};
 use mentis_core::{Error, IdlePolicy, Reason, Sandbox, SandboxRequest, SandboxState};
 use mentis_proto::api;
 
@@ -26,14 +27,65 @@ pub fn request_from_proto(spec: Option<api::SandboxSpec>) -> Result<SandboxReque
         idle_policy: idle_policy_from_proto(s.idle_policy).map_err(invalid)?,
         max_lifetime_seconds: s.max_lifetime_seconds,
         auto_resume: s.auto_resume,
-        egress: match api::Egress::try_from(s.egress) {
-            Ok(api::Egress::Allow) => Some(true),
-            Ok(api::Egress::Deny) => Some(false),
-            Ok(api::Egress::Unspecified) => None,
-            Err(_) => return Err(invalid(unknown_enum("egress", "Egress", s.egress))),
-        },
+        egress: egress_mode_from_proto(s.egress).map_err(invalid)?,
+        egress_rules: s.egress_rules.into_iter().map(rule_from_proto).collect(),
         template: s.template,
     })
+}
+
+/// The mode an Egress value asks for (`None`: unspecified); InvalidArgument (field `egress`) for a number
+/// the enum does not define.
+pub fn egress_mode_from_proto(v: i32) -> Result<Option<EgressMode>, Error> {
+    match api::Egress::try_from(v) {
+        Ok(api::Egress::Allow) => Ok(Some(EgressMode::Allow)),
+        Ok(api::Egress::Deny) => Ok(Some(EgressMode::Deny)),
+        Ok(api::Egress::Rules) => Ok(Some(EgressMode::Rules)),
+        Ok(api::Egress::Unspecified) => Ok(None),
+        Err(_) => Err(unknown_enum("egress", "Egress", v)),
+    }
+}
+
+/// A rule as the client wrote it, for validation.
+pub fn rule_from_proto(r: api::EgressRule) -> RuleRequest {
+    RuleRequest {
+        domain: r.domain,
+        cidr: r.cidr,
+        ports: r.ports,
+        headers: r.headers.into_iter().map(|h| (h.name, h.value)).collect(),
+    }
+}
+
+/// The proto of a policy: its mode and its rules (header values as written: secrets by name only).
+pub fn egress_to_proto(e: &Egress) -> (api::Egress, Vec<api::EgressRule>) {
+    let mode = match e.mode() {
+        EgressMode::Deny => api::Egress::Deny,
+        EgressMode::Allow => api::Egress::Allow,
+        EgressMode::Rules => api::Egress::Rules,
+    };
+    let rules = e
+        .rules()
+        .iter()
+        .map(|r| {
+            let (domain, cidr) = match &r.target {
+                Target::Domain(d) => (d.to_string(), String::new()),
+                Target::Cidr(c) => (String::new(), c.to_string()),
+            };
+            api::EgressRule {
+                domain,
+                cidr,
+                ports: r.ports.iter().map(|p| u32::from(*p)).collect(),
+                headers: r
+                    .headers
+                    .iter()
+                    .map(|h| api::EgressHeader {
+                        name: h.name.clone(),
+                        value: h.value.clone(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    (mode, rules)
 }
 
 /// InvalidArgument for `value`, which is no value of the enum `name` (field `field`). Proto3 keeps an
@@ -140,11 +192,8 @@ pub fn sandbox_to_proto(s: &Sandbox, last_seq: u64) -> api::Sandbox {
         idle_policy: idle_policy_to_proto(s.expiry.idle_policy) as i32,
         max_lifetime_seconds: secs(s.expiry.max_lifetime),
         auto_resume: s.expiry.auto_resume,
-        egress: if s.egress {
-            api::Egress::Allow
-        } else {
-            api::Egress::Deny
-        } as i32,
+        egress: egress_to_proto(&s.egress).0 as i32,
+        egress_rules: egress_to_proto(&s.egress).1,
         template: s.template.clone(),
         work_dir: s.work_dir.clone(),
         runtime_class: s.runtime_class.clone(),
@@ -193,7 +242,7 @@ mod tests {
         .expect("known values");
         assert_eq!(
             (ok.idle_policy, ok.egress, ok.read_only_rootfs),
-            (Some(IdlePolicy::Keep), Some(true), Some(false))
+            (Some(IdlePolicy::Keep), Some(EgressMode::Allow), Some(false))
         );
         assert_eq!(
             state_from_proto(99).expect_err("state").field(),

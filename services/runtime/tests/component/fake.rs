@@ -421,6 +421,7 @@ impl Proxy {
     fn endpoint(&self) -> Endpoint {
         Endpoint {
             uri: format!("http://{}", self.addr),
+            gateway_source: None,
         }
     }
 

@@ -39,6 +39,7 @@ async fn a_restarted_runtime_takes_over_what_the_backend_holds() {
             data_mounts: Vec::new(),
             executor_env: Vec::new(),
             egress: false,
+            gateway: false,
             read_only_rootfs: false,
             runtime_class: None,
         })

@@ -185,6 +185,7 @@ async fn a_store_of_schema_5_keeps_its_live_sandboxes_and_replaces_its_pool_memb
                 data_mounts: Vec::new(),
                 executor_env: Vec::new(),
                 egress: false,
+                gateway: false,
                 read_only_rootfs: false,
                 runtime_class: None,
             })

@@ -1,0 +1,224 @@
+//! The egress gateway of this runtime's sandboxes with EGRESS_RULES (docs/EGRESS.md): started at the first
+//! such sandbox, on the address the backend's gateway network sends their traffic to, with the backend's
+//! routing put in place; stopped (and the routing undone) when the runtime stops. It asks the registry which
+//! sandbox a connection comes from (by its address on the gateway network) and what its policy is now, so a
+//! changed policy holds for the next connection, and keeps each sandbox's latest refusals.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
+
+use mentis_core::egress::Egress;
+use mentis_core::{Error, Reason, Result, SandboxBackend, SandboxId, SpaceId};
+use mentis_gateway::{Denial, Gateway, GatewayConfig, Policies, Redirected, SandboxPolicy};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::registry::Registry;
+use crate::config::RuntimeConfig;
+
+/// Refusals kept per sandbox.
+pub const KEPT_DENIALS: usize = 256;
+
+/// One refusal, when it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DenialRecord {
+    pub time: SystemTime,
+    pub denial: Denial,
+}
+
+/// The gateway, once started, and what it asks.
+pub struct EgressGateway {
+    config: Arc<RuntimeConfig>,
+    backend: Arc<dyn SandboxBackend>,
+    lookup: Arc<Lookup>,
+    started: tokio::sync::OnceCell<()>,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for EgressGateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressGateway").finish_non_exhaustive()
+    }
+}
+
+/// What the gateway asks, answered from the registry.
+struct Lookup {
+    registry: Arc<Registry>,
+    /// Addresses on the gateway network, as last seen; checked against the sandbox's executor on each use.
+    sources: RwLock<HashMap<IpAddr, SandboxId>>,
+    denials: Mutex<HashMap<SandboxId, VecDeque<DenialRecord>>>,
+}
+
+impl EgressGateway {
+    pub fn new(
+        config: Arc<RuntimeConfig>,
+        backend: Arc<dyn SandboxBackend>,
+        registry: Arc<Registry>,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            config,
+            backend,
+            lookup: Arc::new(Lookup {
+                registry,
+                sources: RwLock::new(HashMap::new()),
+                denials: Mutex::new(HashMap::new()),
+            }),
+            started: tokio::sync::OnceCell::new(),
+            tasks,
+            shutdown,
+        }
+    }
+
+    /// Starts the gateway unless it runs; FAILED_PRECONDITION when the backend cannot put sandboxes behind
+    /// one.
+    pub async fn ensure(&self) -> Result<()> {
+        self.started.get_or_try_init(|| self.start()).await?;
+        Ok(())
+    }
+
+    async fn start(&self) -> Result<()> {
+        let Some(network) = self.backend.gateway_network().await? else {
+            return Err(Error::new(
+                Reason::FailedPrecondition,
+                "this runtime's backend cannot put sandboxes behind an egress gateway: EGRESS_RULES is \
+                 not available here (docs/EGRESS.md)",
+            ));
+        };
+        let unavailable = |what: &str, e: std::io::Error| {
+            Error::unavailable(format!("the egress gateway cannot {what}: {e}"))
+        };
+        let any_port = |ip| SocketAddr::new(IpAddr::V4(ip), 0);
+        let mut config = GatewayConfig::new(
+            any_port(network.address),
+            any_port(network.address),
+            network.own_networks.clone(),
+        )
+        .map_err(|e| unavailable("read the host's addresses", e))?;
+        config.hosts = self.config.egress.hosts.clone();
+        let roots = mentis_gateway::intercept::roots(
+            &self
+                .config
+                .egress
+                .upstream_ca_files
+                .iter()
+                .map(std::path::PathBuf::as_path)
+                .collect::<Vec<_>>(),
+        )
+        .map_err(|e| unavailable("read its upstream CA files", e))?;
+        config.intercept = Some(Arc::new(
+            mentis_gateway::intercept::Interceptor::load_or_create(&self.config.data_dir, roots)
+                .map_err(|e| unavailable("load or make its CA", e))?,
+        ));
+        let gateway = Gateway::bind(config, self.lookup.clone(), Arc::new(Redirected))
+            .await
+            .map_err(|e| unavailable("listen", e))?;
+        let (tcp, dns) = (
+            gateway.tcp_addr().map_err(|e| unavailable("listen", e))?,
+            gateway.dns_addr().map_err(|e| unavailable("listen", e))?,
+        );
+        self.backend
+            .route_to_gateway(tcp.port(), dns.port())
+            .await?;
+        tracing::info!(%tcp, %dns, "egress gateway started");
+        self.tasks.spawn(gateway.run(self.shutdown.clone()));
+        Ok(())
+    }
+
+    /// Undoes the backend's routing, when the gateway ran (the runtime stops).
+    pub async fn stop(&self) {
+        if self.started.initialized()
+            && let Err(e) = self.backend.unroute_gateway().await
+        {
+            tracing::warn!(error = %e.chain(), "egress gateway: the routing to it could not be undone");
+        }
+    }
+
+    /// The latest refusals of a sandbox, oldest first.
+    pub fn denials(&self, id: SandboxId) -> Vec<DenialRecord> {
+        self.lookup
+            .denials
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .map(|d| d.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Forgets the refusals of sandboxes the runtime forgot.
+    pub fn prune(&self, known: impl Fn(SandboxId) -> bool) {
+        self.lookup
+            .denials
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|id, _| known(*id));
+    }
+}
+
+impl Lookup {
+    /// The policy of the live sandbox whose executor's gateway address is `source`.
+    fn policy_of(&self, id: SandboxId, source: IpAddr) -> Option<SandboxPolicy> {
+        let h = self.registry.find(id)?;
+        if h.executor()?.gateway_source() != Some(source) {
+            return None;
+        }
+        let record = h.snapshot();
+        if record.state.is_final() {
+            return None;
+        }
+        Some(SandboxPolicy {
+            sandbox: id,
+            space: record.space_id,
+            egress: Arc::new(match record.egress {
+                rules @ Egress::Rules(_) => rules,
+                // Moved off rules meanwhile: nothing more through the gateway.
+                _ => Egress::Rules(Vec::new()),
+            }),
+        })
+    }
+}
+
+impl Policies for Lookup {
+    fn policy(&self, source: IpAddr) -> Option<SandboxPolicy> {
+        let known = self
+            .sources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&source)
+            .copied();
+        if let Some(policy) = known.and_then(|id| self.policy_of(id, source)) {
+            return Some(policy);
+        }
+        // A new sandbox, or one that came back at another address: look again at every executor.
+        let fresh: HashMap<IpAddr, SandboxId> = self
+            .registry
+            .handles()
+            .into_iter()
+            .filter_map(|h| Some((h.executor()?.gateway_source()?, h.id)))
+            .collect();
+        let id = fresh.get(&source).copied();
+        *self.sources.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        self.policy_of(id?, source)
+    }
+
+    fn secret(&self, _space: &SpaceId, _name: &str) -> Option<String> {
+        None
+    }
+
+    fn denied(&self, sandbox: SandboxId, denial: Denial) {
+        crate::metrics::egress_denied(denial.protocol);
+        let mut all = self.denials.lock().unwrap_or_else(|p| p.into_inner());
+        let list = all.entry(sandbox).or_default();
+        if list.len() >= KEPT_DENIALS {
+            list.pop_front();
+        }
+        list.push_back(DenialRecord {
+            time: crate::clock::now(),
+            denial,
+        });
+    }
+}

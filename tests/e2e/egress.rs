@@ -1,0 +1,471 @@
+//! Egress by name (docs/EGRESS.md), end to end: a real runtime puts a sandbox with EGRESS_RULES behind its
+//! egress gateway on the Docker engine (the host's netfilter redirecting the gateway network's traffic), and
+//! the sandbox's own tools (Python's urllib and sockets) try what agents and attackers would. There is no
+//! internet here: the test makes its own, a container on a network of its own serving HTTP (80), HTTPS with a
+//! test CA (443) and a raw TCP echo (7000), named through the gateway's resolver configuration
+//! (`MENTIS_EGRESS_HOSTS`).
+
+use std::time::Duration;
+
+use mentis_e2e::*;
+use mentis_proto::api;
+
+/// The test's internet: one server container on a network of its own (both labelled with the instance,
+/// removed when dropped), and the test CA its HTTPS certificate comes from.
+struct Internet {
+    network: String,
+    container: String,
+    ip: String,
+    ca_pem: String,
+    dir: tempfile::TempDir,
+}
+
+const SERVERS: &str = r#"
+import http.server, socketserver, ssl, threading, socket
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("%s %s auth=%s" % (self.headers.get("Host"), self.path, self.headers.get("Authorization"))).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+def serve(port, tls):
+    s = S(("0.0.0.0", port), H)
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain("/srv/cert.pem", "/srv/key.pem")
+        s.socket = ctx.wrap_socket(s.socket, server_side=True)
+    s.serve_forever()
+def echo_one(c):
+    while True:
+        d = c.recv(4096)
+        if not d:
+            break
+        c.sendall(d)
+def echo():
+    l = socket.socket()
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("0.0.0.0", 7000))
+    l.listen()
+    while True:
+        c, _ = l.accept()
+        threading.Thread(target=echo_one, args=(c,), daemon=True).start()
+for target, args in [(serve, (80, False)), (serve, (443, True)), (echo, ())]:
+    threading.Thread(target=target, args=args, daemon=True).start()
+print("serving", flush=True)
+threading.Event().wait()
+"#;
+
+impl Internet {
+    fn start(instance: &str, names: &[&str]) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let ca_key = rcgen::KeyPair::generate()?;
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "test internet CA");
+        let ca_cert = ca.self_signed(&ca_key)?;
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate()?;
+        let cert = rcgen::CertificateParams::new(
+            names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+        )?
+        .signed_by(&key, &issuer)?;
+        std::fs::write(dir.path().join("cert.pem"), cert.pem())?;
+        std::fs::write(dir.path().join("key.pem"), key.serialize_pem())?;
+        std::fs::write(dir.path().join("ca.pem"), ca_cert.pem())?;
+        std::fs::write(dir.path().join("servers.py"), SERVERS)?;
+        // Readable by the server's user whatever the umask.
+        for f in ["cert.pem", "key.pem", "ca.pem", "servers.py"] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path().join(f), std::fs::Permissions::from_mode(0o644))?;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+        let label = format!("io.mentis.instance={instance}");
+        let network = format!("mentis-test-internet-{instance}");
+        docker(&["network", "create", "--label", &label, &network])?;
+        let mount = format!("{}:/srv:ro", dir.path().display());
+        let container = docker(&[
+            "run",
+            "-d",
+            "--label",
+            &label,
+            "--network",
+            &network,
+            "-v",
+            &mount,
+            "--entrypoint",
+            "python3",
+            "mentis/executor:latest",
+            "/srv/servers.py",
+        ])?
+        .trim()
+        .to_owned();
+        let ip = inspect(
+            &container,
+            &format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}"),
+        )?;
+        let internet = Self {
+            network,
+            container,
+            ip,
+            ca_pem: ca_cert.pem(),
+            dir,
+        };
+        // Serving once it said so.
+        for _ in 0..100 {
+            if docker(&["logs", &internet.container])?.contains("serving") {
+                return Ok(internet);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        anyhow::bail!("the test internet did not start")
+    }
+
+    fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+}
+
+impl Drop for Internet {
+    fn drop(&mut self) {
+        let _ = docker(&["rm", "-f", &self.container]);
+        let _ = docker(&["network", "rm", &self.network]);
+    }
+}
+
+fn rule(domain: &str, cidr: &str, ports: &[u32]) -> api::EgressRule {
+    api::EgressRule {
+        domain: domain.into(),
+        cidr: cidr.into(),
+        ports: ports.to_vec(),
+        headers: Vec::new(),
+    }
+}
+
+/// Runs a Python program in the sandbox; its stdout (and the exit code).
+async fn python(h: &mut Harness, sandbox: &str, program: &str) -> anyhow::Result<(String, i32)> {
+    let obs = h
+        .sh(sandbox, &format!("python3 - <<'EOF'\n{program}\nEOF"))
+        .await?;
+    Ok((stdout(&obs), cmd_end(&obs)?.exit_code))
+}
+
+/// A URL fetched with urllib: "ok <body>" or "error <why>".
+const FETCH: &str = r#"
+import sys, ssl, urllib.request
+def fetch(url, ca=None):
+    try:
+        ctx = ssl.create_default_context(cafile=ca) if ca else None
+        with urllib.request.urlopen(url, timeout=5, context=ctx) as r:
+            return "ok " + r.read().decode()
+    except Exception as e:
+        return "error %s" % (getattr(e, "reason", e),)
+"#;
+
+#[tokio::test]
+async fn a_sandbox_with_rules_reaches_only_what_they_allow_by_name_and_address()
+-> anyhow::Result<()> {
+    let names = ["pypi.test", "api.test", "blocked.test", "late.test"];
+    let guard = Harness::new_instance();
+    let internet = Internet::start(&guard.instance, &names)?;
+    let ip: std::net::Ipv4Addr = internet.ip.parse()?;
+    let ca_file = internet.ca_file();
+    let mut h = Harness::start_in(guard, |c| {
+        c.egress.hosts = names.iter().map(|n| ((*n).to_owned(), vec![ip])).collect();
+        c.egress.upstream_ca_files = vec![ca_file.clone()];
+    })
+    .await?;
+    let sandbox = h
+        .create(api::SandboxSpec {
+            egress: api::Egress::Rules as i32,
+            egress_rules: vec![
+                rule("pypi.test", "", &[80]),
+                rule("api.test", "", &[443]),
+                rule("", &format!("{ip}/32"), &[7000]),
+            ],
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(sandbox.egress, api::Egress::Rules as i32);
+    assert_eq!(sandbox.egress_rules.len(), 3);
+    let id = sandbox.sandbox_id.clone();
+    h.sh(
+        &id,
+        &format!("cat > /tmp/ca.pem <<'EOF'\n{}\nEOF", internet.ca_pem),
+    )
+    .await?;
+
+    // Allowed: HTTP by name, HTTPS by name (the upstream's own certificate: TLS passes through untouched).
+    let (out, _) = python(
+        &mut h,
+        &id,
+        &format!(
+            "{FETCH}\nprint(fetch('http://pypi.test/simple/'))\nprint(fetch('https://api.test/v1', '/tmp/ca.pem'))"
+        ),
+    )
+    .await?;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "ok pypi.test /simple/ auth=None", "{out}");
+    assert_eq!(lines[1], "ok api.test /v1 auth=None", "{out}");
+
+    // Refused: a name no rule allows does not resolve; an allowed name on another port, the server's
+    // address written out, and the metadata address get no answer.
+    let (out, _) = python(
+        &mut h,
+        &id,
+        &format!(
+            "{FETCH}\nfor u in ['http://blocked.test/', 'http://pypi.test:8080/', 'http://{ip}/', \
+             'http://169.254.169.254/latest/meta-data/', 'https://pypi.test/']:\n    print(u, fetch(u))"
+        ),
+    )
+    .await?;
+    for line in out.lines() {
+        assert!(line.contains(" error "), "{line}\n{out}");
+    }
+    assert!(
+        out.lines()
+            .next()
+            .unwrap_or_default()
+            .contains("Name or service not known")
+            || out.lines().next().unwrap_or_default().contains("not known"),
+        "a refused name does not resolve: {out}"
+    );
+
+    // A network rule passes any protocol to its address and port, and nothing else of it.
+    let (out, _) = python(
+        &mut h,
+        &id,
+        &format!(
+            r#"
+import socket
+def echo(port):
+    try:
+        s = socket.create_connection(("{ip}", port), timeout=5)
+        s.sendall(b"SSH-2.0-probe\r\n")
+        s.settimeout(5)
+        return s.recv(100).decode().strip() or "closed"
+    except Exception as e:
+        return "error %s" % e
+print(echo(7000))
+print(echo(7001))
+"#
+        ),
+    )
+    .await?;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "SSH-2.0-probe", "{out}");
+    assert_ne!(lines[1], "SSH-2.0-probe", "{out}");
+
+    // DNS to any other resolver is answered by the gateway (a refused name is NXDOMAIN, so nothing
+    // tunnels out through questions); other UDP goes nowhere; IPv6 has no route.
+    let (out, _) = python(
+        &mut h,
+        &id,
+        r#"
+import socket, struct
+def ask(server, name):
+    q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00" + struct.pack(">HH", 1, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    s.sendto(q, (server, 53))
+    try:
+        r = s.recv(512)
+        return "rcode=%d answers=%d" % (r[3] & 15, struct.unpack(">H", r[6:8])[0])
+    except socket.timeout:
+        return "no answer"
+def udp(server, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2)
+    s.sendto(b"hello", (server, port))
+    try:
+        return "answer %r" % s.recv(100)
+    except socket.timeout:
+        return "no answer"
+    except OSError as e:
+        return "error %s" % e
+def v6():
+    try:
+        socket.create_connection(("2001:db8::1", 80), timeout=3)
+        return "connected"
+    except OSError as e:
+        return "error"
+print(ask("8.8.8.8", "data-to-exfiltrate.blocked.test"))
+print(ask("9.9.9.9", "pypi.test"))
+print(udp("8.8.8.8", 443))
+print(v6())
+"#,
+    )
+    .await?;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "rcode=3 answers=0",
+            "rcode=0 answers=1",
+            "no answer",
+            "error"
+        ],
+        "{out}"
+    );
+
+    // Every refusal is in the sandbox's list, with what it was for.
+    let denials = h
+        .sandboxes
+        .list_egress_denials(api::ListEgressDenialsRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?
+        .into_inner()
+        .denials;
+    let said = |protocol: &str, name: &str| {
+        denials
+            .iter()
+            .any(|d| d.protocol == protocol && d.name == name && !d.reason.is_empty())
+    };
+    assert!(said("dns", "blocked.test"), "{denials:#?}");
+    assert!(
+        said("dns", "data-to-exfiltrate.blocked.test"),
+        "{denials:#?}"
+    );
+    assert!(
+        denials.iter().any(|d| d.address == "169.254.169.254:80"),
+        "{denials:#?}"
+    );
+    assert!(
+        denials.iter().any(|d| d.address == format!("{ip}:7001")),
+        "{denials:#?}"
+    );
+
+    // A rule added to the running sandbox holds at once.
+    let (before, _) = python(
+        &mut h,
+        &id,
+        &format!("{FETCH}\nprint(fetch('http://late.test/x'))"),
+    )
+    .await?;
+    assert!(before.starts_with("error"), "{before}");
+    let mut rules = sandbox.egress_rules.clone();
+    rules.push(rule("late.test", "", &[80]));
+    let updated = h
+        .sandboxes
+        .update_sandbox(api::UpdateSandboxRequest {
+            sandbox: Some(api::Sandbox {
+                sandbox_id: id.clone(),
+                egress_rules: rules,
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["egress_rules".into()],
+            }),
+        })
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap();
+    assert_eq!(updated.egress_rules.len(), 4);
+    let (after, _) = python(
+        &mut h,
+        &id,
+        &format!("{FETCH}\nprint(fetch('http://late.test/x'))"),
+    )
+    .await?;
+    assert_eq!(after.trim(), "ok late.test /x auth=None");
+    h.stop().await?;
+    drop(internet);
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_policies_are_invalid_naming_the_field_and_networks_do_not_change_in_place()
+-> anyhow::Result<()> {
+    let mut h = Harness::start().await?;
+    for (rules, field) in [
+        (vec![rule("*", "", &[])], "spec.egress_rules[0].domain"),
+        (
+            vec![rule("a.test", "", &[]), rule("", "10.0.0.0/33", &[])],
+            "spec.egress_rules[1].cidr",
+        ),
+        (
+            vec![rule("", "10.0.0.1/8", &[])],
+            "spec.egress_rules[0].cidr",
+        ),
+        (
+            vec![rule("bad name.test", "", &[])],
+            "spec.egress_rules[0].domain",
+        ),
+        (
+            vec![rule("a.test", "", &[70000])],
+            "spec.egress_rules[0].ports",
+        ),
+    ] {
+        let (code, _, at) = refusal(
+            h.sandboxes
+                .create_sandbox(api::CreateSandboxRequest {
+                    spec: Some(api::SandboxSpec {
+                        egress: api::Egress::Rules as i32,
+                        egress_rules: rules.clone(),
+                        ..Default::default()
+                    }),
+                })
+                .await,
+        );
+        assert_eq!(code, tonic::Code::InvalidArgument, "{rules:?}");
+        assert_eq!(at.as_deref(), Some(field), "{rules:?}");
+    }
+    // Rules with EGRESS_DENY are a contradiction.
+    let (code, _, at) = refusal(
+        h.sandboxes
+            .create_sandbox(api::CreateSandboxRequest {
+                spec: Some(api::SandboxSpec {
+                    egress: api::Egress::Deny as i32,
+                    egress_rules: vec![rule("a.test", "", &[])],
+                    ..Default::default()
+                }),
+            })
+            .await,
+    );
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    assert_eq!(at.as_deref(), Some("spec.egress_rules"));
+    // A sandbox made without rules cannot be given some in place: its networks are fixed.
+    let plain = h.create_default().await?.sandbox_id;
+    let (code, _, at) = refusal(
+        h.sandboxes
+            .update_sandbox(api::UpdateSandboxRequest {
+                sandbox: Some(api::Sandbox {
+                    sandbox_id: plain.clone(),
+                    egress: api::Egress::Rules as i32,
+                    egress_rules: vec![rule("a.test", "", &[])],
+                    ..Default::default()
+                }),
+                update_mask: Some(prost_types::FieldMask {
+                    paths: vec!["egress".into(), "egress_rules".into()],
+                }),
+            })
+            .await,
+    );
+    assert_eq!((code, at), (tonic::Code::FailedPrecondition, None));
+    // A mask naming something else, or nothing.
+    for paths in [vec![], vec!["image".to_owned()]] {
+        let (code, _, at) = refusal(
+            h.sandboxes
+                .update_sandbox(api::UpdateSandboxRequest {
+                    sandbox: Some(api::Sandbox {
+                        sandbox_id: plain.clone(),
+                        ..Default::default()
+                    }),
+                    update_mask: Some(prost_types::FieldMask { paths }),
+                })
+                .await,
+        );
+        assert_eq!(code, tonic::Code::InvalidArgument);
+        assert_eq!(at.as_deref(), Some("update_mask"));
+    }
+    h.stop().await
+}
