@@ -21,10 +21,15 @@ struct Internet {
 }
 
 const SERVERS: &str = r#"
-import http.server, socketserver, ssl, threading, socket
+import http.server, socketserver, ssl, threading, socket, os
+EXPECTED = os.environ.get("EXPECTED_AUTH")
+def auth(value):
+    if value is None:
+        return "none"
+    return "match" if value == EXPECTED else "mismatch"
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = ("%s %s auth=%s" % (self.headers.get("Host"), self.path, self.headers.get("Authorization"))).encode()
+        body = ("%s %s auth=%s" % (self.headers.get("Host"), self.path, auth(self.headers.get("Authorization")))).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -61,7 +66,8 @@ threading.Event().wait()
 "#;
 
 impl Internet {
-    fn start(instance: &str, names: &[&str]) -> anyhow::Result<Self> {
+    /// The servers answer `auth=match` for requests whose Authorization is `expected_auth`.
+    fn start(instance: &str, names: &[&str], expected_auth: &str) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let ca_key = rcgen::KeyPair::generate()?;
         let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())?;
@@ -90,9 +96,12 @@ impl Internet {
         let network = format!("mentis-test-internet-{instance}");
         docker(&["network", "create", "--label", &label, &network])?;
         let mount = format!("{}:/srv:ro", dir.path().display());
+        let expected = format!("EXPECTED_AUTH={expected_auth}");
         let container = docker(&[
             "run",
             "-d",
+            "-e",
+            &expected,
             "--label",
             &label,
             "--network",
@@ -173,7 +182,7 @@ async fn a_sandbox_with_rules_reaches_only_what_they_allow_by_name_and_address()
 -> anyhow::Result<()> {
     let names = ["pypi.test", "api.test", "blocked.test", "late.test"];
     let guard = Harness::new_instance();
-    let internet = Internet::start(&guard.instance, &names)?;
+    let internet = Internet::start(&guard.instance, &names, "")?;
     let ip: std::net::Ipv4Addr = internet.ip.parse()?;
     let ca_file = internet.ca_file();
     let mut h = Harness::start_in(guard, |c| {
@@ -211,8 +220,8 @@ async fn a_sandbox_with_rules_reaches_only_what_they_allow_by_name_and_address()
     )
     .await?;
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "ok pypi.test /simple/ auth=None", "{out}");
-    assert_eq!(lines[1], "ok api.test /v1 auth=None", "{out}");
+    assert_eq!(lines[0], "ok pypi.test /simple/ auth=none", "{out}");
+    assert_eq!(lines[1], "ok api.test /v1 auth=none", "{out}");
 
     // Refused: a name no rule allows does not resolve; an allowed name on another port, the server's
     // address written out, and the metadata address get no answer.
@@ -376,7 +385,7 @@ print(v6())
         &format!("{FETCH}\nprint(fetch('http://late.test/x'))"),
     )
     .await?;
-    assert_eq!(after.trim(), "ok late.test /x auth=None");
+    assert_eq!(after.trim(), "ok late.test /x auth=none");
     h.stop().await?;
     drop(internet);
     Ok(())
@@ -468,4 +477,209 @@ async fn bad_policies_are_invalid_naming_the_field_and_networks_do_not_change_in
         assert_eq!(at.as_deref(), Some("update_mask"));
     }
     h.stop().await
+}
+
+#[tokio::test]
+async fn headers_naming_a_space_secret_are_set_by_the_gateway_and_the_secret_never_enters_the_sandbox()
+-> anyhow::Result<()> {
+    let secret = format!("mentis-test-secret-{}", uuid::Uuid::new_v4().simple());
+    let guard = Harness::new_instance();
+    let internet = Internet::start(&guard.instance, &["api.test"], &format!("Bearer {secret}"))?;
+    let ip: std::net::Ipv4Addr = internet.ip.parse()?;
+    let ca_file = internet.ca_file();
+    let mut h = Harness::start_in(guard, |c| {
+        c.egress.hosts = [("api.test".to_owned(), vec![ip])].into();
+        c.egress.upstream_ca_files = vec![ca_file.clone()];
+    })
+    .await?;
+    let header_rule = api::EgressRule {
+        domain: "api.test".into(),
+        ports: vec![443, 80],
+        headers: vec![api::EgressHeader {
+            name: "Authorization".into(),
+            value: "Bearer {secret:API_TOKEN}".into(),
+        }],
+        ..Default::default()
+    };
+    let spec = api::SandboxSpec {
+        egress: api::Egress::Rules as i32,
+        egress_rules: vec![header_rule],
+        ..Default::default()
+    };
+    // A rule naming a secret the space does not have is refused, naming the rule's headers.
+    let (code, _, at) = refusal(
+        h.sandboxes
+            .create_sandbox(api::CreateSandboxRequest {
+                spec: Some(spec.clone()),
+            })
+            .await,
+    );
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    assert_eq!(at.as_deref(), Some("spec.egress_rules[0].headers"));
+    // Bad secrets are refused too.
+    for (name, value, field) in [
+        ("1BAD", "v", "name"),
+        ("OK", "a\nb", "value"),
+        ("OK", "", "value"),
+    ] {
+        let (code, _, at) = refusal(
+            h.spaces
+                .set_secret(api::SetSecretRequest {
+                    space_id: String::new(),
+                    name: name.into(),
+                    value: value.into(),
+                })
+                .await,
+        );
+        assert_eq!(
+            (code, at.as_deref()),
+            (tonic::Code::InvalidArgument, Some(field)),
+            "{name}"
+        );
+    }
+    h.spaces
+        .set_secret(api::SetSecretRequest {
+            space_id: String::new(),
+            name: "API_TOKEN".into(),
+            value: secret.clone(),
+        })
+        .await?;
+    let names = h
+        .spaces
+        .list_secrets(api::ListSecretsRequest::default())
+        .await?
+        .into_inner()
+        .names;
+    assert_eq!(names, ["API_TOKEN"]);
+    let sandbox = h.create(spec).await?;
+    let id = sandbox.sandbox_id;
+    // The gateway's CA, which the sandbox trusts for the names it ends TLS for.
+    let gateway_ca = std::fs::read_to_string(h.data_dir.path().join("egress-ca.pem"))?;
+    assert!(!gateway_ca.contains("PRIVATE"));
+    h.sh(
+        &id,
+        &format!("cat > /tmp/gw-ca.pem <<'EOF'\n{gateway_ca}\nEOF"),
+    )
+    .await?;
+    let (out, _) = python(
+        &mut h,
+        &id,
+        &format!(
+            "{FETCH}\nprint(fetch('https://api.test/v1/user', '/tmp/gw-ca.pem'))\nprint(fetch('http://api.test/plain'))\n\
+             print(fetch('https://api.test/v1/user'))"
+        ),
+    )
+    .await?;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "ok api.test /v1/user auth=match", "{out}");
+    assert_eq!(lines[1], "ok api.test /plain auth=match", "{out}");
+    // Without the gateway's CA the sandbox's TLS does not pass (it would not be talking to api.test).
+    assert!(lines[2].starts_with("error"), "{out}");
+
+    // The secret is nowhere in the sandbox: not in its files, not in any process's environment or
+    // memory. (The search carries the secret reversed, so the searching processes' own memory never
+    // holds it; each reads what it can as the sandbox user, and scans every process but itself.)
+    let reversed: String = secret.chars().rev().collect();
+    let (found, code) = python(
+        &mut h,
+        &id,
+        &format!(
+            r#"
+import os, re, subprocess, time
+needle = "{reversed}"[::-1].encode()
+# Positive controls: a file and a process's memory that hold a known string, which the search must find.
+control = "lortnoc-hcraes-lanif"[::-1]
+open("/tmp/control.txt", "w").write(control)
+holder = subprocess.Popen(["python3", "-c", "import time; s = 'lortnoc-hcraes-lanif'[::-1] * 3; time.sleep(60)"])
+time.sleep(1)
+found = set()
+hits = []
+for root, dirs, files in os.walk("/"):
+    if root == "/" :
+        dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
+    for f in files:
+        p = os.path.join(root, f)
+        try:
+            if os.path.isfile(p) and not os.path.islink(p):
+                data = open(p, "rb").read()
+                if needle in data:
+                    hits.append(p)
+                if control.encode() in data:
+                    found.add("file")
+        except OSError:
+            pass
+me = os.getpid()
+for pid in [p for p in os.listdir("/proc") if p.isdigit() and int(p) != me]:
+    for name in ("environ", "cmdline"):
+        try:
+            if needle in open("/proc/%s/%s" % (pid, name), "rb").read():
+                hits.append("/proc/%s/%s" % (pid, name))
+        except OSError:
+            pass
+    try:
+        maps = open("/proc/%s/maps" % pid).read().splitlines()
+        mem = open("/proc/%s/mem" % pid, "rb", 0)
+        for line in maps:
+            m = re.match(r"([0-9a-f]+)-([0-9a-f]+) r", line)
+            if not m:
+                continue
+            start, end = int(m.group(1), 16), int(m.group(2), 16)
+            try:
+                mem.seek(start)
+                data = mem.read(end - start)
+                if needle in data:
+                    hits.append("/proc/%s/mem" % pid)
+                if control.encode() in data and int(pid) == holder.pid:
+                    found.add("memory")
+            except (OSError, ValueError, OverflowError):
+                pass
+    except OSError:
+        pass
+holder.kill()
+print("hits", hits, "controls", sorted(found))
+"#
+        ),
+    )
+    .await?;
+    assert_eq!(code, 0, "{found}");
+    assert_eq!(found.trim(), "hits [] controls ['file', 'memory']");
+    // Nor does any call answer it.
+    let got = h.get(&id).await?;
+    assert!(!format!("{got:?}").contains(&secret));
+    assert_eq!(
+        got.egress_rules[0].headers[0].value,
+        "Bearer {secret:API_TOKEN}"
+    );
+
+    // Deleted, the secret is no longer sent: the request is refused and says why.
+    h.spaces
+        .delete_secret(api::DeleteSecretRequest {
+            space_id: String::new(),
+            name: "API_TOKEN".into(),
+        })
+        .await?;
+    let (out, _) = python(
+        &mut h,
+        &id,
+        &format!("{FETCH}\nprint(fetch('http://api.test/plain'))"),
+    )
+    .await?;
+    assert!(out.starts_with("error"), "{out}");
+    let denials = h
+        .sandboxes
+        .list_egress_denials(api::ListEgressDenialsRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?
+        .into_inner()
+        .denials;
+    assert!(
+        denials
+            .iter()
+            .any(|d| d.reason.contains("no secret API_TOKEN")),
+        "{denials:#?}"
+    );
+    h.stop().await?;
+    drop(internet);
+    Ok(())
 }

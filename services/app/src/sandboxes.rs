@@ -140,6 +140,7 @@ impl Manager {
             Arc::clone(&config),
             Arc::clone(&backend),
             Arc::clone(&registry),
+            Arc::clone(&store),
             tasks.clone(),
             shutdown.clone(),
         ));
@@ -415,7 +416,9 @@ impl Manager {
         id: SandboxId,
         egress: mentis_core::egress::Egress,
     ) -> Result<Sandbox> {
-        self.registry.handle(id)?.set_egress(egress)
+        let h = self.registry.handle(id)?;
+        egress::check_secrets(&self.store, &h.space_id(), &egress, "sandbox.egress_rules")?;
+        h.set_egress(egress)
     }
 
     /// The latest connections and DNS questions the egress gateway refused to a sandbox, oldest first.
@@ -684,6 +687,50 @@ impl Manager {
 
     pub fn get_space(&self, id: &SpaceId) -> Result<SpaceView> {
         self.spaces.get(id)
+    }
+
+    /// Sets a secret of a space (docs/EGRESS.md, "Secrets"); INVALID_ARGUMENT for a bad name or value,
+    /// NOT_FOUND for an unknown space.
+    pub fn set_secret(&self, space: &SpaceId, name: &str, value: &str) -> Result<()> {
+        mentis_core::egress::check_secret_name(name).map_err(|e| Error::invalid(e).at("name"))?;
+        if value.is_empty()
+            || value.len() > mentis_core::egress::MAX_HEADER_VALUE
+            || value.bytes().any(|b| b.is_ascii_control() && b != b'\t')
+        {
+            return Err(Error::invalid(format!(
+                "a secret's value is 1-{} bytes without control characters (it goes into HTTP headers)",
+                mentis_core::egress::MAX_HEADER_VALUE
+            ))
+            .at("value"));
+        }
+        self.spaces.get(space)?;
+        self.store.change_secrets(space, |s| {
+            s.insert(name.to_owned(), value.to_owned());
+        })?;
+        tracing::info!(space_id = %space, secret = name, "secret set");
+        Ok(())
+    }
+
+    /// The names of a space's secrets, in order.
+    pub fn secret_names(&self, space: &SpaceId) -> Result<Vec<String>> {
+        self.spaces.get(space)?;
+        Ok(self.store.secrets(space)?.into_keys().collect())
+    }
+
+    /// Removes a secret; NOT_FOUND when the space has no such secret.
+    pub fn delete_secret(&self, space: &SpaceId, name: &str) -> Result<()> {
+        self.spaces.get(space)?;
+        if !self
+            .store
+            .change_secrets(space, |s| s.remove(name).is_some())?
+        {
+            return Err(Error::new(
+                Reason::NotFound,
+                format!("space {space} has no secret {}", mentis_core::quoted(name)),
+            ));
+        }
+        tracing::info!(space_id = %space, secret = name, "secret deleted");
+        Ok(())
     }
 
     pub fn list_spaces(

@@ -32,6 +32,7 @@ pub mod links;
 pub mod previews;
 pub mod private;
 pub mod seal;
+pub mod secrets;
 pub mod snapshots;
 pub mod templates;
 
@@ -339,6 +340,8 @@ impl Store {
             .map_err(db_err("schema"))?;
         conn.execute_batch(images::SCHEMA)
             .map_err(db_err("schema"))?;
+        conn.execute_batch(secrets::SCHEMA)
+            .map_err(db_err("schema"))?;
         // CREATE TABLE IF NOT EXISTS leaves an older table as it was: add what later versions added
         // (2: egress; 3: nofile, read_only, the spaces' sandbox limits; 3 also added api_keys; 4 added
         // actions; 5: disk_mb, 0 for older sandboxes, whose workspaces have no disk limit; 6: the spaces'
@@ -491,6 +494,12 @@ impl Store {
         let conn = self.conn();
         conn.execute("DELETE FROM spaces WHERE id = ?1", params![id.as_str()])
             .map_err(db_err("delete a space"))?;
+        // Its secrets go with it: a space made again under the id starts with none.
+        conn.execute(
+            "DELETE FROM space_secrets WHERE space_id = ?1",
+            params![id.as_str()],
+        )
+        .map_err(db_err("delete a space's secrets"))?;
         conn.execute(
             "UPDATE images SET space_id = NULL WHERE space_id = ?1",
             params![id.as_str()],

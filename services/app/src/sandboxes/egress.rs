@@ -17,6 +17,26 @@ use tokio_util::task::TaskTracker;
 
 use super::registry::Registry;
 use crate::config::RuntimeConfig;
+use crate::store::Store;
+
+/// INVALID_ARGUMENT (at `field`, the rule's headers) when `egress` names a secret `space` does not have.
+pub fn check_secrets(store: &Store, space: &SpaceId, egress: &Egress, field: &str) -> Result<()> {
+    if egress.secrets().is_empty() {
+        return Ok(());
+    }
+    let have = store.secrets(space)?;
+    for (i, rule) in egress.rules().iter().enumerate() {
+        for header in &rule.headers {
+            if let Some(missing) = header.secrets().find(|n| !have.contains_key(*n)) {
+                return Err(Error::invalid(format!(
+                    "{field}[{i}].headers: space {space} has no secret {missing} (SpaceService/SetSecret)"
+                ))
+                .at(format!("{field}[{i}].headers")));
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Refusals kept per sandbox.
 pub const KEPT_DENIALS: usize = 256;
@@ -47,6 +67,7 @@ impl std::fmt::Debug for EgressGateway {
 /// What the gateway asks, answered from the registry.
 struct Lookup {
     registry: Arc<Registry>,
+    store: Arc<Store>,
     /// Addresses on the gateway network, as last seen; checked against the sandbox's executor on each use.
     sources: RwLock<HashMap<IpAddr, SandboxId>>,
     denials: Mutex<HashMap<SandboxId, VecDeque<DenialRecord>>>,
@@ -57,6 +78,7 @@ impl EgressGateway {
         config: Arc<RuntimeConfig>,
         backend: Arc<dyn SandboxBackend>,
         registry: Arc<Registry>,
+        store: Arc<Store>,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
@@ -65,6 +87,7 @@ impl EgressGateway {
             backend,
             lookup: Arc::new(Lookup {
                 registry,
+                store,
                 sources: RwLock::new(HashMap::new()),
                 denials: Mutex::new(HashMap::new()),
             }),
@@ -205,8 +228,14 @@ impl Policies for Lookup {
         self.policy_of(id?, source)
     }
 
-    fn secret(&self, _space: &SpaceId, _name: &str) -> Option<String> {
-        None
+    fn secret(&self, space: &SpaceId, name: &str) -> Option<String> {
+        match self.store.secrets(space) {
+            Ok(mut secrets) => secrets.remove(name),
+            Err(e) => {
+                tracing::warn!(space_id = %space, error = %e.chain(), "egress gateway: secrets not read");
+                None
+            }
+        }
     }
 
     fn denied(&self, sandbox: SandboxId, denial: Denial) {

@@ -136,6 +136,12 @@ impl Provisioner {
                 .unwrap_or(self.config.read_only_rootfs),
         )?;
         if spec.egress.mode() == EgressMode::Rules {
+            super::egress::check_secrets(
+                &self.store,
+                &spec.space_id,
+                &spec.egress,
+                "spec.egress_rules",
+            )?;
             // Its only way out: the gateway must run (FAILED_PRECONDITION where the backend has none).
             self.egress.ensure().await?;
         }

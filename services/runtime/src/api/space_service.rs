@@ -103,4 +103,43 @@ impl SpaceService for SpaceApi {
             .map_err(to_status)?;
         Ok(Response::new(api::DeleteSpaceResponse {}))
     }
+
+    async fn set_secret(
+        &self,
+        req: Request<api::SetSecretRequest>,
+    ) -> Result<Response<api::SetSecretResponse>, Status> {
+        let caller = caller(&req)?;
+        let r = req.into_inner();
+        let space = SpaceId::parse_or_default(&r.space_id).map_err(to_status)?;
+        caller.require_space(&space).map_err(to_status)?;
+        self.manager
+            .set_secret(&space, &r.name, &r.value)
+            .map_err(to_status)?;
+        Ok(Response::new(api::SetSecretResponse {}))
+    }
+
+    async fn list_secrets(
+        &self,
+        req: Request<api::ListSecretsRequest>,
+    ) -> Result<Response<api::ListSecretsResponse>, Status> {
+        let caller = caller(&req)?;
+        let space = SpaceId::parse_or_default(&req.into_inner().space_id).map_err(to_status)?;
+        caller.require_space(&space).map_err(to_status)?;
+        let names = self.manager.secret_names(&space).map_err(to_status)?;
+        Ok(Response::new(api::ListSecretsResponse { names }))
+    }
+
+    async fn delete_secret(
+        &self,
+        req: Request<api::DeleteSecretRequest>,
+    ) -> Result<Response<api::DeleteSecretResponse>, Status> {
+        let caller = caller(&req)?;
+        let r = req.into_inner();
+        let space = SpaceId::parse_or_default(&r.space_id).map_err(to_status)?;
+        caller.require_space(&space).map_err(to_status)?;
+        self.manager
+            .delete_secret(&space, &r.name)
+            .map_err(to_status)?;
+        Ok(Response::new(api::DeleteSecretResponse {}))
+    }
 }
