@@ -21,6 +21,7 @@ table:
   e2e                          tests/e2e/ (crate root main.rs)
   rc, runtime component        services/runtime/tests/component/ (main.rs)
   exec, executor component     executor/tests/component/ (crate root executor/tests/component.rs)
+  gw, gateway component        services/gateway/tests/gateway.rs
   component (alone)            either of the two component tiers
   unit, Unit, executor unit    `#[cfg(test)]` modules beside the code: any workspace crate's source folder,
                                the path optionally led by the crate's short name (`core::image`)
@@ -48,6 +49,7 @@ TIERS = {
     "e2e": [("tests/e2e", "main.rs")],
     "rc": [("services/runtime/tests/component", "main.rs")],
     "exec": [("executor/tests/component", "../component.rs")],
+    "gw": [("services/gateway/tests", "gateway.rs")],
 }
 TIERS["component"] = TIERS["rc"] + TIERS["exec"]
 
@@ -62,7 +64,7 @@ EXAMPLES = {
 }
 RUST_PATH = re.compile(r"^[a-z_][a-z0-9_]*(::([a-z_][a-z0-9_]*|\*))*$")
 HAS_LETTER = re.compile(r"[a-z]")
-TIER_WORDS = {"e2e", "rc", "exec", "unit", "Unit", "component"}
+TIER_WORDS = {"e2e", "rc", "exec", "gw", "unit", "Unit", "component"}
 
 
 def tracked() -> list:
