@@ -14,6 +14,10 @@ pub const LISTEN_ENV: &str = "MENTIS_EXECUTOR_LISTEN";
 pub const TOKEN_ENV: &str = "MENTIS_EXECUTOR_TOKEN";
 /// Root of the sandbox's workspace volume.
 pub const WORKSPACE_ENV: &str = "MENTIS_WORKSPACE";
+/// The egress gateway's CA (PEM) for a sandbox with EGRESS_RULES: `launch` adds it to the trust store.
+pub const EGRESS_CA_ENV: &str = "MENTIS_EGRESS_CA";
+/// Where `launch` writes that CA (`ca.pem`) and the image's trust store with it (`bundle.pem`).
+pub const EGRESS_CA_DIR: &str = "/tmp/.mentis-ca";
 /// Upper bound on actions running at the same time.
 pub const MAX_ACTIONS_ENV: &str = "MENTIS_EXECUTOR_MAX_ACTIONS";
 /// The python that runs the Jupyter kernel (`python -m ipykernel_launcher`).

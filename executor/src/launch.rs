@@ -23,7 +23,7 @@ use std::process::Command;
 
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 
-use crate::config::{DEFAULT_WORKSPACE, TOKEN_ENV, WORKSPACE_ENV};
+use crate::config::{DEFAULT_WORKSPACE, EGRESS_CA_DIR, EGRESS_CA_ENV, TOKEN_ENV, WORKSPACE_ENV};
 use crate::identity::{SANDBOX_USER_ENV, parse_user};
 
 /// The descriptor number holding the token, set by `launch` for the executor.
@@ -103,6 +103,11 @@ fn prepare(lookup: impl Fn(&str) -> Option<String>) -> Result<(), String> {
             ));
         }
     }
+    if let Some(ca) = lookup(EGRESS_CA_ENV)
+        && nix::unistd::geteuid().is_root()
+    {
+        trust_egress_ca(&ca, std::path::Path::new(EGRESS_CA_DIR), &SYSTEM_BUNDLES);
+    }
     let Some(user) = lookup(SANDBOX_USER_ENV) else {
         return Ok(());
     };
@@ -132,6 +137,69 @@ fn prepare(lookup: impl Fn(&str) -> Option<String>) -> Result<(), String> {
         Err(e) => return Err(format!("the workspace {workspace} is not there: {e}")),
     }
     drop_chown()
+}
+
+/// Where images keep their trust store (Debian and Ubuntu, Alpine; Fedora and RHEL; others).
+pub const SYSTEM_BUNDLES: [&str; 3] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+/// Makes the egress gateway's CA trusted (docs/EGRESS.md, "The gateway's CA"): `dir/ca.pem` is the CA,
+/// `dir/bundle.pem` the image's first trust store with the CA after it (the sandbox's env points OpenSSL,
+/// Python, pip, curl, git and Node at them), both root's and read-only to others; where the image's trust
+/// store is writable (a writable root), the CA is added to it too. What fails is said and skipped: a sandbox
+/// whose tools do not trust the CA still runs, and only its intercepted names fail TLS.
+fn trust_egress_ca(ca: &str, dir: &std::path::Path, bundles: &[&str]) {
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    let ca = if ca.ends_with('\n') {
+        ca.to_owned()
+    } else {
+        format!("{ca}\n")
+    };
+    let system = bundles
+        .iter()
+        .find_map(|b| Some((*b, std::fs::read(b).ok()?)));
+    let write = |name: &str, bytes: &[u8]| -> std::io::Result<()> {
+        let path = dir.join(name);
+        let _ = std::fs::remove_file(&path);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&path)?
+            .write_all(bytes)
+    };
+    let made = std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(dir)
+        .or_else(|e| if dir.is_dir() { Ok(()) } else { Err(e) })
+        .and_then(|()| write("ca.pem", ca.as_bytes()))
+        .and_then(|()| {
+            let mut bundle = system.as_ref().map(|(_, b)| b.clone()).unwrap_or_default();
+            if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+                bundle.push(b'\n');
+            }
+            bundle.extend_from_slice(ca.as_bytes());
+            write("bundle.pem", &bundle)
+        });
+    if let Err(e) = made {
+        eprintln!(
+            "mentis-executor launch: warning: cannot write the egress gateway's CA into {}: {e}",
+            dir.display()
+        );
+    }
+    if let Some((path, bytes)) = &system
+        && !bytes
+            .windows(ca.trim_end().len())
+            .any(|w| w == ca.trim_end().as_bytes())
+    {
+        // A read-only root refuses this (EROFS): the bundle above serves then.
+        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(path) {
+            let _ = f.write_all(format!("\n{ca}").as_bytes());
+        }
+    }
 }
 
 /// Removes CAP_CHOWN from the effective, permitted and inheritable sets (lowering needs no privilege).
@@ -200,6 +268,38 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn the_egress_ca_joins_a_copy_of_the_trust_store_and_a_writable_one_itself() {
+        let root = tempfile::tempdir().unwrap();
+        let system = root.path().join("ca-certificates.crt");
+        std::fs::write(
+            &system,
+            "-----BEGIN CERTIFICATE-----\nSYSTEM\n-----END CERTIFICATE-----",
+        )
+        .unwrap();
+        let ca = "-----BEGIN CERTIFICATE-----\nGATEWAY\n-----END CERTIFICATE-----\n";
+        let dir = root.path().join(".mentis-ca");
+        let missing = root.path().join("missing.crt");
+        let bundles = [missing.to_str().unwrap(), system.to_str().unwrap()];
+        trust_egress_ca(ca, &dir, &bundles);
+        assert_eq!(std::fs::read_to_string(dir.join("ca.pem")).unwrap(), ca);
+        let bundle = std::fs::read_to_string(dir.join("bundle.pem")).unwrap();
+        assert!(bundle.starts_with("-----BEGIN CERTIFICATE-----\nSYSTEM\n"));
+        assert!(bundle.ends_with(ca));
+        let appended = std::fs::read_to_string(&system).unwrap();
+        assert!(appended.ends_with(ca));
+        // Again (a container started again): the files are made anew, the store not grown.
+        trust_egress_ca(ca, &dir, &bundles);
+        assert_eq!(std::fs::read_to_string(&system).unwrap(), appended);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("bundle.pem"))
+                .unwrap()
+                .matches("GATEWAY")
+                .count(),
+            2
+        );
+    }
 
     #[test]
     fn installers_running_at_once_each_leave_whole_files() {

@@ -553,28 +553,28 @@ async fn headers_naming_a_space_secret_are_set_by_the_gateway_and_the_secret_nev
     assert_eq!(names, ["API_TOKEN"]);
     let sandbox = h.create(spec).await?;
     let id = sandbox.sandbox_id;
-    // The gateway's CA, which the sandbox trusts for the names it ends TLS for.
+    // The gateway's CA is in the sandbox's trust store (the launcher put it there, and the env points the
+    // usual tools at it): urllib's default context trusts the gateway for the names it ends TLS for.
     let gateway_ca = std::fs::read_to_string(h.data_dir.path().join("egress-ca.pem"))?;
     assert!(!gateway_ca.contains("PRIVATE"));
-    h.sh(
-        &id,
-        &format!("cat > /tmp/gw-ca.pem <<'EOF'\n{gateway_ca}\nEOF"),
-    )
-    .await?;
     let (out, _) = python(
         &mut h,
         &id,
         &format!(
-            "{FETCH}\nprint(fetch('https://api.test/v1/user', '/tmp/gw-ca.pem'))\nprint(fetch('http://api.test/plain'))\n\
-             print(fetch('https://api.test/v1/user'))"
+            "{FETCH}\nprint(fetch('https://api.test/v1/user'))\nprint(fetch('http://api.test/plain'))\n\
+             print(fetch('https://api.test/v1/user', '/tmp/.mentis-ca/ca.pem'))\n\
+             import os\nprint(open(os.environ['SSL_CERT_FILE']).read().count('BEGIN CERTIFICATE') > 1)"
         ),
     )
     .await?;
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "ok api.test /v1/user auth=match", "{out}");
     assert_eq!(lines[1], "ok api.test /plain auth=match", "{out}");
-    // Without the gateway's CA the sandbox's TLS does not pass (it would not be talking to api.test).
-    assert!(lines[2].starts_with("error"), "{out}");
+    assert_eq!(lines[2], "ok api.test /v1/user auth=match", "{out}");
+    // The bundle is the image's trust store with the CA after it, not the CA alone.
+    assert_eq!(lines[3], "True", "{out}");
+    let ca_in_sandbox = stdout(&h.sh(&id, "cat /tmp/.mentis-ca/ca.pem").await?);
+    assert_eq!(ca_in_sandbox.trim(), gateway_ca.trim());
 
     // The secret is nowhere in the sandbox: not in its files, not in any process's environment or
     // memory. (The search carries the secret reversed, so the searching processes' own memory never
@@ -682,4 +682,63 @@ print("hits", hits, "controls", sorted(found))
     h.stop().await?;
     drop(internet);
     Ok(())
+}
+
+#[tokio::test]
+async fn a_template_gives_its_egress_to_sandboxes_whose_spec_names_none() -> anyhow::Result<()> {
+    use mentis_proto::api::template_service_client::TemplateServiceClient;
+    let mut h = Harness::start().await?;
+    let mut templates = TemplateServiceClient::new(h.channel.clone());
+    let rules = vec![
+        rule("*.pkg.test", "", &[443]),
+        rule("", "10.9.0.0/16", &[5432]),
+    ];
+    let made = templates
+        .create_template(api::CreateTemplateRequest {
+            template: Some(api::Template {
+                name: "reach-pkgs".into(),
+                egress: api::Egress::Rules as i32,
+                egress_rules: rules.clone(),
+                ..Default::default()
+            }),
+        })
+        .await?
+        .into_inner()
+        .template
+        .unwrap();
+    assert_eq!(made.egress, api::Egress::Rules as i32);
+    assert_eq!(made.egress_rules, rules);
+    let from_template = h
+        .create(api::SandboxSpec {
+            template: "reach-pkgs".into(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(from_template.egress, api::Egress::Rules as i32);
+    assert_eq!(from_template.egress_rules, rules);
+    // A spec's own egress wins.
+    let own = h
+        .create(api::SandboxSpec {
+            template: "reach-pkgs".into(),
+            egress: api::Egress::Deny as i32,
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(own.egress, api::Egress::Deny as i32);
+    assert!(own.egress_rules.is_empty());
+    // A bad rule in a template is refused naming it.
+    let (code, _, at) = refusal(
+        templates
+            .create_template(api::CreateTemplateRequest {
+                template: Some(api::Template {
+                    name: "bad".into(),
+                    egress_rules: vec![rule("", "300.0.0.0/8", &[])],
+                    ..Default::default()
+                }),
+            })
+            .await,
+    );
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    assert_eq!(at.as_deref(), Some("template.egress_rules[0].cidr"));
+    h.stop().await
 }

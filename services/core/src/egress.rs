@@ -86,6 +86,29 @@ impl Egress {
         })
     }
 
+    /// Its rules as a client would write them (to fill a request from a template).
+    pub fn to_requests(&self) -> Vec<RuleRequest> {
+        self.rules()
+            .iter()
+            .map(|r| {
+                let (domain, cidr) = match &r.target {
+                    Target::Domain(d) => (d.to_string(), String::new()),
+                    Target::Cidr(c) => (String::new(), c.to_string()),
+                };
+                RuleRequest {
+                    domain,
+                    cidr,
+                    ports: r.ports.iter().map(|p| u32::from(*p)).collect(),
+                    headers: r
+                        .headers
+                        .iter()
+                        .map(|h| (h.name.clone(), h.value.clone()))
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
     /// The secrets its headers name, each once, in order.
     pub fn secrets(&self) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();

@@ -26,6 +26,34 @@ pub const LABEL_POOL: &str = "io.mentis.pool";
 /// On a sandbox's pod: whether it may reach out (`true`, `false`), which network policies select on.
 pub const LABEL_EGRESS: &str = "io.mentis.egress";
 
+/// The egress gateway's CA (PEM), given to a sandbox with EGRESS_RULES: its launcher adds it to the trust
+/// store (the executor's `launch`).
+pub const EGRESS_CA_ENV: &str = "MENTIS_EGRESS_CA";
+/// Where the launcher writes the CA (`ca.pem`) and the image's trust store with it (`bundle.pem`).
+pub const EGRESS_CA_DIR: &str = "/tmp/.mentis-ca";
+
+/// The env of a sandbox with EGRESS_RULES: the gateway's CA for the launcher, and the variables that point
+/// OpenSSL, Python (ssl, requests, httplib2), pip, curl, git, the AWS SDKs, gRPC and Node at the trust store
+/// with it.
+pub fn egress_ca_env(ca_pem: &str) -> Vec<String> {
+    let bundle = format!("{EGRESS_CA_DIR}/bundle.pem");
+    let mut env = vec![format!("{EGRESS_CA_ENV}={ca_pem}")];
+    for var in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+        "GIT_SSL_CAINFO",
+        "AWS_CA_BUNDLE",
+        "HTTPLIB2_CA_CERTS",
+        "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+    ] {
+        env.push(format!("{var}={bundle}"));
+    }
+    env.push(format!("NODE_EXTRA_CA_CERTS={EGRESS_CA_DIR}/ca.pem"));
+    env
+}
+
 /// The entrypoint of every sandbox: the launcher readies the sandbox and execs tini (PID 1), which starts
 /// the executor.
 pub fn entrypoint() -> Vec<String> {

@@ -47,6 +47,8 @@ pub struct Template {
     /// Runtime class of its sandboxes (one the runtime offers); empty: the space's, else the runtime's
     /// default.
     pub runtime_class: String,
+    /// Egress of its sandboxes whose spec leaves it unspecified; `None`: the runtime's default.
+    pub egress: Option<crate::egress::Egress>,
     pub created_at: SystemTime,
     pub updated_at: SystemTime,
 }
@@ -62,6 +64,8 @@ pub struct TemplateUpdate {
     pub setup: Option<Vec<String>>,
     pub pool_size: Option<u32>,
     pub runtime_class: Option<String>,
+    /// `Some(None)`: back to the runtime's default.
+    pub egress: Option<Option<crate::egress::Egress>>,
 }
 
 /// Checks a template name; INVALID_ARGUMENT at `field` when malformed.
@@ -170,6 +174,13 @@ impl Template {
         let mut env = self.env.clone();
         env.extend(std::mem::take(&mut req.env));
         req.env = env;
+        if req.egress.is_none()
+            && req.egress_rules.is_empty()
+            && let Some(egress) = &self.egress
+        {
+            req.egress = Some(egress.mode());
+            req.egress_rules = egress.to_requests();
+        }
     }
 
     /// The template with `update`'s fields set.
@@ -197,6 +208,9 @@ impl Template {
         }
         if let Some(v) = update.runtime_class {
             self.runtime_class = v;
+        }
+        if let Some(v) = update.egress {
+            self.egress = v;
         }
         self.updated_at = now;
         self
@@ -229,6 +243,7 @@ mod tests {
             setup: vec!["mkdir -p app".to_owned()],
             pool_size: 0,
             runtime_class: String::new(),
+            egress: None,
             created_at: SystemTime::UNIX_EPOCH,
             updated_at: SystemTime::UNIX_EPOCH,
         }

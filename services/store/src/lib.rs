@@ -365,6 +365,8 @@ impl Store {
             ("sandboxes", "runtime_class", "TEXT NOT NULL DEFAULT ''"),
             ("templates", "runtime_class", "TEXT NOT NULL DEFAULT ''"),
             ("sandboxes", "egress_rules", "TEXT NOT NULL DEFAULT '[]'"),
+            ("templates", "egress", "INTEGER NOT NULL DEFAULT -1"),
+            ("templates", "egress_rules", "TEXT NOT NULL DEFAULT '[]'"),
             (
                 "api_keys",
                 "space_generations",

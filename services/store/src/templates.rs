@@ -20,12 +20,14 @@ CREATE TABLE IF NOT EXISTS templates (
     created_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
     runtime_class TEXT NOT NULL DEFAULT '',
+    egress INTEGER NOT NULL DEFAULT -1,
+    egress_rules TEXT NOT NULL DEFAULT '[]',
     PRIMARY KEY (space_id, name)
 );
 ";
 
 const COLUMNS: &str = "space_id, name, description, image, limits, env, work_dir, setup, pool_size, \
-    created_ms, updated_ms, runtime_class";
+    created_ms, updated_ms, runtime_class, egress, egress_rules";
 
 /// What a template's env is sealed for.
 fn owner(space: &SpaceId, name: &str) -> String {
@@ -56,7 +58,7 @@ impl Store {
             .conn()
             .execute(
                 &format!(
-                    "INSERT OR IGNORE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                    "INSERT OR IGNORE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
                 ),
                 self.template_row(t),
             )
@@ -76,7 +78,7 @@ impl Store {
         self.conn()
             .execute(
                 &format!(
-                    "INSERT OR REPLACE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                    "INSERT OR REPLACE INTO templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
                 ),
                 self.template_row(t),
             )
@@ -99,6 +101,10 @@ impl Store {
             ms(t.created_at),
             ms(t.updated_at),
             t.runtime_class.clone(),
+            t.egress.as_ref().map_or(-1, crate::egress::mode_to_sql),
+            t.egress
+                .as_ref()
+                .map_or_else(|| "[]".to_owned(), crate::egress::rules_to_sql),
         )
     }
 
@@ -204,6 +210,8 @@ impl Store {
             created_at: time(r.9),
             updated_at: time(r.10),
             runtime_class: r.11,
+            // -1: none (the runtime's default).
+            egress: (r.12 >= 0).then(|| crate::egress::from_sql(r.12, &r.13)),
         })
     }
 }
@@ -219,6 +227,8 @@ type Row = (
     String,
     u32,
     i64,
+    i64,
+    String,
     i64,
     String,
 );
@@ -237,6 +247,8 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         r.get(9)?,
         r.get(10)?,
         r.get(11)?,
+        r.get(12)?,
+        r.get(13)?,
     ))
 }
 
@@ -263,6 +275,7 @@ mod tests {
             setup: vec!["echo one".to_owned(), "echo two".to_owned()],
             pool_size: if name == "b" { 2 } else { 0 },
             runtime_class: if name == "b" { "runsc" } else { "" }.to_owned(),
+            egress: (name == "b").then_some(mentis_core::egress::Egress::Allow),
             created_at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(5),
             updated_at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(6),
         }

@@ -53,7 +53,8 @@ pub struct EgressGateway {
     config: Arc<RuntimeConfig>,
     backend: Arc<dyn SandboxBackend>,
     lookup: Arc<Lookup>,
-    started: tokio::sync::OnceCell<()>,
+    /// Started: the CA's certificate (PEM).
+    started: tokio::sync::OnceCell<String>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
 }
@@ -104,7 +105,16 @@ impl EgressGateway {
         Ok(())
     }
 
-    async fn start(&self) -> Result<()> {
+    /// The env a sandbox behind the started gateway gets: its CA for the trust store (empty before it
+    /// started).
+    pub fn sandbox_env(&self) -> Vec<String> {
+        self.started
+            .get()
+            .map(|ca| mentis_core::layout::egress_ca_env(ca))
+            .unwrap_or_default()
+    }
+
+    async fn start(&self) -> Result<String> {
         let Some(network) = self.backend.gateway_network().await? else {
             return Err(Error::new(
                 Reason::FailedPrecondition,
@@ -133,10 +143,11 @@ impl EgressGateway {
                 .collect::<Vec<_>>(),
         )
         .map_err(|e| unavailable("read its upstream CA files", e))?;
-        config.intercept = Some(Arc::new(
+        let interceptor =
             mentis_gateway::intercept::Interceptor::load_or_create(&self.config.data_dir, roots)
-                .map_err(|e| unavailable("load or make its CA", e))?,
-        ));
+                .map_err(|e| unavailable("load or make its CA", e))?;
+        let ca_pem = interceptor.ca_pem().to_owned();
+        config.intercept = Some(Arc::new(interceptor));
         let gateway = Gateway::bind(config, self.lookup.clone(), Arc::new(Redirected))
             .await
             .map_err(|e| unavailable("listen", e))?;
@@ -149,7 +160,7 @@ impl EgressGateway {
             .await?;
         tracing::info!(%tcp, %dns, "egress gateway started");
         self.tasks.spawn(gateway.run(self.shutdown.clone()));
-        Ok(())
+        Ok(ca_pem)
     }
 
     /// Undoes the backend's routing, when the gateway ran (the runtime stops).

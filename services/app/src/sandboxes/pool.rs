@@ -557,6 +557,13 @@ pub(super) fn template_pool(
     if t.pool_size == 0 {
         return Ok(None);
     }
+    if spec.egress != mentis_core::egress::Egress::Deny {
+        // Members have only the executor network (a network is attached when a container is made): a
+        // template whose sandboxes reach out has them all made for their request.
+        tracing::warn!(space_id = %t.space_id, template = %t.name,
+            "a template with egress keeps no pool: its sandboxes are made when asked for");
+        return Ok(None);
+    }
     let image = spec
         .image
         .clone()

@@ -290,7 +290,11 @@ impl Provisioner {
                 created
             }
             (Ok(Admission::Admitted), None) => {
-                let backend_spec = handle.backend_spec(&self.config);
+                let mut backend_spec = handle.backend_spec(&self.config);
+                if backend_spec.gateway {
+                    // The gateway's CA, for the sandbox's trust store (ensured above).
+                    backend_spec.executor_env.extend(self.egress.sandbox_env());
+                }
                 let this = Arc::clone(self);
                 let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
                 let created = self

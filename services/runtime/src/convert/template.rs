@@ -33,6 +33,7 @@ pub fn template_from_proto(t: Option<api::Template>) -> Result<Template, Error> 
         setup: t.setup_commands,
         pool_size: t.pool_size,
         runtime_class: t.runtime_class,
+        egress: template_egress(t.egress, t.egress_rules)?,
         created_at: now,
         updated_at: now,
     };
@@ -46,7 +47,7 @@ pub fn template_update_from_proto(
     t: Option<api::Template>,
     mask: Option<prost_types::FieldMask>,
 ) -> Result<(SpaceId, String, TemplateUpdate), Error> {
-    const PATHS: [&str; 8] = [
+    const PATHS: [&str; 9] = [
         "description",
         "image",
         "limits",
@@ -55,6 +56,7 @@ pub fn template_update_from_proto(
         "setup_commands",
         "pool_size",
         "runtime_class",
+        "egress",
     ];
     let t = t.ok_or_else(|| Error::invalid("template is required").at("template"))?;
     let space = SpaceId::parse_or_default(&t.space_id).map_err(|e| e.within("template"))?;
@@ -81,8 +83,31 @@ pub fn template_update_from_proto(
             setup: wants("setup_commands").then_some(t.setup_commands),
             pool_size: wants("pool_size").then_some(t.pool_size),
             runtime_class: wants("runtime_class").then_some(t.runtime_class),
+            egress: if wants("egress") {
+                Some(template_egress(t.egress, t.egress_rules)?)
+            } else {
+                None
+            },
         },
     ))
+}
+
+/// A template's egress: `None` when it names neither a mode nor rules (the runtime's default).
+fn template_egress(
+    mode: i32,
+    rules: Vec<api::EgressRule>,
+) -> Result<Option<mentis_core::egress::Egress>, Error> {
+    let mode = super::egress_mode_from_proto(mode).map_err(|e| e.within("template"))?;
+    if mode.is_none() && rules.is_empty() {
+        return Ok(None);
+    }
+    mentis_core::egress::validate(
+        mode,
+        rules.into_iter().map(super::rule_from_proto).collect(),
+        &mentis_core::egress::Egress::Deny,
+        "template.egress",
+    )
+    .map(Some)
 }
 
 /// The public proto of a template.
@@ -104,6 +129,16 @@ pub fn template_to_proto(t: &Template) -> api::Template {
         setup_commands: t.setup.clone(),
         pool_size: t.pool_size,
         runtime_class: t.runtime_class.clone(),
+        egress: t
+            .egress
+            .as_ref()
+            .map_or(api::Egress::Unspecified, |e| super::egress_to_proto(e).0)
+            as i32,
+        egress_rules: t
+            .egress
+            .as_ref()
+            .map(|e| super::egress_to_proto(e).1)
+            .unwrap_or_default(),
         create_time: Some(timestamp(t.created_at)),
         update_time: Some(timestamp(t.updated_at)),
     }
