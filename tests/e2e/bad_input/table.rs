@@ -129,6 +129,7 @@ fn not_utf8(rpc: &str) -> Option<Vec<u8>> {
     Some(match rpc.rsplit('/').next().unwrap_or_default() {
         "ListPools" | "ListApiKeys" => return None,
         "CreateSandbox" => nested(1, 2), // spec.image
+        "UpdateSandbox" => nested(1, 1), // sandbox.sandbox_id
         "GetSandboxByKey" | "CancelAction" | "InspectVariables" => s(2), // external_key, action_id, names
         "CreateSpace" | "UpdateSpace" => nested(1, 1),                   // space.space_id
         "ListSpaces" => s(2),                                            // page_token
@@ -304,6 +305,16 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("SandboxService/RevokePreviewUrls", "an unknown sandbox", one(api::RevokePreviewUrlsRequest { sandbox_id: unknown.clone(), port: 0 }), NotFound, "SANDBOX_NOT_FOUND"),
         case("SandboxService/RevokePreviewUrls", "port 70000", one(api::RevokePreviewUrlsRequest { sandbox_id: sb.clone(), port: 70_000 }), InvalidArgument, "INVALID_ARGUMENT"),
         case("SandboxService/RevokePreviewUrls", "nothing wrong", one(api::RevokePreviewUrlsRequest { sandbox_id: sb.clone(), port: 8000 }), Ok, ""),
+        case("SandboxService/UpdateSandbox", "an empty mask", one(api::UpdateSandboxRequest { sandbox: Some(api::Sandbox { sandbox_id: sb.clone(), ..Default::default() }), update_mask: None }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/UpdateSandbox", "a field that cannot change", one(api::UpdateSandboxRequest { sandbox: Some(api::Sandbox { sandbox_id: sb.clone(), ..Default::default() }), update_mask: Some(prost_types::FieldMask { paths: vec!["image".into()] }) }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/UpdateSandbox", "an empty sandbox id", one(api::UpdateSandboxRequest { sandbox: None, update_mask: Some(prost_types::FieldMask { paths: vec!["egress_rules".into()] }) }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/UpdateSandbox", "an unknown sandbox", one(api::UpdateSandboxRequest { sandbox: Some(api::Sandbox { sandbox_id: unknown.clone(), ..Default::default() }), update_mask: Some(prost_types::FieldMask { paths: vec!["egress_rules".into()] }) }), NotFound, "SANDBOX_NOT_FOUND"),
+        case("SandboxService/UpdateSandbox", "an unknown egress number", one(api::UpdateSandboxRequest { sandbox: Some(api::Sandbox { sandbox_id: sb.clone(), egress: 99, ..Default::default() }), update_mask: Some(prost_types::FieldMask { paths: vec!["egress".into()] }) }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/UpdateSandbox", "a bad rule", one(api::UpdateSandboxRequest { sandbox: Some(api::Sandbox { sandbox_id: sb.clone(), egress: api::Egress::Rules as i32, egress_rules: vec![api::EgressRule { domain: "*".into(), ..Default::default() }], ..Default::default() }), update_mask: Some(prost_types::FieldMask { paths: vec!["egress".into(), "egress_rules".into()] }) }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/UpdateSandbox", "rules for a sandbox made without them", one(api::UpdateSandboxRequest { sandbox: Some(api::Sandbox { sandbox_id: sb.clone(), egress: api::Egress::Rules as i32, egress_rules: vec![api::EgressRule { domain: "a.test".into(), ..Default::default() }], ..Default::default() }), update_mask: Some(prost_types::FieldMask { paths: vec!["egress".into(), "egress_rules".into()] }) }), FailedPrecondition, ""),
+        case("SandboxService/ListEgressDenials", "an empty sandbox id", one(api::ListEgressDenialsRequest { sandbox_id: String::new() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SandboxService/ListEgressDenials", "an unknown sandbox", one(api::ListEgressDenialsRequest { sandbox_id: unknown.clone() }), NotFound, "SANDBOX_NOT_FOUND"),
+        case("SandboxService/ListEgressDenials", "nothing wrong", one(api::ListEgressDenialsRequest { sandbox_id: sb.clone() }), Ok, ""),
         // SpaceService
         case("SpaceService/CreateSpace", "no space", one(api::CreateSpaceRequest { space: None }), InvalidArgument, "INVALID_ARGUMENT"),
         case("SpaceService/CreateSpace", "a huge id", space(api::Space { space_id: huge.clone(), ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
@@ -317,6 +328,15 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("SpaceService/UpdateSpace", "root_filesystem 99", one(api::UpdateSpaceRequest { space: Some(limits(99)), update_mask: None, }), InvalidArgument, "INVALID_ARGUMENT"),
         case("SpaceService/DeleteSpace", "the default space", one(api::DeleteSpaceRequest { space_id: "default".into(), force: false, }), FailedPrecondition, "DEFAULT_SPACE"),
         case("SpaceService/DeleteSpace", "an empty id", one(api::DeleteSpaceRequest { space_id: String::new(), force: false, }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/SetSecret", "a bad name", one(api::SetSecretRequest { space_id: String::new(), name: "1-bad".into(), value: "v".into() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/SetSecret", "a huge value", one(api::SetSecretRequest { space_id: String::new(), name: "TOKEN".into(), value: huge.clone() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/SetSecret", "a value with a newline", one(api::SetSecretRequest { space_id: String::new(), name: "TOKEN".into(), value: "a\r\nX-Injected: 1".into() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/SetSecret", "an unknown space", one(api::SetSecretRequest { space_id: "nowhere".into(), name: "TOKEN".into(), value: "v".into() }), NotFound, "SPACE_NOT_FOUND"),
+        case("SpaceService/SetSecret", "a malformed space id", one(api::SetSecretRequest { space_id: "Not A Space".into(), name: "TOKEN".into(), value: "v".into() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("SpaceService/ListSecrets", "an unknown space", one(api::ListSecretsRequest { space_id: "nowhere".into() }), NotFound, "SPACE_NOT_FOUND"),
+        case("SpaceService/ListSecrets", "nothing wrong", one(api::ListSecretsRequest { space_id: String::new() }), Ok, ""),
+        case("SpaceService/DeleteSecret", "a secret that does not exist", one(api::DeleteSecretRequest { space_id: String::new(), name: "NONE".into() }), NotFound, ""),
+        case("SpaceService/DeleteSecret", "an unknown space", one(api::DeleteSecretRequest { space_id: "nowhere".into(), name: "TOKEN".into() }), NotFound, "SPACE_NOT_FOUND"),
         // ActionService
         case("ActionService/Execute", "no action", exec(&sb, None), InvalidArgument, "INVALID_ACTION"),
         case("ActionService/Execute", "an empty sandbox id", exec("", Some(shell_action(cmd("true")))), InvalidArgument, "INVALID_ARGUMENT"),
