@@ -2,7 +2,7 @@
 //! in `egress_rules`, read back through the same validation as a request's (a row that no longer passes is
 //! read as deny: closed, never open).
 
-use mentis_core::egress::{self, Egress, EgressMode, RuleRequest, Target};
+use mentis_core::egress::{self, Egress, EgressMode, RuleRequest};
 use serde_json::{Value, json};
 
 pub fn mode_to_sql(e: &Egress) -> i64 {
@@ -15,20 +15,11 @@ pub fn mode_to_sql(e: &Egress) -> i64 {
 
 pub fn rules_to_sql(e: &Egress) -> String {
     let rules: Vec<Value> = e
-        .rules()
-        .iter()
-        .map(|r| {
-            let (domain, cidr) = match &r.target {
-                Target::Domain(d) => (d.to_string(), String::new()),
-                Target::Cidr(c) => (String::new(), c.to_string()),
-            };
-            json!({
-                "domain": domain,
-                "cidr": cidr,
-                "ports": r.ports,
-                "headers": r.headers.iter().map(|h| [&h.name, &h.value]).collect::<Vec<_>>(),
-            })
-        })
+        .to_requests()
+        .into_iter()
+        .map(
+            |r| json!({"domain": r.domain, "cidr": r.cidr, "ports": r.ports, "headers": r.headers}),
+        )
         .collect();
     Value::Array(rules).to_string()
 }

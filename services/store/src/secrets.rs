@@ -21,18 +21,21 @@ fn owner(space: &SpaceId) -> String {
     format!("secrets:{space}")
 }
 
+/// A space's sealed row, when it has one.
+fn sealed(conn: &rusqlite::Connection, space: &SpaceId) -> Result<Option<String>> {
+    conn.query_row(
+        "SELECT secrets FROM space_secrets WHERE space_id = ?1",
+        params![space.as_str()],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(db_err("read a space's secrets"))
+}
+
 impl Store {
     /// Every secret of a space, by name (empty when it has none, or its row does not open).
     pub fn secrets(&self, space: &SpaceId) -> Result<BTreeMap<String, String>> {
-        let sealed: Option<String> = self
-            .conn()
-            .query_row(
-                "SELECT secrets FROM space_secrets WHERE space_id = ?1",
-                params![space.as_str()],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db_err("read a space's secrets"))?;
+        let sealed = sealed(&self.conn(), space)?;
         Ok(sealed
             .and_then(|s| {
                 let opened = self.sealer().open_env_of(&owner(space), &s);
@@ -54,15 +57,7 @@ impl Store {
         let tx = conn
             .transaction()
             .map_err(db_err("change a space's secrets"))?;
-        let sealed: Option<String> = tx
-            .query_row(
-                "SELECT secrets FROM space_secrets WHERE space_id = ?1",
-                params![space.as_str()],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db_err("read a space's secrets"))?;
-        let mut secrets = sealed
+        let mut secrets = sealed(&tx, space)?
             .and_then(|s| self.sealer().open_env_of(&owner(space), &s))
             .unwrap_or_default();
         let out = change(&mut secrets);

@@ -13,8 +13,7 @@ use super::paging;
 use super::snapshot_service;
 use super::status::to_status;
 use crate::convert::{
-    egress_mode_from_proto, egress_to_proto, request_from_proto, rule_from_proto, sandbox_to_proto,
-    state_from_proto,
+    egress_mode_from_proto, request_from_proto, rule_from_proto, sandbox_to_proto, state_from_proto,
 };
 use crate::preview::{self, Previews};
 use crate::sandboxes::{ListQuery, Manager};
@@ -315,19 +314,19 @@ impl SandboxService for SandboxApi {
             current.egress.mode()
         };
         let rules = if named("egress_rules") {
-            sandbox.egress_rules
+            sandbox
+                .egress_rules
+                .into_iter()
+                .map(rule_from_proto)
+                .collect()
         } else if mode == EgressMode::Rules {
-            egress_to_proto(&current.egress).1
+            current.egress.to_requests()
         } else {
             Vec::new()
         };
-        let egress = mentis_core::egress::validate(
-            Some(mode),
-            rules.into_iter().map(rule_from_proto).collect(),
-            &current.egress,
-            "sandbox.egress",
-        )
-        .map_err(to_status)?;
+        let egress =
+            mentis_core::egress::validate(Some(mode), rules, &current.egress, "sandbox.egress")
+                .map_err(to_status)?;
         let updated = self.manager.update_egress(id, egress).map_err(to_status)?;
         tracing::info!(sandbox_id = %id, "sandbox egress updated");
         Ok(Response::new(api::UpdateSandboxResponse {

@@ -1,6 +1,6 @@
 //! Sandboxes: the client's spec → an unvalidated request, and the domain record → the public proto.
 
-use mentis_core::egress::{Egress, EgressMode, RuleRequest, Target};
+use mentis_core::egress::{Egress, EgressMode, RuleRequest};
 use mentis_core::{Error, IdlePolicy, Reason, Sandbox, SandboxRequest, SandboxState};
 use mentis_proto::api;
 
@@ -63,26 +63,17 @@ pub fn egress_to_proto(e: &Egress) -> (api::Egress, Vec<api::EgressRule>) {
         EgressMode::Rules => api::Egress::Rules,
     };
     let rules = e
-        .rules()
-        .iter()
-        .map(|r| {
-            let (domain, cidr) = match &r.target {
-                Target::Domain(d) => (d.to_string(), String::new()),
-                Target::Cidr(c) => (String::new(), c.to_string()),
-            };
-            api::EgressRule {
-                domain,
-                cidr,
-                ports: r.ports.iter().map(|p| u32::from(*p)).collect(),
-                headers: r
-                    .headers
-                    .iter()
-                    .map(|h| api::EgressHeader {
-                        name: h.name.clone(),
-                        value: h.value.clone(),
-                    })
-                    .collect(),
-            }
+        .to_requests()
+        .into_iter()
+        .map(|r| api::EgressRule {
+            domain: r.domain,
+            cidr: r.cidr,
+            ports: r.ports,
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(name, value)| api::EgressHeader { name, value })
+                .collect(),
         })
         .collect();
     (mode, rules)
@@ -170,6 +161,7 @@ fn state_to_proto(s: SandboxState) -> api::SandboxState {
 
 /// The public proto of a sandbox record.
 pub fn sandbox_to_proto(s: &Sandbox, last_seq: u64) -> api::Sandbox {
+    let (egress, egress_rules) = egress_to_proto(&s.egress);
     api::Sandbox {
         sandbox_id: s.id.to_string(),
         space_id: s.space_id.to_string(),
@@ -192,8 +184,8 @@ pub fn sandbox_to_proto(s: &Sandbox, last_seq: u64) -> api::Sandbox {
         idle_policy: idle_policy_to_proto(s.expiry.idle_policy) as i32,
         max_lifetime_seconds: secs(s.expiry.max_lifetime),
         auto_resume: s.expiry.auto_resume,
-        egress: egress_to_proto(&s.egress).0 as i32,
-        egress_rules: egress_to_proto(&s.egress).1,
+        egress: egress as i32,
+        egress_rules,
         template: s.template.clone(),
         work_dir: s.work_dir.clone(),
         runtime_class: s.runtime_class.clone(),

@@ -112,6 +112,10 @@ fn template_egress(
 
 /// The public proto of a template.
 pub fn template_to_proto(t: &Template) -> api::Template {
+    let (egress, egress_rules) = t.egress.as_ref().map_or(
+        (api::Egress::Unspecified, Vec::new()),
+        super::egress_to_proto,
+    );
     api::Template {
         space_id: t.space_id.to_string(),
         name: t.name.clone(),
@@ -129,16 +133,8 @@ pub fn template_to_proto(t: &Template) -> api::Template {
         setup_commands: t.setup.clone(),
         pool_size: t.pool_size,
         runtime_class: t.runtime_class.clone(),
-        egress: t
-            .egress
-            .as_ref()
-            .map_or(api::Egress::Unspecified, |e| super::egress_to_proto(e).0)
-            as i32,
-        egress_rules: t
-            .egress
-            .as_ref()
-            .map(|e| super::egress_to_proto(e).1)
-            .unwrap_or_default(),
+        egress: egress as i32,
+        egress_rules,
         create_time: Some(timestamp(t.created_at)),
         update_time: Some(timestamp(t.updated_at)),
     }
