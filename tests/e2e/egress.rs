@@ -742,3 +742,206 @@ async fn a_template_gives_its_egress_to_sandboxes_whose_spec_names_none() -> any
     assert_eq!(at.as_deref(), Some("template.egress_rules[0].cidr"));
     h.stop().await
 }
+
+#[tokio::test]
+async fn a_space_defaults_and_caps_its_sandboxes_egress() -> anyhow::Result<()> {
+    // The runtime's own default is ALLOW here: the space's cap turns it into DENY, where nothing named one.
+    let mut h = Harness::start_with(|c| c.egress_default = true).await?;
+    let cap = vec![
+        rule("*.pkg.test", "", &[443]),
+        rule("", "10.0.0.0/8", &[5432]),
+    ];
+    let default = vec![rule("pypi.pkg.test", "", &[443])];
+    let space = |egress: api::Egress, rules: Vec<api::EgressRule>| api::Space {
+        space_id: "capped".into(),
+        egress: egress as i32,
+        egress_rules: rules,
+        egress_cap: api::Egress::Rules as i32,
+        egress_cap_rules: cap.clone(),
+        ..Default::default()
+    };
+    // A default outside the cap, and a cap with headers, are refused naming the field.
+    let (code, _, at) = refusal(
+        h.spaces
+            .create_space(api::CreateSpaceRequest {
+                space: Some(space(api::Egress::Allow, vec![])),
+            })
+            .await,
+    );
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    assert_eq!(at.as_deref(), Some("space.egress"));
+    let mut with_header = space(api::Egress::Unspecified, vec![]);
+    with_header.egress_cap_rules[0].headers = vec![api::EgressHeader {
+        name: "Authorization".into(),
+        value: "x".into(),
+    }];
+    let (code, _, at) = refusal(
+        h.spaces
+            .create_space(api::CreateSpaceRequest {
+                space: Some(with_header),
+            })
+            .await,
+    );
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    assert_eq!(at.as_deref(), Some("space.egress_cap_rules[0].headers"));
+    let made = h
+        .spaces
+        .create_space(api::CreateSpaceRequest {
+            space: Some(space(api::Egress::Rules, default.clone())),
+        })
+        .await?
+        .into_inner()
+        .space
+        .unwrap();
+    assert_eq!(
+        (
+            made.egress,
+            &made.egress_rules,
+            made.egress_cap,
+            &made.egress_cap_rules
+        ),
+        (
+            api::Egress::Rules as i32,
+            &default,
+            api::Egress::Rules as i32,
+            &cap
+        )
+    );
+    // A spec that names none gets the space's default; one within the cap is made as asked.
+    let defaulted = h
+        .create(api::SandboxSpec {
+            space_id: "capped".into(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(defaulted.egress, api::Egress::Rules as i32);
+    assert_eq!(defaulted.egress_rules, default);
+    let within = vec![
+        rule("*.eu.pkg.test", "", &[443]),
+        rule("", "10.2.0.0/16", &[5432]),
+    ];
+    let own = h
+        .create(api::SandboxSpec {
+            space_id: "capped".into(),
+            egress_rules: within.clone(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(own.egress_rules, within);
+    // Outside the cap: another name, another port, a wider CIDR, ALLOW.
+    for (egress, rules, field) in [
+        (
+            api::Egress::Rules,
+            vec![rule("pkg.test", "", &[443])],
+            "spec.egress_rules[0]",
+        ),
+        (
+            api::Egress::Rules,
+            vec![
+                rule("a.pkg.test", "", &[443]),
+                rule("a.pkg.test", "", &[80]),
+            ],
+            "spec.egress_rules[1]",
+        ),
+        (
+            api::Egress::Rules,
+            vec![rule("", "10.0.0.0/7", &[5432])],
+            "spec.egress_rules[0]",
+        ),
+        (api::Egress::Allow, vec![], "spec.egress"),
+    ] {
+        let result = h
+            .sandboxes
+            .create_sandbox(api::CreateSandboxRequest {
+                spec: Some(api::SandboxSpec {
+                    space_id: "capped".into(),
+                    egress: egress as i32,
+                    egress_rules: rules.clone(),
+                    ..Default::default()
+                }),
+            })
+            .await;
+        let message = result
+            .as_ref()
+            .err()
+            .map(|s| s.message().to_owned())
+            .unwrap_or_default();
+        let (code, _, at) = refusal(result);
+        assert_eq!(code, tonic::Code::InvalidArgument, "{rules:?}: {message}");
+        assert_eq!(at.as_deref(), Some(field), "{rules:?}: {message}");
+        assert!(message.contains("egress_cap"), "{message}");
+    }
+    // UpdateSandbox is held to the cap too.
+    let update = |rules: Vec<api::EgressRule>| api::UpdateSandboxRequest {
+        sandbox: Some(api::Sandbox {
+            sandbox_id: own.sandbox_id.clone(),
+            egress: api::Egress::Rules as i32,
+            egress_rules: rules,
+            ..Default::default()
+        }),
+        update_mask: Some(prost_types::FieldMask {
+            paths: vec!["egress_rules".into()],
+        }),
+    };
+    let (code, _, at) = refusal(
+        h.sandboxes
+            .update_sandbox(update(vec![rule("evil.test", "", &[443])]))
+            .await,
+    );
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    assert_eq!(at.as_deref(), Some("sandbox.egress_rules[0]"));
+    let changed = h
+        .sandboxes
+        .update_sandbox(update(default.clone()))
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap();
+    assert_eq!(changed.egress_rules, default);
+    // A cap that no longer admits the space's default is refused; both changed at once are taken. With
+    // the cap at DENY and no default of the space's, the runtime's ALLOW becomes DENY.
+    let mask = |paths: &[&str]| {
+        Some(prost_types::FieldMask {
+            paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+        })
+    };
+    let deny_cap = api::Space {
+        space_id: "capped".into(),
+        egress_cap: api::Egress::Deny as i32,
+        ..Default::default()
+    };
+    let (code, _, at) = refusal(
+        h.spaces
+            .update_space(api::UpdateSpaceRequest {
+                space: Some(deny_cap.clone()),
+                update_mask: mask(&["egress_cap"]),
+            })
+            .await,
+    );
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    assert_eq!(at.as_deref(), Some("space.egress"));
+    let updated = h
+        .spaces
+        .update_space(api::UpdateSpaceRequest {
+            space: Some(deny_cap),
+            update_mask: mask(&["egress", "egress_cap"]),
+        })
+        .await?
+        .into_inner()
+        .space
+        .unwrap();
+    assert_eq!(
+        (updated.egress, updated.egress_cap),
+        (api::Egress::Unspecified as i32, api::Egress::Deny as i32)
+    );
+    let closed = h
+        .create(api::SandboxSpec {
+            space_id: "capped".into(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(closed.egress, api::Egress::Deny as i32);
+    // Elsewhere the runtime's default holds.
+    assert_eq!(h.create_default().await?.egress, api::Egress::Allow as i32);
+    h.stop().await
+}

@@ -417,6 +417,11 @@ impl Manager {
         egress: mentis_core::egress::Egress,
     ) -> Result<Sandbox> {
         let h = self.registry.handle(id)?;
+        self.spaces.record(&h.space_id())?.egress_cap.admit(
+            &egress,
+            h.space_id().as_str(),
+            "sandbox.egress",
+        )?;
         egress::check_secrets(&self.store, &h.space_id(), &egress, "sandbox.egress_rules")?;
         h.set_egress(egress)
     }
@@ -682,6 +687,10 @@ impl Manager {
             .runtime_classes
             .admit(&space.runtime_class, "runtime_class")
             .map_err(|e| e.within("space"))?;
+        if let Some(egress) = &space.egress {
+            // A new space has no secrets yet: a default naming one is set by UpdateSpace after SetSecret.
+            egress::check_secrets(&self.store, &space.id, egress, "space.egress_rules")?;
+        }
         self.spaces.create(space)
     }
 
@@ -751,12 +760,23 @@ impl Manager {
                 .admit(class, "runtime_class")
                 .map_err(|e| e.within("space"))?;
         }
-        let before = self.spaces.record(id)?.runtime_class;
+        if let Some(Some(egress)) = &update.egress {
+            egress::check_secrets(&self.store, id, egress, "space.egress_rules")?;
+        }
+        let before = self.spaces.record(id)?;
         let (space, live) = self.spaces.update(id, update)?;
-        if space.runtime_class != before {
+        if (&space.runtime_class, &space.egress, &space.egress_cap)
+            != (&before.runtime_class, &before.egress, &before.egress_cap)
+        {
             for t in self.store.pooled_templates()? {
                 if t.space_id == space.id {
-                    let pool = pool::template_pool(&self.config, &space, &t)?;
+                    // A template the space's policy no longer admits keeps no pool (its sandboxes are
+                    // refused at creation, saying why).
+                    let pool = pool::template_pool(&self.config, &space, &t).unwrap_or_else(|e| {
+                        tracing::warn!(space_id = %t.space_id, template = %t.name, error = %e,
+                            "the template's pool is not made again");
+                        None
+                    });
                     self.pools.set_template(&t.space_id, &t.name, pool);
                 }
             }

@@ -497,14 +497,69 @@ pub enum EgressCap {
 }
 
 impl EgressCap {
+    /// The cap a client wrote as a mode and rules (`{field}` and `{field}_rules`): no mode and no rules, or
+    /// EGRESS_ALLOW, is no cap; EGRESS_DENY, none; EGRESS_RULES, rules checked as a sandbox's are, but
+    /// without headers (a cap says where, not what is sent). INVALID_ARGUMENT naming the field.
+    pub fn validate(
+        mode: Option<EgressMode>,
+        rules: Vec<RuleRequest>,
+        field: &str,
+    ) -> Result<EgressCap, Error> {
+        if let Some(i) = rules.iter().position(|r| !r.headers.is_empty()) {
+            return Err(Error::invalid(format!(
+                "{field}_rules[{i}].headers: a cap's rules carry no headers (they say where a sandbox may \
+                 go; its own rules say what is sent)"
+            ))
+            .at(format!("{field}_rules[{i}].headers")));
+        }
+        Ok(Self::from_egress(validate(
+            mode,
+            rules,
+            &Egress::Allow,
+            field,
+        )?))
+    }
+
+    /// The cap as a policy's shape: ANY is ALLOW, DENY is DENY, rules are rules.
+    pub fn from_egress(egress: Egress) -> Self {
+        match egress {
+            Egress::Allow => EgressCap::Any,
+            Egress::Deny => EgressCap::Deny,
+            Egress::Rules(rules) => EgressCap::Rules(rules),
+        }
+    }
+
+    /// See [`EgressCap::from_egress`].
+    pub fn to_egress(&self) -> Egress {
+        match self {
+            EgressCap::Any => Egress::Allow,
+            EgressCap::Deny => Egress::Deny,
+            EgressCap::Rules(rules) => Egress::Rules(rules.clone()),
+        }
+    }
+
+    /// INVALID_ARGUMENT when `egress` (a policy at `field`, with its rules at `{field}_rules`) is not within
+    /// the cap of `space`.
+    pub fn admit(&self, egress: &Egress, space: &str, field: &str) -> Result<(), Error> {
+        self.check(egress).map_err(|(rule, why)| {
+            let at = match rule {
+                Some(i) => format!("{field}_rules[{i}]"),
+                None => field.to_owned(),
+            };
+            Error::invalid(format!("{at}: {why} (space {space}, egress_cap)")).at(at)
+        })
+    }
+
     /// Ok when `egress` is within the cap; else what is not, in words, and the index of the rule.
     pub fn check(&self, egress: &Egress) -> Result<(), (Option<usize>, String)> {
         match (self, egress) {
             (EgressCap::Any, _) | (_, Egress::Deny) => Ok(()),
-            (EgressCap::Deny, _) => Err((None, "the space allows its sandboxes no egress".to_owned())),
+            (EgressCap::Deny, _) => {
+                Err((None, "the space allows its sandboxes no egress".to_owned()))
+            }
             (EgressCap::Rules(_), Egress::Allow) => Err((
                 None,
-                "the space allows only listed destinations (egress_allowed): EGRESS_ALLOW is refused".to_owned(),
+                "the space allows only listed destinations: EGRESS_ALLOW is refused".to_owned(),
             )),
             (EgressCap::Rules(cap), Egress::Rules(rules)) => {
                 for (i, rule) in rules.iter().enumerate() {
@@ -520,7 +575,7 @@ impl EgressCap {
                         return Err((
                             Some(i),
                             format!(
-                                "{} on ports {:?} is not within what the space allows (egress_allowed)",
+                                "{} on ports {:?} is not within what the space allows",
                                 rule.target, rule.ports
                             ),
                         ));

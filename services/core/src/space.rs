@@ -4,9 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
+use crate::egress::{Egress, EgressCap};
 use crate::error::Error;
 use crate::ids::SpaceId;
 use crate::limits::Limits;
+use crate::sandbox::SandboxRequest;
 use mentis_model::quote::quoted;
 
 const MAX_DISPLAY_NAME: usize = 256;
@@ -95,6 +97,10 @@ pub struct Space {
     pub snapshot_policy: SnapshotPolicy,
     /// Runtime class of its sandboxes whose template names none; empty: the runtime's default.
     pub runtime_class: String,
+    /// Egress of its sandboxes whose spec and template name none; `None`: the runtime's default.
+    pub egress: Option<Egress>,
+    /// The most egress its sandboxes may have, checked whenever a sandbox's policy is set.
+    pub egress_cap: EgressCap,
     pub created_at: SystemTime,
     pub updated_at: SystemTime,
     /// Which space of this id this is: a space deleted and made again under the same id gets the next one,
@@ -112,6 +118,9 @@ pub struct SpaceUpdate {
     pub limits: Option<SpaceLimits>,
     pub snapshot_policy: Option<SnapshotPolicy>,
     pub runtime_class: Option<String>,
+    /// `Some(None)`: back to the runtime's default.
+    pub egress: Option<Option<Egress>>,
+    pub egress_cap: Option<EgressCap>,
 }
 
 impl Space {
@@ -125,6 +134,8 @@ impl Space {
             limits: SpaceLimits::default(),
             snapshot_policy: SnapshotPolicy::default(),
             runtime_class: String::new(),
+            egress: None,
+            egress_cap: EgressCap::Any,
             created_at: now,
             updated_at: now,
             generation: 0,
@@ -138,7 +149,48 @@ impl Space {
             Some(&self.description),
             Some(&self.metadata),
         )?;
-        crate::runtime_class::check_name(&self.runtime_class, "runtime_class")
+        crate::runtime_class::check_name(&self.runtime_class, "runtime_class")?;
+        self.check_egress()
+    }
+
+    /// INVALID_ARGUMENT (at `egress`) when the default egress is not within the cap.
+    pub fn check_egress(&self) -> Result<(), Error> {
+        match &self.egress {
+            Some(e) => self.egress_cap.admit(e, self.id.as_str(), "egress"),
+            None => Ok(()),
+        }
+    }
+
+    /// Gives a request the space's default egress when neither it nor its template named one; whether the
+    /// policy is then still unnamed (the runtime's default will be it).
+    pub fn fill_egress(&self, req: &mut SandboxRequest) -> bool {
+        if req.egress.is_some() || !req.egress_rules.is_empty() {
+            return false;
+        }
+        match &self.egress {
+            Some(e) => {
+                req.egress = Some(e.mode());
+                req.egress_rules = e.to_requests();
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// A sandbox's policy as its space lets it be: `egress` when within the cap; when it is only the
+    /// runtime's default (`defaulted`: no spec, template or space named one) and the cap refuses it, DENY;
+    /// else INVALID_ARGUMENT at `field`.
+    pub fn admit_egress(
+        &self,
+        egress: Egress,
+        defaulted: bool,
+        field: &str,
+    ) -> Result<Egress, Error> {
+        match self.egress_cap.admit(&egress, self.id.as_str(), field) {
+            Ok(()) => Ok(egress),
+            Err(_) if defaulted => Ok(Egress::Deny),
+            Err(e) => Err(e),
+        }
     }
 
     /// Applies an update (already validated with [`SpaceUpdate::validate`]).
@@ -160,6 +212,12 @@ impl Space {
         }
         if let Some(v) = update.runtime_class {
             self.runtime_class = v;
+        }
+        if let Some(v) = update.egress {
+            self.egress = v;
+        }
+        if let Some(v) = update.egress_cap {
+            self.egress_cap = v;
         }
         self.updated_at = now;
     }

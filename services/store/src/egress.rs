@@ -2,7 +2,7 @@
 //! in `egress_rules`, read back through the same validation as a request's (a row that no longer passes is
 //! read as deny: closed, never open).
 
-use mentis_core::egress::{self, Egress, EgressMode, RuleRequest};
+use mentis_core::egress::{self, Egress, EgressCap, EgressMode, RuleRequest};
 use serde_json::{Value, json};
 
 pub fn mode_to_sql(e: &Egress) -> i64 {
@@ -36,6 +36,12 @@ pub fn from_sql(mode: i64, rules: &str) -> Egress {
             })
         }
     }
+}
+
+/// A space's cap in its row, stored as a policy's shape (`EgressCap::to_egress`); rules that do not read
+/// are read as none (the cap then allows nothing beyond DENY).
+pub fn cap_from_sql(mode: i64, rules: &str) -> EgressCap {
+    EgressCap::from_egress(from_sql(mode, rules))
 }
 
 fn parse(rules: &str) -> Option<Vec<RuleRequest>> {

@@ -59,7 +59,7 @@ pub struct KeyRecord {
 /// runtime that did not know them would let every space use every image and an old key reach a space made
 /// again under its id, so it must not open a store that has them; 8 added egress rules, `egress` 2, which a
 /// runtime before it would read as an open route out).
-const SCHEMA_VERSION: i64 = 8;
+const SCHEMA_VERSION: i64 = 9;
 
 /// The first schema whose tokens are derived and envs sealed: from it on, the key file must exist.
 const SEALED_SCHEMA: i64 = 6;
@@ -88,7 +88,11 @@ CREATE TABLE IF NOT EXISTS spaces (
     updated_ms INTEGER NOT NULL,
     sandbox_limits TEXT NOT NULL DEFAULT '{}',
     snapshot_policy TEXT NOT NULL DEFAULT '{}',
-    runtime_class TEXT NOT NULL DEFAULT ''
+    runtime_class TEXT NOT NULL DEFAULT '',
+    egress INTEGER NOT NULL DEFAULT -1,
+    egress_rules TEXT NOT NULL DEFAULT '[]',
+    egress_cap INTEGER NOT NULL DEFAULT 1,
+    egress_cap_rules TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS sandboxes (
     id TEXT PRIMARY KEY,
@@ -367,6 +371,10 @@ impl Store {
             ("sandboxes", "egress_rules", "TEXT NOT NULL DEFAULT '[]'"),
             ("templates", "egress", "INTEGER NOT NULL DEFAULT -1"),
             ("templates", "egress_rules", "TEXT NOT NULL DEFAULT '[]'"),
+            ("spaces", "egress", "INTEGER NOT NULL DEFAULT -1"),
+            ("spaces", "egress_rules", "TEXT NOT NULL DEFAULT '[]'"),
+            ("spaces", "egress_cap", "INTEGER NOT NULL DEFAULT 1"),
+            ("spaces", "egress_cap_rules", "TEXT NOT NULL DEFAULT '[]'"),
             (
                 "api_keys",
                 "space_generations",
@@ -412,8 +420,9 @@ impl Store {
             .execute(
                 "INSERT OR REPLACE INTO spaces
                  (id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms,
-                  sandbox_limits, snapshot_policy, generation, runtime_class)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                  sandbox_limits, snapshot_policy, generation, runtime_class, egress, egress_rules,
+                  egress_cap, egress_cap_rules)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
                 params![
                     s.id.as_str(),
                     s.display_name,
@@ -426,6 +435,12 @@ impl Store {
                     policy_json(&s.snapshot_policy),
                     i64::try_from(s.generation).unwrap_or(i64::MAX),
                     s.runtime_class,
+                    s.egress.as_ref().map_or(-1, egress::mode_to_sql),
+                    s.egress
+                        .as_ref()
+                        .map_or_else(|| "[]".to_owned(), egress::rules_to_sql),
+                    egress::mode_to_sql(&s.egress_cap.to_egress()),
+                    egress::rules_to_sql(&s.egress_cap.to_egress()),
                 ],
             )
             .map_err(db_err("write a space"))?;
@@ -516,7 +531,8 @@ impl Store {
         let mut stmt = conn
             .prepare(
                 "SELECT id, display_name, description, metadata, max_sandboxes, created_ms, updated_ms,
-                 sandbox_limits, snapshot_policy, generation, runtime_class FROM spaces ORDER BY id",
+                 sandbox_limits, snapshot_policy, generation, runtime_class, egress, egress_rules,
+                 egress_cap, egress_cap_rules FROM spaces ORDER BY id",
             )
             .map_err(db_err("read spaces"))?;
         let rows = stmt
@@ -533,6 +549,12 @@ impl Store {
                     r.get::<_, String>(8)?,
                     r.get::<_, i64>(9)?,
                     r.get::<_, String>(10)?,
+                    (
+                        r.get::<_, i64>(11)?,
+                        r.get::<_, String>(12)?,
+                        r.get::<_, i64>(13)?,
+                        r.get::<_, String>(14)?,
+                    ),
                 ))
             })
             .map_err(db_err("read spaces"))?;
@@ -550,6 +572,7 @@ impl Store {
                 policy,
                 generation,
                 runtime_class,
+                (egress_mode, egress_rules, cap_mode, cap_rules),
             ) = row.map_err(db_err("read a space"))?;
             let Ok(id) = SpaceId::parse(&id) else {
                 tracing::warn!(%id, "store: skipping a space with an invalid id");
@@ -563,6 +586,8 @@ impl Store {
                 limits: space_limits_from_json(max, &sandbox_limits),
                 snapshot_policy: policy_from_json(&policy),
                 runtime_class,
+                egress: (egress_mode >= 0).then(|| egress::from_sql(egress_mode, &egress_rules)),
+                egress_cap: egress::cap_from_sql(cap_mode, &cap_rules),
                 created_at: time(created),
                 updated_at: time(updated),
                 generation: u64::try_from(generation).unwrap_or(0),
@@ -1036,6 +1061,21 @@ mod tests {
         }
     }
 
+    fn cap() -> mentis_core::egress::EgressCap {
+        let rule = |domain: &str, cidr: &str| mentis_core::egress::RuleRequest {
+            domain: domain.into(),
+            cidr: cidr.into(),
+            ports: vec![443],
+            headers: Vec::new(),
+        };
+        mentis_core::egress::EgressCap::validate(
+            Some(mentis_core::egress::EgressMode::Rules),
+            vec![rule("*.example.com", ""), rule("", "10.0.0.0/8")],
+            "egress_cap",
+        )
+        .unwrap()
+    }
+
     #[test]
     fn sandboxes_and_spaces_round_trip_and_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
@@ -1048,6 +1088,8 @@ mod tests {
             space.metadata.insert("team".into(), "a".into());
             space.snapshot_policy.on_delete = true;
             space.runtime_class = "runsc".into();
+            space.egress = Some(mentis_core::egress::Egress::Deny);
+            space.egress_cap = cap();
             store.put_space(&space).unwrap();
             store.set_meta("clean", "1").unwrap();
         }
@@ -1094,6 +1136,10 @@ mod tests {
         assert_eq!(spaces[0].metadata["team"], "a");
         assert!(spaces[0].snapshot_policy.on_delete && !spaces[0].snapshot_policy.on_pause);
         assert_eq!(spaces[0].runtime_class, "runsc");
+        assert_eq!(
+            (spaces[0].egress.clone(), spaces[0].egress_cap.clone()),
+            (Some(mentis_core::egress::Egress::Deny), cap())
+        );
         assert_eq!(store.meta("clean").unwrap().as_deref(), Some("1"));
         assert_eq!(store.meta("other").unwrap(), None);
         store.delete_sandbox(s.id).unwrap();

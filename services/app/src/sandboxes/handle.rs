@@ -293,7 +293,7 @@ impl SandboxHandle {
                 return Err(Error::new(
                     Reason::FailedPrecondition,
                     format!(
-                        "sandbox {} has egress {:?}; only the rules of a sandbox made with EGRESS_RULES change                          in place (its networks are fixed when it is made): make a new sandbox for {:?}",
+                        "sandbox {} has egress {:?}; only the rules of a sandbox made with EGRESS_RULES change in place (its networks are fixed when it is made): make a new sandbox for {:?}",
                         self.id,
                         record.egress.mode(),
                         egress.mode()

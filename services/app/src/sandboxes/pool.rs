@@ -542,6 +542,7 @@ pub(super) fn template_pool(
         ..Default::default()
     };
     t.apply(&mut req);
+    let defaulted = space.fill_egress(&mut req);
     let policy = config
         .limits
         .narrowed(&space.limits.sandbox_default, &space.limits.sandbox_max);
@@ -557,7 +558,9 @@ pub(super) fn template_pool(
     if t.pool_size == 0 {
         return Ok(None);
     }
-    if spec.egress != mentis_core::egress::Egress::Deny {
+    if space.admit_egress(spec.egress.clone(), defaulted, "egress")?
+        != mentis_core::egress::Egress::Deny
+    {
         // Members have only the executor network (a network is attached when a container is made): a
         // template whose sandboxes reach out has them all made for their request.
         tracing::warn!(space_id = %t.space_id, template = %t.name,

@@ -126,7 +126,8 @@ impl Provisioner {
             .config
             .limits
             .narrowed(&space.limits.sandbox_default, &space.limits.sandbox_max);
-        let spec = req.validate(
+        let defaulted = space.fill_egress(&mut req);
+        let mut spec = req.validate(
             &policy,
             &self.config.expiry,
             &self.config.default_egress(),
@@ -135,6 +136,7 @@ impl Provisioner {
                 .read_only_rootfs
                 .unwrap_or(self.config.read_only_rootfs),
         )?;
+        spec.egress = space.admit_egress(spec.egress, defaulted, "spec.egress")?;
         if spec.egress.mode() == EgressMode::Rules {
             super::egress::check_secrets(
                 &self.store,

@@ -193,6 +193,7 @@ impl Spaces {
                 .ok_or_else(|| Error::space_not_found(id))?;
             let mut changed = space.clone();
             changed.apply(update, crate::clock::now());
+            changed.check_egress().map_err(|e| e.within("space"))?;
             self.store.put_space(&changed)?;
             *space = changed.clone();
             changed

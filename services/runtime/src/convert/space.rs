@@ -7,7 +7,12 @@ use mentis_core::{
 };
 use mentis_proto::api;
 
-use super::sandbox::{read_only_from_proto, read_only_to_proto};
+use mentis_core::egress::{self, Egress, EgressCap};
+
+use super::sandbox::{
+    egress_mode_from_proto, egress_to_proto, read_only_from_proto, read_only_to_proto,
+    rule_from_proto,
+};
 use super::timestamp;
 
 /// A space to create; InvalidArgument for a missing or malformed id.
@@ -22,10 +27,36 @@ pub fn space_from_proto(s: Option<api::Space>) -> Result<Space, Error> {
         limits: limits_from_proto(s.limits).map_err(|e| e.within("space"))?,
         snapshot_policy: policy_from_proto(s.snapshot_policy),
         runtime_class: s.runtime_class,
+        egress: default_egress_from_proto(s.egress, s.egress_rules)?,
+        egress_cap: cap_from_proto(s.egress_cap, s.egress_cap_rules)?,
         created_at: now,
         updated_at: now,
         generation: 0,
     })
+}
+
+/// A space's default egress (`None`: the runtime's); InvalidArgument at `space.egress...`.
+fn default_egress_from_proto(
+    mode: i32,
+    rules: Vec<api::EgressRule>,
+) -> Result<Option<Egress>, Error> {
+    let mode = egress_mode_from_proto(mode).map_err(|e| e.within("space"))?;
+    let rules: Vec<_> = rules.into_iter().map(rule_from_proto).collect();
+    if mode.is_none() && rules.is_empty() {
+        return Ok(None);
+    }
+    egress::validate(mode, rules, &Egress::Deny, "space.egress").map(Some)
+}
+
+/// A space's cap; InvalidArgument at `space.egress_cap...`.
+fn cap_from_proto(mode: i32, rules: Vec<api::EgressRule>) -> Result<EgressCap, Error> {
+    let mode = egress_mode_from_proto(mode)
+        .map_err(|_| super::sandbox::unknown_enum("space.egress_cap", "Egress", mode))?;
+    EgressCap::validate(
+        mode,
+        rules.into_iter().map(rule_from_proto).collect(),
+        "space.egress_cap",
+    )
 }
 
 /// The limits of a space; InvalidArgument (`limits.root_filesystem`) for an enum number the API does not
@@ -87,12 +118,16 @@ pub fn update_from_proto(
             "limits",
             "snapshot_policy",
             "runtime_class",
+            "egress",
+            "egress_rules",
+            "egress_cap",
+            "egress_cap_rules",
         ]
         .contains(&p.as_str())
         {
             return Err(Error::invalid(format!(
                 "update_mask: {} cannot be updated (display_name, description, metadata, limits, \
-                 snapshot_policy, runtime_class)",
+                 snapshot_policy, runtime_class, egress, egress_cap)",
                 quoted(p)
             ))
             .at("update_mask"));
@@ -101,6 +136,16 @@ pub fn update_from_proto(
     let wants = |f: &str| all || paths.iter().any(|p| p == f);
     let limits = if wants("limits") {
         Some(limits_from_proto(s.limits).map_err(|e| e.within("space"))?)
+    } else {
+        None
+    };
+    let egress = if wants("egress") || wants("egress_rules") {
+        Some(default_egress_from_proto(s.egress, s.egress_rules)?)
+    } else {
+        None
+    };
+    let egress_cap = if wants("egress_cap") || wants("egress_cap_rules") {
+        Some(cap_from_proto(s.egress_cap, s.egress_cap_rules)?)
     } else {
         None
     };
@@ -113,12 +158,19 @@ pub fn update_from_proto(
             limits,
             snapshot_policy: wants("snapshot_policy").then(|| policy_from_proto(s.snapshot_policy)),
             runtime_class: wants("runtime_class").then_some(s.runtime_class),
+            egress,
+            egress_cap,
         },
     ))
 }
 
 /// The public proto of a space with its live sandbox count.
 pub fn space_to_proto(s: &Space, sandbox_count: u32) -> api::Space {
+    let (egress, egress_rules) = s
+        .egress
+        .as_ref()
+        .map_or((api::Egress::Unspecified, Vec::new()), egress_to_proto);
+    let cap = egress_to_proto(&s.egress_cap.to_egress());
     api::Space {
         space_id: s.id.to_string(),
         display_name: s.display_name.clone(),
@@ -143,5 +195,9 @@ pub fn space_to_proto(s: &Space, sandbox_count: u32) -> api::Space {
             on_expiry: s.snapshot_policy.on_expiry,
         }),
         runtime_class: s.runtime_class.clone(),
+        egress: egress as i32,
+        egress_rules,
+        egress_cap: cap.0 as i32,
+        egress_cap_rules: cap.1,
     }
 }
