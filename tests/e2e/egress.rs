@@ -21,19 +21,48 @@ struct Internet {
 }
 
 const SERVERS: &str = r#"
-import http.server, socketserver, ssl, threading, socket, os
+import http.server, socketserver, ssl, threading, socket, os, zipfile, io, hashlib, base64
 EXPECTED = os.environ.get("EXPECTED_AUTH")
 def auth(value):
     if value is None:
         return "none"
     return "match" if value == EXPECTED else "mismatch"
+# A package index (PEP 503) of one wheel, mentis-demo 1.0, for requests that carry the expected token.
+def wheel():
+    files = {
+        "mentis_demo/__init__.py": b"VALUE = 42\n",
+        "mentis_demo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: mentis-demo\nVersion: 1.0\n",
+        "mentis_demo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: mentis-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = ""
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record += "%s,sha256=%s,%d\n" % (name, digest, len(data))
+    files["mentis_demo-1.0.dist-info/RECORD"] = (record + "mentis_demo-1.0.dist-info/RECORD,,\n").encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return out.getvalue()
+WHEEL = wheel()
+WHEEL_NAME = "mentis_demo-1.0-py3-none-any.whl"
 class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = ("%s %s auth=%s" % (self.headers.get("Host"), self.path, auth(self.headers.get("Authorization")))).encode()
-        self.send_response(200)
+    def reply(self, code, body, kind):
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+    def do_GET(self):
+        if self.path.startswith(("/simple/", "/packages/")):
+            if auth(self.headers.get("Authorization")) != "match":
+                return self.reply(401, b"unauthorized", "text/plain")
+            if self.path.startswith("/packages/"):
+                return self.reply(200, WHEEL, "application/octet-stream")
+            link = '<a href="/packages/%s#sha256=%s">%s</a>' % (WHEEL_NAME, hashlib.sha256(WHEEL).hexdigest(), WHEEL_NAME)
+            return self.reply(200, ("<html><body>%s</body></html>" % link).encode(), "text/html")
+        body = ("%s %s auth=%s" % (self.headers.get("Host"), self.path, auth(self.headers.get("Authorization")))).encode()
+        self.reply(200, body, "text/plain")
     def log_message(self, *a):
         pass
 class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -944,4 +973,125 @@ async fn a_space_defaults_and_caps_its_sandboxes_egress() -> anyhow::Result<()> 
     // Elsewhere the runtime's default holds.
     assert_eq!(h.create_default().await?.egress, api::Egress::Allow as i32);
     h.stop().await
+}
+
+#[tokio::test]
+async fn curl_and_pip_reach_allowed_names_and_fail_clearly_for_others() -> anyhow::Result<()> {
+    // A private package index behind a token: the rule's header carries it, the sandbox never has it.
+    let secret = format!("mentis-index-token-{}", uuid::Uuid::new_v4().simple());
+    let guard = Harness::new_instance();
+    let internet = Internet::start(
+        &guard.instance,
+        &["pypi.pkg.test"],
+        &format!("Bearer {secret}"),
+    )?;
+    let ip: std::net::Ipv4Addr = internet.ip.parse()?;
+    let ca_file = internet.ca_file();
+    let mut h = Harness::start_in(guard, |c| {
+        c.egress.hosts = [("pypi.pkg.test".to_owned(), vec![ip])].into();
+        c.egress.upstream_ca_files = vec![ca_file.clone()];
+    })
+    .await?;
+    h.spaces
+        .set_secret(api::SetSecretRequest {
+            space_id: String::new(),
+            name: "INDEX_TOKEN".into(),
+            value: secret.clone(),
+        })
+        .await?;
+    let spec = api::SandboxSpec {
+        egress_rules: vec![api::EgressRule {
+            domain: "pypi.pkg.test".into(),
+            ports: vec![443],
+            headers: vec![api::EgressHeader {
+                name: "Authorization".into(),
+                value: "Bearer {secret:INDEX_TOKEN}".into(),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let id = h.create(spec.clone()).await?.sandbox_id;
+    let mut sh = async |command: &str| -> anyhow::Result<String> {
+        Ok(stdout(
+            &h.sh(&id, &format!("{{ {command}; }} 2>&1; echo exit=$?"))
+                .await?,
+        ))
+    };
+    // curl trusts the gateway through CURL_CA_BUNDLE; its errors say what happened.
+    let out = sh("curl -sS https://pypi.pkg.test/simple/mentis-demo/").await?;
+    assert!(
+        out.contains("mentis_demo-1.0-py3-none-any.whl") && out.ends_with("exit=0\n"),
+        "{out}"
+    );
+    let out = sh("curl -sS https://files.pkg.test/").await?;
+    assert!(
+        out.contains("curl: (6) Could not resolve host: files.pkg.test"),
+        "{out}"
+    );
+    assert!(out.ends_with("exit=6\n"), "{out}");
+    // An IP literal (the index's own address) on a port a rule names: no name, so refused.
+    let out = sh(&format!("curl -sS --max-time 5 -k https://{ip}/simple/")).await?;
+    assert!(
+        out.starts_with("curl: (") && !out.ends_with("exit=0\n"),
+        "{out}"
+    );
+    // pip installs from the index with the token it never sees (PIP_CERT trusts the gateway).
+    let pip =
+        "pip install --user --no-cache-dir --disable-pip-version-check --break-system-packages";
+    let out = sh(&format!(
+        "{pip} --index-url https://pypi.pkg.test/simple mentis-demo && \
+         python3 -c 'import mentis_demo; print(\"value\", mentis_demo.VALUE)'"
+    ))
+    .await?;
+    assert!(
+        out.contains("Successfully installed mentis-demo-1.0"),
+        "{out}"
+    );
+    assert!(out.ends_with("value 42\nexit=0\n"), "{out}");
+    // A denied index fails at once; its one retry says the name does not resolve.
+    let started = std::time::Instant::now();
+    let out = sh(&format!(
+        "{pip} --retries 1 --timeout 5 --index-url https://files.pkg.test/simple mentis-other"
+    ))
+    .await?;
+    assert!(out.contains("Name or service not known"), "{out}");
+    assert!(
+        out.contains("No matching distribution found for mentis-other"),
+        "{out}"
+    );
+    assert!(out.ends_with("exit=1\n"), "{out}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!out.contains(&secret));
+    // The next sandbox is known to the gateway, though the engine gives it the deleted one's address on
+    // the gateway network (it reuses freed addresses) while the ended record stays in the registry.
+    let source = |id: &str| {
+        inspect(
+            &container_of(id),
+            "{{range $n, $e := .NetworkSettings.Networks}}{{if ne $n \"mentis-net\"}}{{$e.IPAddress}}{{end}}{{end}}",
+        )
+    };
+    let before = source(&id)?;
+    h.sandboxes
+        .delete_sandbox(api::DeleteSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?;
+    let next = h.create(spec).await?.sandbox_id;
+    let out = stdout(
+        &h.sh(
+            &next,
+            "curl -sS https://pypi.pkg.test/simple/mentis-demo/ 2>&1",
+        )
+        .await?,
+    );
+    assert!(out.contains("mentis_demo-1.0-py3-none-any.whl"), "{out}");
+    eprintln!("gateway address before {before}, after {}", source(&next)?);
+    h.stop().await?;
+    drop(internet);
+    Ok(())
 }

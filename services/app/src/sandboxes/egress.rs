@@ -227,11 +227,13 @@ impl Policies for Lookup {
         if let Some(policy) = known.and_then(|id| self.policy_of(id, source)) {
             return Some(policy);
         }
-        // A new sandbox, or one that came back at another address: look again at every executor.
+        // A new sandbox, or one that came back at another address: look again at every live executor.
+        // (The engine gives a deleted sandbox's address to the next one, while the ended record stays.)
         let fresh: HashMap<IpAddr, SandboxId> = self
             .registry
             .handles()
             .into_iter()
+            .filter(|h| !h.state().is_final())
             .filter_map(|h| Some((h.executor()?.gateway_source()?, h.id)))
             .collect();
         let id = fresh.get(&source).copied();
