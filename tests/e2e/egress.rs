@@ -27,7 +27,8 @@ def auth(value):
     if value is None:
         return "none"
     return "match" if value == EXPECTED else "mismatch"
-# A package index (PEP 503) of one wheel, mentis-demo 1.0, for requests that carry the expected token.
+# A private package index (PEP 503) under /private/ of one wheel, mentis-demo 1.0, for requests that carry
+# the expected token.
 def wheel():
     files = {
         "mentis_demo/__init__.py": b"VALUE = 42\n",
@@ -54,12 +55,12 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
     def do_GET(self):
-        if self.path.startswith(("/simple/", "/packages/")):
+        if self.path.startswith(("/private/simple/", "/private/packages/")):
             if auth(self.headers.get("Authorization")) != "match":
                 return self.reply(401, b"unauthorized", "text/plain")
-            if self.path.startswith("/packages/"):
+            if self.path.startswith("/private/packages/"):
                 return self.reply(200, WHEEL, "application/octet-stream")
-            link = '<a href="/packages/%s#sha256=%s">%s</a>' % (WHEEL_NAME, hashlib.sha256(WHEEL).hexdigest(), WHEEL_NAME)
+            link = '<a href="/private/packages/%s#sha256=%s">%s</a>' % (WHEEL_NAME, hashlib.sha256(WHEEL).hexdigest(), WHEEL_NAME)
             return self.reply(200, ("<html><body>%s</body></html>" % link).encode(), "text/html")
         body = ("%s %s auth=%s" % (self.headers.get("Host"), self.path, auth(self.headers.get("Authorization")))).encode()
         self.reply(200, body, "text/plain")
@@ -1019,7 +1020,7 @@ async fn curl_and_pip_reach_allowed_names_and_fail_clearly_for_others() -> anyho
         ))
     };
     // curl trusts the gateway through CURL_CA_BUNDLE; its errors say what happened.
-    let out = sh("curl -sS https://pypi.pkg.test/simple/mentis-demo/").await?;
+    let out = sh("curl -sS https://pypi.pkg.test/private/simple/mentis-demo/").await?;
     assert!(
         out.contains("mentis_demo-1.0-py3-none-any.whl") && out.ends_with("exit=0\n"),
         "{out}"
@@ -1040,7 +1041,7 @@ async fn curl_and_pip_reach_allowed_names_and_fail_clearly_for_others() -> anyho
     let pip =
         "pip install --user --no-cache-dir --disable-pip-version-check --break-system-packages";
     let out = sh(&format!(
-        "{pip} --index-url https://pypi.pkg.test/simple mentis-demo && \
+        "{pip} --index-url https://pypi.pkg.test/private/simple mentis-demo && \
          python3 -c 'import mentis_demo; print(\"value\", mentis_demo.VALUE)'"
     ))
     .await?;
@@ -1085,7 +1086,7 @@ async fn curl_and_pip_reach_allowed_names_and_fail_clearly_for_others() -> anyho
     let out = stdout(
         &h.sh(
             &next,
-            "curl -sS https://pypi.pkg.test/simple/mentis-demo/ 2>&1",
+            "curl -sS https://pypi.pkg.test/private/simple/mentis-demo/ 2>&1",
         )
         .await?,
     );
