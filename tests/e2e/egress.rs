@@ -1096,3 +1096,80 @@ async fn curl_and_pip_reach_allowed_names_and_fail_clearly_for_others() -> anyho
     drop(internet);
     Ok(())
 }
+
+#[tokio::test]
+async fn sandboxes_with_rules_stay_fenced_while_the_runtime_is_down_and_are_served_after_a_restart()
+-> anyhow::Result<()> {
+    let bin = env!("CARGO_BIN_EXE_mentis-runtime-under-test");
+    let guard = Harness::new_instance();
+    let instance = guard.instance.clone();
+    let internet = Internet::start(&instance, &["api.test"], "unused")?;
+    let hosts = format!("api.test={}", internet.ip);
+    let env = [("MENTIS_EGRESS_HOSTS", hosts.as_str())];
+    let data_dir = tempfile::tempdir()?;
+    let mut first = RuntimeProcess::start_with_env(bin, &instance, data_dir.path(), &env).await?;
+    let mut h = first.harness(data_dir, guard).await?;
+    let id = h
+        .create(api::SandboxSpec {
+            egress_rules: vec![rule("api.test", "", &[80])],
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    let fetch = "curl -sS --max-time 5 http://api.test/up 2>&1";
+    assert_eq!(stdout(&h.sh(&id, fetch).await?), "api.test /up auth=none");
+
+    // The runtime stops; the sandbox runs on behind the same netfilter: forwarding out of the gateway's
+    // network stays dropped and its connections are still redirected (to no listener now), so it reaches
+    // nothing, by name or by address, until the next gateway.
+    first.signal("TERM")?;
+    assert!(
+        first.exited_within(Duration::from_secs(30)).await?.is_some(),
+        "the runtime did not stop"
+    );
+    let network_id = docker(&[
+        "network",
+        "inspect",
+        "--format",
+        "{{.Id}}",
+        &format!("mentis-gw-{instance}"),
+    ])?;
+    let bridge = format!("br-{}", &network_id.trim()[..12]);
+    let iptables = |args: &[&str]| {
+        std::process::Command::new("iptables")
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let forward = iptables(&["-S", "DOCKER-USER"])?;
+    assert!(
+        forward.contains(&format!("-i {bridge} -j DROP")),
+        "{bridge}: {forward}"
+    );
+    let nat = iptables(&["-t", "nat", "-S", &format!("MGW-{bridge}")])?;
+    assert!(nat.contains("REDIRECT"), "{nat}");
+    let direct = docker(&[
+        "exec",
+        &container_of(&id),
+        "sh",
+        "-c",
+        &format!(
+            "curl -sS --max-time 5 http://{}/direct 2>&1; {fetch}; echo",
+            internet.ip
+        ),
+    ])
+    .unwrap_or_else(|e| e.to_string());
+    assert!(!direct.contains("auth="), "{direct}");
+
+    // The next runtime starts the gateway at once for the sandboxes with rules it finds: no new sandbox
+    // is needed for this one to be served again.
+    let Harness {
+        data_dir, guard, ..
+    } = h;
+    let second = RuntimeProcess::start_with_env(bin, &instance, data_dir.path(), &env).await?;
+    let mut h = second.harness(data_dir, guard).await?;
+    assert_eq!(stdout(&h.sh(&id, fetch).await?), "api.test /up auth=none");
+    h.stop().await?;
+    drop(internet);
+    Ok(())
+}

@@ -259,6 +259,14 @@ impl Manager {
             tracing::info!(%space, "finishing the deletion of a space");
             self.purge_space(&space, true).await?;
         }
+        // Sandboxes with rules outlived the last runtime: their gateway starts again now. Until it does (or
+        // when it cannot), their connections are refused: the routing the last one left leads nowhere.
+        let with_rules = self.registry.handles().into_iter().any(|h| {
+            !h.state().is_final() && h.snapshot().egress.mode() == mentis_core::egress::EgressMode::Rules
+        });
+        if with_rules && let Err(e) = self.egress.ensure().await {
+            tracing::warn!(error = %e.chain(), "egress gateway: not started again; sandboxes with rules reach nothing");
+        }
         self.spawn_sweeper();
         reaper::spawn(
             &self.tasks,
@@ -332,7 +340,6 @@ impl Manager {
         self.shutdown.cancel();
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.tasks.wait()).await;
-        self.egress.stop().await;
         self.registry.flush();
         self.registry.sync_logs();
         if let Err(e) = self.store.set_meta(restore::CLEAN_SHUTDOWN, "1") {

@@ -7,8 +7,10 @@
 //! the first sandbox that needs it.
 //!
 //! The rules live in chains of their own named after the bridge (`MGW-<bridge>`, in the nat and filter
-//! tables), jumped to from PREROUTING, INPUT and DOCKER-USER for the bridge only, so they are replaced and
-//! removed as a whole.
+//! tables), jumped to from PREROUTING, INPUT and DOCKER-USER for the bridge only, so they are replaced as a
+//! whole. They stay when the runtime stops: its sandboxes outlive it, and the redirect then leads to no
+//! listener (their connections are refused) until the next runtime's gateway takes the chains over; the
+//! DROP of forwarded traffic is never lifted.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -168,23 +170,6 @@ async fn jump(table: &[&str], from: &str, bridge: &str, target: &[&str]) -> Resu
             .map_or(insert.len(), |i| i + 1);
         insert.insert(at, "1");
         network::iptables_ok(&insert).await?;
-    }
-    Ok(())
-}
-
-/// Removes what [`route`] put in. Idempotent.
-pub(crate) async fn unroute(bridge: &str) -> Result<()> {
-    let chain = chain(bridge);
-    let _ =
-        network::iptables(&["-t", "nat", "-D", "PREROUTING", "-i", bridge, "-j", &chain]).await?;
-    let _ = network::iptables(&["-D", "INPUT", "-i", bridge, "-j", &chain]).await?;
-    for forward in ["DOCKER-USER", "FORWARD"] {
-        let _ = network::iptables(&["-D", forward, "-i", bridge, "-j", "DROP"]).await?;
-    }
-    for table in ["nat", "filter"] {
-        if network::iptables(&["-t", table, "-F", &chain]).await? {
-            let _ = network::iptables(&["-t", table, "-X", &chain]).await?;
-        }
     }
     Ok(())
 }

@@ -447,13 +447,6 @@ impl SandboxBackend for DockerBackend {
         gateway::route(bridge, tcp_port, dns_port).await
     }
 
-    async fn unroute_gateway(&self) -> Result<()> {
-        match self.gateway.get() {
-            Some((_, bridge)) => gateway::unroute(bridge).await,
-            None => Ok(()),
-        }
-    }
-
     async fn image_info(&self, image: &str) -> Result<Option<mentis_core::ImageInfo>> {
         self.image_info_inner(image).await
     }

@@ -251,11 +251,6 @@ pub trait SandboxBackend: Send + Sync + 'static {
         ))
     }
 
-    /// Undoes [`SandboxBackend::route_to_gateway`] (the runtime stops). Idempotent.
-    async fn unroute_gateway(&self) -> Result<()> {
-        Ok(())
-    }
-
     /// Follows what happens to this instance's sandboxes from outside (a pod deleted by someone else,
     /// evicted, or on a node that was lost), calling `gone` with the id of each that went or will not run
     /// again, until the future is dropped; the health check of each such sandbox then runs at once rather

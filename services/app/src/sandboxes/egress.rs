@@ -1,6 +1,7 @@
 //! The egress gateway of this runtime's sandboxes with EGRESS_RULES (docs/EGRESS.md): started at the first
-//! such sandbox, on the address the backend's gateway network sends their traffic to, with the backend's
-//! routing put in place; stopped (and the routing undone) when the runtime stops. It asks the registry which
+//! such sandbox, or at start when live ones have rules, on the address the backend's gateway network sends
+//! their traffic to, with the backend's routing put in place; it ends with the runtime, whose sandboxes
+//! outlive it: the routing stays, so their connections meet no listener until the next runtime's gateway. It asks the registry which
 //! sandbox a connection comes from (by its address on the gateway network) and what its policy is now, so a
 //! changed policy holds for the next connection, and keeps each sandbox's latest refusals.
 
@@ -161,15 +162,6 @@ impl EgressGateway {
         tracing::info!(%tcp, %dns, "egress gateway started");
         self.tasks.spawn(gateway.run(self.shutdown.clone()));
         Ok(ca_pem)
-    }
-
-    /// Undoes the backend's routing, when the gateway ran (the runtime stops).
-    pub async fn stop(&self) {
-        if self.started.initialized()
-            && let Err(e) = self.backend.unroute_gateway().await
-        {
-            tracing::warn!(error = %e.chain(), "egress gateway: the routing to it could not be undone");
-        }
     }
 
     /// The latest refusals of a sandbox, oldest first.
