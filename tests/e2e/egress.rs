@@ -422,8 +422,7 @@ print(v6())
 }
 
 #[tokio::test]
-async fn bad_policies_are_invalid_naming_the_field_and_networks_do_not_change_in_place()
--> anyhow::Result<()> {
+async fn bad_policies_are_invalid_naming_the_field() -> anyhow::Result<()> {
     let mut h = Harness::start().await?;
     for (rules, field) in [
         (vec![rule("*", "", &[])], "spec.egress_rules[0].domain"),
@@ -472,24 +471,7 @@ async fn bad_policies_are_invalid_naming_the_field_and_networks_do_not_change_in
     );
     assert_eq!(code, tonic::Code::InvalidArgument);
     assert_eq!(at.as_deref(), Some("spec.egress_rules"));
-    // A sandbox made without rules cannot be given some in place: its networks are fixed.
     let plain = h.create_default().await?.sandbox_id;
-    let (code, _, at) = refusal(
-        h.sandboxes
-            .update_sandbox(api::UpdateSandboxRequest {
-                sandbox: Some(api::Sandbox {
-                    sandbox_id: plain.clone(),
-                    egress: api::Egress::Rules as i32,
-                    egress_rules: vec![rule("a.test", "", &[])],
-                    ..Default::default()
-                }),
-                update_mask: Some(prost_types::FieldMask {
-                    paths: vec!["egress".into(), "egress_rules".into()],
-                }),
-            })
-            .await,
-    );
-    assert_eq!((code, at), (tonic::Code::FailedPrecondition, None));
     // A mask naming something else, or nothing.
     for paths in [vec![], vec!["image".to_owned()]] {
         let (code, _, at) = refusal(
@@ -1124,7 +1106,10 @@ async fn sandboxes_with_rules_stay_fenced_while_the_runtime_is_down_and_are_serv
     // nothing, by name or by address, until the next gateway.
     first.signal("TERM")?;
     assert!(
-        first.exited_within(Duration::from_secs(30)).await?.is_some(),
+        first
+            .exited_within(Duration::from_secs(30))
+            .await?
+            .is_some(),
         "the runtime did not stop"
     );
     let network_id = docker(&[
@@ -1169,6 +1154,158 @@ async fn sandboxes_with_rules_stay_fenced_while_the_runtime_is_down_and_are_serv
     let second = RuntimeProcess::start_with_env(bin, &instance, data_dir.path(), &env).await?;
     let mut h = second.harness(data_dir, guard).await?;
     assert_eq!(stdout(&h.sh(&id, fetch).await?), "api.test /up auth=none");
+    h.stop().await?;
+    drop(internet);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_running_sandbox_changes_egress_mode_in_place() -> anyhow::Result<()> {
+    let guard = Harness::new_instance();
+    let internet = Internet::start(&guard.instance, &["api.test"], "Bearer mode-token")?;
+    let ip: std::net::Ipv4Addr = internet.ip.parse()?;
+    let ca_file = internet.ca_file();
+    let mut h = Harness::start_in(guard, |c| {
+        c.egress.hosts = [("api.test".to_owned(), vec![ip])].into();
+        c.egress.upstream_ca_files = vec![ca_file.clone()];
+    })
+    .await?;
+    h.spaces
+        .set_secret(api::SetSecretRequest {
+            space_id: String::new(),
+            name: "TOKEN".into(),
+            value: "mode-token".into(),
+        })
+        .await?;
+    // Made with EGRESS_DENY (the default): nothing resolves.
+    let id = h.create_default().await?.sandbox_id;
+    let fetch = "curl -sS --max-time 5 http://api.test/plain 2>&1; curl -sS --max-time 5 https://api.test/tls 2>&1";
+    let out = stdout(&h.sh(&id, fetch).await?);
+    assert!(!out.contains("auth="), "{out}");
+    let networks = || {
+        inspect(
+            &container_of(&id),
+            "{{range $n, $e := .NetworkSettings.Networks}}{{$n}} {{end}}",
+        )
+        .map(|n| {
+            // By kind (an instance may suffix its networks' names).
+            let mut n: Vec<String> = n
+                .split_whitespace()
+                .map(|x| {
+                    ["mentis-gw", "mentis-egress", "mentis-net"]
+                        .into_iter()
+                        .find(|kind| x.starts_with(kind))
+                        .unwrap_or(x)
+                        .to_owned()
+                })
+                .collect();
+            n.sort();
+            n
+        })
+    };
+    assert_eq!(networks()?, ["mentis-net"]);
+    let update = |egress: api::Egress, rules: Vec<api::EgressRule>, paths: &[&str]| {
+        api::UpdateSandboxRequest {
+            sandbox: Some(api::Sandbox {
+                sandbox_id: id.clone(),
+                egress: egress as i32,
+                egress_rules: rules,
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+            }),
+        }
+    };
+    // To EGRESS_RULES, with a header rule: the sandbox, made without rules, trusts the gateway's CA too.
+    let rules = vec![api::EgressRule {
+        domain: "api.test".into(),
+        ports: vec![80, 443],
+        headers: vec![api::EgressHeader {
+            name: "Authorization".into(),
+            value: "Bearer {secret:TOKEN}".into(),
+        }],
+        ..Default::default()
+    }];
+    let changed = h
+        .sandboxes
+        .update_sandbox(update(
+            api::Egress::Rules,
+            rules.clone(),
+            &["egress", "egress_rules"],
+        ))
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap();
+    assert_eq!(
+        (changed.egress, changed.egress_rules),
+        (api::Egress::Rules as i32, rules)
+    );
+    assert_eq!(networks()?, ["mentis-gw", "mentis-net"]);
+    let out = stdout(&h.sh(&id, fetch).await?);
+    assert_eq!(
+        out, "api.test /plain auth=matchapi.test /tls auth=match",
+        "{out}"
+    );
+    // To EGRESS_ALLOW: off the gateway's network first, then on the egress network; the gateway no longer
+    // answers it.
+    let changed = h
+        .sandboxes
+        .update_sandbox(update(
+            api::Egress::Allow,
+            vec![],
+            &["egress", "egress_rules"],
+        ))
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap();
+    assert_eq!(changed.egress, api::Egress::Allow as i32);
+    assert!(changed.egress_rules.is_empty());
+    assert_eq!(networks()?, ["mentis-egress", "mentis-net"]);
+    let out = stdout(&h.sh(&id, fetch).await?);
+    assert!(!out.contains("auth="), "{out}");
+    // A PAUSED sandbox keeps its mode (its networks change only while it runs).
+    h.sandboxes
+        .pause_sandbox(api::PauseSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?;
+    let (code, _, _) = refusal(
+        h.sandboxes
+            .update_sandbox(update(api::Egress::Deny, vec![], &["egress"]))
+            .await,
+    );
+    assert_eq!(code, tonic::Code::FailedPrecondition);
+    h.sandboxes
+        .resume_sandbox(api::ResumeSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await?;
+    // Back to EGRESS_DENY.
+    let changed = h
+        .sandboxes
+        .update_sandbox(update(api::Egress::Deny, vec![], &["egress"]))
+        .await?
+        .into_inner()
+        .sandbox
+        .unwrap();
+    assert_eq!(changed.egress, api::Egress::Deny as i32);
+    assert_eq!(networks()?, ["mentis-net"]);
+    // And once more to rules: served again at once.
+    h.sandboxes
+        .update_sandbox(update(
+            api::Egress::Rules,
+            vec![rule("api.test", "", &[80])],
+            &["egress", "egress_rules"],
+        ))
+        .await?;
+    let out = stdout(
+        &h.sh(&id, "curl -sS --max-time 5 http://api.test/again 2>&1")
+            .await?,
+    );
+    assert_eq!(out, "api.test /again auth=none");
     h.stop().await?;
     drop(internet);
     Ok(())

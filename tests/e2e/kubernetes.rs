@@ -122,6 +122,46 @@ async fn a_sandbox_is_a_pod_whose_executor_runs_shell_and_ipython_and_goes_with_
     let obs = h.py(&id, "x + 1").await?;
     assert_eq!(cell_value(&obs).as_deref(), Some("42"));
 
+    // Egress by rules needs the gateway, which this backend does not have yet: refused, saying so, and
+    // nothing is left behind; nor does a pod's egress mode change in place.
+    let rules = api::SandboxSpec {
+        egress_rules: vec![api::EgressRule {
+            domain: "pypi.org".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let refused = h
+        .sandboxes
+        .create_sandbox(api::CreateSandboxRequest { spec: Some(rules) })
+        .await
+        .expect_err("EGRESS_RULES on the Kubernetes backend");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("EGRESS_RULES"), "{refused:?}");
+    let refused = h
+        .sandboxes
+        .update_sandbox(api::UpdateSandboxRequest {
+            sandbox: Some(api::Sandbox {
+                sandbox_id: id.clone(),
+                egress: api::Egress::Allow as i32,
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["egress".into()],
+            }),
+        })
+        .await
+        .expect_err("a mode change on the Kubernetes backend");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+
     // Images are the cluster's: a build is refused, saying so.
     let mut templates =
         mentis_proto::api::template_service_client::TemplateServiceClient::new(h.channel.clone());

@@ -160,6 +160,11 @@ impl ExecutorClient {
         self.gateway_source
     }
 
+    /// The same client, for a sandbox that joined or left the gateway's network.
+    pub fn set_gateway_source(&mut self, source: Option<std::net::IpAddr>) {
+        self.gateway_source = source;
+    }
+
     /// One health check, bounded by `within`.
     pub async fn check(&self, within: Duration) -> Result<(), Error> {
         let mut health = self.health.clone();

@@ -118,10 +118,19 @@ impl Manager {
             config.limits,
             generations,
         ));
+        let egress = Arc::new(egress::EgressGateway::new(
+            Arc::clone(&config),
+            Arc::clone(&backend),
+            Arc::clone(&registry),
+            Arc::clone(&store),
+            tasks.clone(),
+            shutdown.clone(),
+        ));
         let pools = Pools::new(
             Arc::clone(&config),
             Arc::clone(&backend),
             Arc::clone(&store),
+            Arc::clone(&egress),
             shutdown.clone(),
         );
         let keeper = Arc::new(Keeper::new(Arc::clone(&spaces), Arc::clone(&snapshots)));
@@ -135,14 +144,6 @@ impl Manager {
             &config,
             Arc::clone(&store),
             Arc::clone(&backend),
-        ));
-        let egress = Arc::new(egress::EgressGateway::new(
-            Arc::clone(&config),
-            Arc::clone(&backend),
-            Arc::clone(&registry),
-            Arc::clone(&store),
-            tasks.clone(),
-            shutdown.clone(),
         ));
         let provisioner = Arc::new(Provisioner::new(
             Arc::clone(&config),
@@ -262,7 +263,8 @@ impl Manager {
         // Sandboxes with rules outlived the last runtime: their gateway starts again now. Until it does (or
         // when it cannot), their connections are refused: the routing the last one left leads nowhere.
         let with_rules = self.registry.handles().into_iter().any(|h| {
-            !h.state().is_final() && h.snapshot().egress.mode() == mentis_core::egress::EgressMode::Rules
+            !h.state().is_final()
+                && h.snapshot().egress.mode() == mentis_core::egress::EgressMode::Rules
         });
         if with_rules && let Err(e) = self.egress.ensure().await {
             tracing::warn!(error = %e.chain(), "egress gateway: not started again; sandboxes with rules reach nothing");
@@ -417,8 +419,10 @@ impl Manager {
         Ok((h.snapshot(), h.log.last_seq()))
     }
 
-    /// New egress rules for a sandbox made with EGRESS_RULES, in force for its next connection.
-    pub fn update_egress(
+    /// A new egress policy for a sandbox, in force for its next connection: new rules in place; another
+    /// mode (a RUNNING sandbox only) with its networks changed (docs/EGRESS.md, "Changing a running
+    /// sandbox").
+    pub async fn update_egress(
         &self,
         id: SandboxId,
         egress: mentis_core::egress::Egress,
@@ -430,7 +434,51 @@ impl Manager {
             "sandbox.egress",
         )?;
         egress::check_secrets(&self.store, &h.space_id(), &egress, "sandbox.egress_rules")?;
-        h.set_egress(egress)
+        let before = h.snapshot().egress;
+        if before.mode() == egress.mode() {
+            return h.set_egress(egress);
+        }
+        // Another mode: its networks change first, under its lifecycle lock (no pause, resume or delete
+        // meanwhile), on a RUNNING sandbox only.
+        let _lifecycle = h.lifecycle.lock().await;
+        let state = h.state();
+        if state != SandboxState::Running {
+            return Err(mentis_core::lifecycle::refuse(
+                id,
+                state,
+                "a change of egress mode",
+                &[SandboxState::Running],
+            ));
+        }
+        let rules = egress.mode() == mentis_core::egress::EgressMode::Rules;
+        if rules {
+            self.egress.ensure().await?;
+        }
+        match self.backend.set_egress(id, egress.is_allow(), rules).await {
+            Ok(source) => {
+                h.set_gateway_source(source);
+                tracing::info!(sandbox_id = %id, from = ?before.mode(), to = ?egress.mode(), "egress mode changed");
+                h.set_egress(egress)
+            }
+            Err(e) => {
+                // Back to the networks it had, as far as that goes (it then has at most what it had).
+                let back = self
+                    .backend
+                    .set_egress(
+                        id,
+                        before.is_allow(),
+                        before.mode() == mentis_core::egress::EgressMode::Rules,
+                    )
+                    .await;
+                match back {
+                    Ok(source) => h.set_gateway_source(source),
+                    Err(b) => {
+                        tracing::warn!(sandbox_id = %id, error = %b.chain(), "egress: the networks before the change could not be restored")
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 
     /// The latest connections and DNS questions the egress gateway refused to a sandbox, oldest first.

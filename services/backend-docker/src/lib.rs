@@ -447,6 +447,73 @@ impl SandboxBackend for DockerBackend {
         gateway::route(bridge, tcp_port, dns_port).await
     }
 
+    fn supports_gateway(&self) -> bool {
+        true
+    }
+
+    async fn set_egress(
+        &self,
+        id: SandboxId,
+        egress: bool,
+        gateway: bool,
+    ) -> Result<Option<std::net::IpAddr>> {
+        let name = Self::container_name(id);
+        let info = self
+            .call(
+                "inspect container",
+                self.docker.inspect_container(&name, None),
+            )
+            .await
+            .docker_ctx("inspect the container")?;
+        let attached: Vec<String> = info
+            .network_settings
+            .and_then(|s| s.networks)
+            .map(|n| n.into_keys().collect())
+            .unwrap_or_default();
+        let has = |network: &str| attached.iter().any(|a| a == network);
+        let wanted = [
+            (&self.config.egress_network, egress),
+            (&self.config.gateway_network, gateway),
+        ];
+        // Off first: never two ways out at once.
+        for (network, want) in wanted {
+            if !want && has(network) {
+                self.call(
+                    "disconnect a network",
+                    self.docker.disconnect_network(
+                        network,
+                        bollard::models::NetworkDisconnectRequest {
+                            container: name.clone(),
+                            force: Some(true),
+                        },
+                    ),
+                )
+                .await
+                .docker_ctx("detach a network")?;
+            }
+        }
+        for (network, want) in wanted {
+            if want && !has(network) {
+                if *network == self.config.gateway_network {
+                    self.gateway_net().await?;
+                }
+                self.call(
+                    "connect a network",
+                    self.docker.connect_network(
+                        network,
+                        bollard::models::NetworkConnectRequest {
+                            container: name.clone(),
+                            ..Default::default()
+                        },
+                    ),
+                )
+                .await
+                .docker_ctx("attach a network")?;
+            }
+        }
+        Ok(self.endpoint_of(&name).await?.gateway_source)
+    }
+
     async fn image_info(&self, image: &str) -> Result<Option<mentis_core::ImageInfo>> {
         self.image_info_inner(image).await
     }

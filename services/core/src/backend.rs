@@ -251,6 +251,27 @@ pub trait SandboxBackend: Send + Sync + 'static {
         ))
     }
 
+    /// Whether sandboxes can be put behind an egress gateway here (EGRESS_RULES).
+    fn supports_gateway(&self) -> bool {
+        false
+    }
+
+    /// Attaches or detaches a running sandbox's networks for a changed egress policy: the egress network
+    /// (`egress`, EGRESS_ALLOW) and the gateway's (`gateway`, EGRESS_RULES; routed with
+    /// [`SandboxBackend::route_to_gateway`] first), leaving before joining, so it never has two ways out.
+    /// Its address on the gateway network after. FAILED_PRECONDITION where a sandbox's networks are fixed.
+    async fn set_egress(
+        &self,
+        _id: SandboxId,
+        _egress: bool,
+        _gateway: bool,
+    ) -> Result<Option<std::net::IpAddr>> {
+        Err(Error::new(
+            crate::Reason::FailedPrecondition,
+            "this backend cannot change a sandbox's egress in place: make a new sandbox with the policy",
+        ))
+    }
+
     /// Follows what happens to this instance's sandboxes from outside (a pod deleted by someone else,
     /// evicted, or on a node that was lost), calling `gone` with the id of each that went or will not run
     /// again, until the future is dropped; the health check of each such sandbox then runs at once rather

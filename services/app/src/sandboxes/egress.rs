@@ -54,8 +54,10 @@ pub struct EgressGateway {
     config: Arc<RuntimeConfig>,
     backend: Arc<dyn SandboxBackend>,
     lookup: Arc<Lookup>,
-    /// Started: the CA's certificate (PEM).
-    started: tokio::sync::OnceCell<String>,
+    /// Started.
+    started: tokio::sync::OnceCell<()>,
+    /// The instance's CA, loaded or made at first need (behind a lock: two makers would make two).
+    interceptor: Mutex<Option<Arc<mentis_gateway::intercept::Interceptor>>>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
 }
@@ -94,6 +96,7 @@ impl EgressGateway {
                 denials: Mutex::new(HashMap::new()),
             }),
             started: tokio::sync::OnceCell::new(),
+            interceptor: Mutex::new(None),
             tasks,
             shutdown,
         }
@@ -106,16 +109,51 @@ impl EgressGateway {
         Ok(())
     }
 
-    /// The env a sandbox behind the started gateway gets: its CA for the trust store (empty before it
-    /// started).
+    /// The env every sandbox gets where the backend can put it behind the gateway: the CA for its trust
+    /// store, so rules given to it later (another mode included) can set headers over the gateway's TLS.
+    /// Empty elsewhere, and when the CA cannot be read or made (said in the log; a sandbox with rules is
+    /// then refused at the gateway's start).
     pub fn sandbox_env(&self) -> Vec<String> {
-        self.started
-            .get()
-            .map(|ca| mentis_core::layout::egress_ca_env(ca))
-            .unwrap_or_default()
+        if !self.backend.supports_gateway() {
+            return Vec::new();
+        }
+        match self.interceptor() {
+            Ok(i) => mentis_core::layout::egress_ca_env(i.ca_pem()),
+            Err(e) => {
+                tracing::warn!(error = %e.chain(), "egress gateway: no CA for the sandbox's trust store");
+                Vec::new()
+            }
+        }
     }
 
-    async fn start(&self) -> Result<String> {
+    /// The instance's CA (`MENTIS_DATA_DIR/egress-ca.pem`), with the upstream trust store.
+    fn interceptor(&self) -> Result<Arc<mentis_gateway::intercept::Interceptor>> {
+        let mut held = self.interceptor.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = held.as_ref() {
+            return Ok(Arc::clone(i));
+        }
+        let unavailable = |what: &str, e: std::io::Error| {
+            Error::unavailable(format!("the egress gateway cannot {what}: {e}"))
+        };
+        let roots = mentis_gateway::intercept::roots(
+            &self
+                .config
+                .egress
+                .upstream_ca_files
+                .iter()
+                .map(std::path::PathBuf::as_path)
+                .collect::<Vec<_>>(),
+        )
+        .map_err(|e| unavailable("read its upstream CA files", e))?;
+        let made = Arc::new(
+            mentis_gateway::intercept::Interceptor::load_or_create(&self.config.data_dir, roots)
+                .map_err(|e| unavailable("load or make its CA", e))?,
+        );
+        *held = Some(Arc::clone(&made));
+        Ok(made)
+    }
+
+    async fn start(&self) -> Result<()> {
         let Some(network) = self.backend.gateway_network().await? else {
             return Err(Error::new(
                 Reason::FailedPrecondition,
@@ -134,21 +172,7 @@ impl EgressGateway {
         )
         .map_err(|e| unavailable("read the host's addresses", e))?;
         config.hosts = self.config.egress.hosts.clone();
-        let roots = mentis_gateway::intercept::roots(
-            &self
-                .config
-                .egress
-                .upstream_ca_files
-                .iter()
-                .map(std::path::PathBuf::as_path)
-                .collect::<Vec<_>>(),
-        )
-        .map_err(|e| unavailable("read its upstream CA files", e))?;
-        let interceptor =
-            mentis_gateway::intercept::Interceptor::load_or_create(&self.config.data_dir, roots)
-                .map_err(|e| unavailable("load or make its CA", e))?;
-        let ca_pem = interceptor.ca_pem().to_owned();
-        config.intercept = Some(Arc::new(interceptor));
+        config.intercept = Some(self.interceptor()?);
         let gateway = Gateway::bind(config, self.lookup.clone(), Arc::new(Redirected))
             .await
             .map_err(|e| unavailable("listen", e))?;
@@ -161,7 +185,7 @@ impl EgressGateway {
             .await?;
         tracing::info!(%tcp, %dns, "egress gateway started");
         self.tasks.spawn(gateway.run(self.shutdown.clone()));
-        Ok(ca_pem)
+        Ok(())
     }
 
     /// The latest refusals of a sandbox, oldest first.

@@ -274,9 +274,8 @@ impl SandboxHandle {
         }
     }
 
-    /// Gives a sandbox with EGRESS_RULES new rules (the gateway reads them at its next connection or
-    /// question) and writes the record through. FAILED_PRECONDITION for any other change of egress: the
-    /// networks a sandbox is on are fixed when its container is made.
+    /// Sets the sandbox's policy (the gateway reads it at its next connection or question). Another mode
+    /// needs its networks changed first (`Sandboxes::update_egress`).
     pub fn set_egress(&self, egress: Egress) -> Result<Sandbox, Error> {
         {
             let mut inner = lock(&self.inner);
@@ -289,23 +288,18 @@ impl SandboxHandle {
                     &[SandboxState::Running, SandboxState::Paused],
                 ));
             }
-            if record.egress.mode() != egress.mode() {
-                return Err(Error::new(
-                    Reason::FailedPrecondition,
-                    format!(
-                        "sandbox {} has egress {:?}; only the rules of a sandbox made with EGRESS_RULES change in place (its networks are fixed when it is made): make a new sandbox for {:?}",
-                        self.id,
-                        record.egress.mode(),
-                        egress.mode()
-                    ),
-                )
-                .about(Resource::sandbox(self.id)));
-            }
             record.egress = egress;
             record.updated_at = crate::clock::now();
         }
         self.persist();
         Ok(self.snapshot())
+    }
+
+    /// Its address on the gateway's network changed (it joined or left it).
+    pub fn set_gateway_source(&self, source: Option<std::net::IpAddr>) {
+        if let Some(client) = lock(&self.executor).as_mut() {
+            client.set_gateway_source(source);
+        }
     }
 
     /// Writes the record to the store now, with the newest seq.

@@ -186,6 +186,8 @@ pub struct Pools {
     config: Arc<RuntimeConfig>,
     backend: Arc<dyn SandboxBackend>,
     store: Arc<Store>,
+    /// The egress gateway, whose CA each member trusts.
+    egress: Arc<super::egress::EgressGateway>,
     shutdown: CancellationToken,
 }
 
@@ -200,6 +202,7 @@ impl Pools {
         config: Arc<RuntimeConfig>,
         backend: Arc<dyn SandboxBackend>,
         store: Arc<Store>,
+        egress: Arc<super::egress::EgressGateway>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let pools = config
@@ -214,6 +217,7 @@ impl Pools {
             config,
             backend,
             store,
+            egress,
             shutdown,
         })
     }
@@ -393,11 +397,14 @@ impl Pools {
             ),
             // A kernel started ahead makes the first cell of a claimed sandbox as quick as the next ones;
             // the executor gives it the sandbox's env before that cell.
-            executor_env: if pool.config.kernel {
-                vec!["MENTIS_KERNEL_EAGER=1".to_owned()]
-            } else {
-                Vec::new()
-            },
+            // The gateway's CA too: a claimed member may be given rules later.
+            executor_env: pool
+                .config
+                .kernel
+                .then(|| "MENTIS_KERNEL_EAGER=1".to_owned())
+                .into_iter()
+                .chain(self.egress.sandbox_env())
+                .collect(),
             egress: false,
             gateway: false,
             runtime_class: template

@@ -293,10 +293,7 @@ impl Provisioner {
             }
             (Ok(Admission::Admitted), None) => {
                 let mut backend_spec = handle.backend_spec(&self.config);
-                if backend_spec.gateway {
-                    // The gateway's CA, for the sandbox's trust store (ensured above).
-                    backend_spec.executor_env.extend(self.egress.sandbox_env());
-                }
+                backend_spec.executor_env.extend(self.egress.sandbox_env());
                 let this = Arc::clone(self);
                 let span = tracing::info_span!("create_sandbox", sandbox_id = %id);
                 let created = self

@@ -327,7 +327,11 @@ impl SandboxService for SandboxApi {
         let egress =
             mentis_core::egress::validate(Some(mode), rules, &current.egress, "sandbox.egress")
                 .map_err(to_status)?;
-        let updated = self.manager.update_egress(id, egress).map_err(to_status)?;
+        let updated = self
+            .manager
+            .update_egress(id, egress)
+            .await
+            .map_err(to_status)?;
         tracing::info!(sandbox_id = %id, "sandbox egress updated");
         Ok(Response::new(api::UpdateSandboxResponse {
             sandbox: Some(sandbox_to_proto(&updated, 0)),
