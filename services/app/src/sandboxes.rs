@@ -442,12 +442,12 @@ impl Manager {
         // meanwhile), on a RUNNING sandbox only.
         let _lifecycle = h.lifecycle.lock().await;
         let state = h.state();
-        if state != SandboxState::Running {
+        if state != mentis_core::SandboxState::Running {
             return Err(mentis_core::lifecycle::refuse(
                 id,
                 state,
                 "a change of egress mode",
-                &[SandboxState::Running],
+                &[mentis_core::SandboxState::Running],
             ));
         }
         let rules = egress.mode() == mentis_core::egress::EgressMode::Rules;
