@@ -6,9 +6,10 @@ import asyncio
 import uuid
 
 import pytest
+from mentis.v1 import space_pb2
 
 import mentis
-from mentis import AsyncSandbox
+from mentis import AsyncSandbox, AsyncSecrets, EgressRule
 
 
 def test_the_async_api_runs_commands_cells_and_files(env):
@@ -71,5 +72,39 @@ def test_async_errors_are_typed(env):
         assert missing.value.reason == "SANDBOX_NOT_FOUND"
         with pytest.raises(mentis.InvalidArgument):
             await AsyncSandbox.create(memory_mb=-5)
+
+    asyncio.run(main())
+
+
+def test_async_egress_rules_denials_and_secrets(env):
+    async def main():
+        space = f"async-egress-{uuid.uuid4().hex[:8]}"
+        async with AsyncSecrets() as default:
+            request = space_pb2.CreateSpaceRequest(space=space_pb2.Space(space_id=space))
+            await default._conn.call(default._conn.spaces.CreateSpace, request)
+        async with AsyncSecrets(space_id=space) as secrets:
+            await secrets.set("API_TOKEN", "tok-1618")
+            assert await secrets.list() == ["API_TOKEN"]
+            header = {"Authorization": "Bearer {secret:API_TOKEN}"}
+            with pytest.raises(ValueError):
+                AsyncSandbox.create(space=space, egress="everything")  # refused before any call
+            rule = EgressRule(domain="api.example.test", headers=header)
+            async with AsyncSandbox.create(space=space, egress="rules", egress_rules=[rule]) as sb:
+                kept = EgressRule(domain="api.example.test", ports=[80, 443], headers=header)
+                assert (sb.egress, sb.egress_rules) == ("rules", [kept])
+                r = await sb.run("curl -sS https://nothing.example.test/ || true")
+                assert "Could not resolve host: nothing.example.test" in r.stderr, r
+                denials = await sb.egress_denials()
+                assert any(d.protocol == "dns" and d.name == "nothing.example.test" for d in denials), denials
+                got = await sb.update_egress_rules([EgressRule(cidr="203.0.113.7/32", ports=[22])])
+                assert got == sb.egress_rules == [EgressRule(cidr="203.0.113.7/32", ports=[22])]
+                assert (await sb.refresh()).egress_rules == got
+                with pytest.raises(mentis.InvalidArgument) as bad:
+                    await sb.update_egress_rules([EgressRule(domain="*")])
+                assert bad.value.field == "sandbox.egress_rules[0].domain", bad.value
+            await secrets.delete("API_TOKEN")
+            assert await secrets.list() == []
+            with pytest.raises(mentis.NotFound):
+                await secrets.delete("API_TOKEN")
 
     asyncio.run(main())

@@ -1,6 +1,6 @@
 """MentisSandbox's Python client: sandboxes for AI agents, with shell commands, stateful IPython cells,
-files, terminals, snapshots of workspaces, preview URLs, and templates with images of your own, over the
-runtime's gRPC API.
+files, terminals, snapshots of workspaces, preview URLs, templates with images of your own, and egress rules
+with secrets the sandbox never sees, over the runtime's gRPC API.
 
     from mentis import Sandbox
 
@@ -12,7 +12,16 @@ The runtime's address and key come from arguments or `MENTIS_ADDR` / `MENTIS_API
 """
 
 from ._client import Settings
-from .aio import AsyncFiles, AsyncSandbox, AsyncSnapshots, AsyncTemplates, AsyncTerminal, AsyncTerminals
+from .aio import (
+    AsyncFiles,
+    AsyncSandbox,
+    AsyncSecrets,
+    AsyncSnapshots,
+    AsyncTemplates,
+    AsyncTerminal,
+    AsyncTerminals,
+)
+from .egress import EgressDenial, EgressRule, Secrets
 from .errors import (
     Aborted,
     AlreadyExists,
@@ -42,6 +51,7 @@ __all__ = [
     "AlreadyExists",
     "AsyncFiles",
     "AsyncSandbox",
+    "AsyncSecrets",
     "AsyncSnapshots",
     "AsyncTemplates",
     "AsyncTerminal",
@@ -53,6 +63,8 @@ __all__ = [
     "CommandResult",
     "ConfigError",
     "DeadlineExceeded",
+    "EgressDenial",
+    "EgressRule",
     "FailedPrecondition",
     "FileInfo",
     "Files",
@@ -65,6 +77,7 @@ __all__ = [
     "PreviewUrl",
     "ResourceExhausted",
     "Sandbox",
+    "Secrets",
     "Settings",
     "Snapshot",
     "Snapshots",

@@ -28,6 +28,15 @@ import grpc.aio
 
 from . import _transfer
 from ._client import _MAX_MESSAGE, Settings
+from .egress import (
+    EgressDenial,
+    EgressRule,
+    _delete_request,
+    _denial,
+    _rule,
+    _set_request,
+    _update_rules_request,
+)
 from .errors import AlreadyExists, Cancelled, MentisError, NotFound, from_rpc_error
 from .sandbox import (
     _CHUNK,
@@ -87,6 +96,8 @@ from .v1 import (
     sandbox_pb2_grpc,
     snapshot_pb2,
     snapshot_pb2_grpc,
+    space_pb2,
+    space_pb2_grpc,
     template_pb2,
     template_pb2_grpc,
     terminal_pb2,
@@ -96,6 +107,7 @@ from .v1 import (
 __all__ = [
     "AsyncFiles",
     "AsyncSandbox",
+    "AsyncSecrets",
     "AsyncSnapshots",
     "AsyncTemplates",
     "AsyncTerminal",
@@ -134,6 +146,7 @@ class _AsyncConnection:
         self.terminals = terminal_pb2_grpc.TerminalServiceStub(self.channel)
         self.snapshots = snapshot_pb2_grpc.SnapshotServiceStub(self.channel)
         self.templates = template_pb2_grpc.TemplateServiceStub(self.channel)
+        self.spaces = space_pb2_grpc.SpaceServiceStub(self.channel)
         self.generation += 1
 
     async def reconnect(self, seen_generation: int) -> None:
@@ -255,27 +268,32 @@ class AsyncSandbox:
         idle_timeout: int = 0,
         snapshot_id: str = "",
         template: str = "",
+        egress: str | None = None,
+        egress_rules: builtins.list[EgressRule] | None = None,
         keep: bool = False,
         addr: str | None = None,
         api_key: str | None = None,
         tls: bool | None = None,
     ) -> _Pending[AsyncSandbox]:
-        """Creates a sandbox: `await` it, or `async with` it (deleted at the end unless `keep=True`)."""
+        """Creates a sandbox: `await` it, or `async with` it (deleted at the end unless `keep=True`). An
+        `egress` that is no mode is ValueError here, before any call (see `Sandbox.create`)."""
+        spec = _spec(
+            space,
+            key,
+            image=image,
+            env=env,
+            labels=labels,
+            cpu=cpu,
+            memory_mb=memory_mb,
+            idle_timeout=idle_timeout,
+            snapshot_id=snapshot_id,
+            template=template,
+            egress=egress,
+            egress_rules=egress_rules,
+        )
 
         async def make() -> AsyncSandbox:
             conn = _AsyncConnection(Settings.resolve(addr, api_key, tls=tls))
-            spec = _spec(
-                space,
-                key,
-                image=image,
-                env=env,
-                labels=labels,
-                cpu=cpu,
-                memory_mb=memory_mb,
-                idle_timeout=idle_timeout,
-                snapshot_id=snapshot_id,
-                template=template,
-            )
             try:
                 r = await conn.call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec))
             except BaseException:
@@ -310,6 +328,8 @@ class AsyncSandbox:
         tls: bool | None = None,
         **create_args: Any,
     ) -> AsyncSandbox:
+        """See `Sandbox.get_or_create`."""
+        spec = _spec(space, key, **create_args)
         conn = _AsyncConnection(Settings.resolve(addr, api_key, tls=tls))
         request = sandbox_pb2.GetSandboxByKeyRequest(space_id=space, external_key=key)
         for _ in range(3):
@@ -318,7 +338,6 @@ class AsyncSandbox:
                 return cls(conn, r.sandbox, owned=False)
             except NotFound:
                 pass
-            spec = _spec(space, key, **create_args)
             try:
                 r = await conn.call(conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec))
                 return cls(conn, r.sandbox, owned=False)
@@ -344,6 +363,16 @@ class AsyncSandbox:
     def work_dir(self) -> str:
         """See `Sandbox.work_dir`."""
         return self._info.work_dir
+
+    @property
+    def egress(self) -> str:
+        """See `Sandbox.egress`."""
+        return _enum_name(sandbox_pb2.Egress, self._info.egress, "EGRESS_")
+
+    @property
+    def egress_rules(self) -> builtins.list[EgressRule]:
+        """See `Sandbox.egress_rules`."""
+        return [_rule(r) for r in self._info.egress_rules]
 
     def __repr__(self) -> str:
         return f"AsyncSandbox({self.id!r}, state={self.state!r})"
@@ -382,6 +411,18 @@ class AsyncSandbox:
     async def revoke_preview_urls(self, port: int | None = None) -> None:
         """See `Sandbox.revoke_preview_urls`."""
         await self._conn.call(self._conn.sandboxes.RevokePreviewUrls, _revoke_request(self.id, port))
+
+    async def update_egress_rules(self, rules: builtins.list[EgressRule]) -> builtins.list[EgressRule]:
+        """See `Sandbox.update_egress_rules`."""
+        request = _update_rules_request(self.id, rules)
+        self._info = (await self._conn.call(self._conn.sandboxes.UpdateSandbox, request)).sandbox
+        return self.egress_rules
+
+    async def egress_denials(self) -> builtins.list[EgressDenial]:
+        """See `Sandbox.egress_denials`."""
+        request = sandbox_pb2.ListEgressDenialsRequest(sandbox_id=self.id)
+        r = await self._conn.call(self._conn.sandboxes.ListEgressDenials, request)
+        return [_denial(d) for d in r.denials]
 
     async def delete(self) -> None:
         with contextlib.suppress(NotFound):
@@ -483,6 +524,44 @@ class AsyncSnapshots:
         await self._conn.close()
 
     async def __aenter__(self) -> AsyncSnapshots:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class AsyncSecrets:
+    """The asyncio twin of `mentis.Secrets` (same arguments, same results): `await secrets.set(name, value)`,
+    and `async with AsyncSecrets() as secrets` closes its connection at the end of the block."""
+
+    def __init__(
+        self,
+        *,
+        space_id: str | None = None,
+        addr: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
+    ):
+        self.space_id = space_id or ""
+        self._conn = _AsyncConnection(Settings.resolve(addr, api_key, tls=tls))
+
+    async def set(self, name: str, value: str) -> None:
+        """See `Secrets.set`."""
+        await self._conn.call(self._conn.spaces.SetSecret, _set_request(self.space_id, name, value))
+
+    async def list(self) -> builtins.list[str]:
+        """See `Secrets.list`: names only, in name order."""
+        request = space_pb2.ListSecretsRequest(space_id=self.space_id)
+        return builtins.list((await self._conn.call(self._conn.spaces.ListSecrets, request)).names)
+
+    async def delete(self, name: str) -> None:
+        """See `Secrets.delete`."""
+        await self._conn.call(self._conn.spaces.DeleteSecret, _delete_request(self.space_id, name))
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    async def __aenter__(self) -> AsyncSecrets:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

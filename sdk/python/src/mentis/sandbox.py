@@ -34,6 +34,15 @@ import grpc
 
 from . import _transfer
 from ._client import Connection, Settings
+from .egress import (
+    EgressDenial,
+    EgressRule,
+    _denial,
+    _egress_mode,
+    _rule,
+    _rule_messages,
+    _update_rules_request,
+)
 from .errors import AlreadyExists, InvalidArgument, MentisError, NotFound, from_rpc_error
 from .snapshot import Snapshot, Snapshots
 from .terminal import Terminals, _time
@@ -263,6 +272,8 @@ class Sandbox:
         idle_timeout: int = 0,
         snapshot_id: str = "",
         template: str = "",
+        egress: str | None = None,
+        egress_rules: builtins.list[EgressRule] | None = None,
         keep: bool = False,
         addr: str | None = None,
         api_key: str | None = None,
@@ -275,7 +286,12 @@ class Sandbox:
         template of the space (`Templates`) fills what the other arguments leave unset (its image, each limit
         left at 0, its env under `env`), shell commands start in its `work_dir`, and its start-up commands
         have run when this returns; NotFound when the space has none of that name, FailedPrecondition when a
-        start-up command fails (with its output; no sandbox is left)."""
+        start-up command fails (with its output; no sandbox is left). `egress` is what code in it may reach:
+        `"deny"` (no route out), `"allow"` (any route out) or `"rules"` (only what `egress_rules` allow,
+        through the runtime's egress gateway; docs/EGRESS.md); None: the template's, else the space's, else
+        the runtime's default, or `"rules"` when `egress_rules` are given. Another value is ValueError, before
+        any call; a rule the runtime refuses is InvalidArgument naming it (`field`
+        `spec.egress_rules[0].domain`)."""
         spec = _spec(
             space,
             key,
@@ -287,6 +303,8 @@ class Sandbox:
             idle_timeout=idle_timeout,
             snapshot_id=snapshot_id,
             template=template,
+            egress=egress,
+            egress_rules=egress_rules,
         )
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
         with _closed_on_error(conn):
@@ -320,14 +338,16 @@ class Sandbox:
         tls: bool | None = None,
         **create_args: Any,
     ) -> Sandbox:
-        """The sandbox with external key `key` in `space`, created (with `create_args`) when there is none.
-        Never deleted at the end of a block: it is meant to be found again."""
+        """The sandbox with external key `key` in `space`, created (with `create_args`, the keywords of
+        `create` that make its spec) when there is none. Never deleted at the end of a block: it is meant to
+        be found again."""
+        spec = _spec(space, key, **create_args)  # a mistake in them is raised before any call
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
         with _closed_on_error(conn):
-            return cls._get_or_create(conn, key, space, create_args)
+            return cls._get_or_create(conn, key, space, spec)
 
     @classmethod
-    def _get_or_create(cls, conn: Connection, key: str, space: str, create_args: dict[str, Any]) -> Sandbox:
+    def _get_or_create(cls, conn: Connection, key: str, space: str, spec: sandbox_pb2.SandboxSpec) -> Sandbox:
         request = sandbox_pb2.GetSandboxByKeyRequest(space_id=space, external_key=key)
         for _ in range(3):
             try:
@@ -335,7 +355,6 @@ class Sandbox:
                 return cls(conn, info, owned=False)
             except NotFound:
                 pass
-            spec = _spec(space, key, **create_args)
             try:
                 info = _call(
                     conn.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(spec=spec)
@@ -372,6 +391,19 @@ class Sandbox:
         """The runtime class it runs under (its template's, else its space's, such as `runsc` for gVisor);
         empty: the runtime's default."""
         return self._info.runtime_class
+
+    @property
+    def egress(self) -> str:
+        """What code in it may reach (the default resolved when it was made): `"deny"`, `"allow"` or
+        `"rules"` (only what `egress_rules` allow)."""
+        return _enum_name(sandbox_pb2.Egress, self._info.egress, "EGRESS_")
+
+    @property
+    def egress_rules(self) -> builtins.list[EgressRule]:
+        """Its egress rules when last fetched (with egress `"rules"`; empty otherwise), each with its ports
+        filled in (443 and 80 when the rule named none); header values as written (`"{secret:NAME}"`),
+        never a secret's value."""
+        return [_rule(r) for r in self._info.egress_rules]
 
     def refresh(self) -> Sandbox:
         self._info = _call(
@@ -414,6 +446,23 @@ class Sandbox:
         """Every preview URL of `port` (None: of every port) handed out so far stops opening; URLs asked
         for later work."""
         _call(self._conn.sandboxes.RevokePreviewUrls, _revoke_request(self.id, port))
+
+    def update_egress_rules(self, rules: builtins.list[EgressRule]) -> builtins.list[EgressRule]:
+        """Replaces the sandbox's egress rules with `rules` (an empty list: nothing is reachable) and returns
+        them as the runtime keeps them (`egress_rules`, which this refreshes). They hold from its next
+        connection and DNS question; connections already open stay open. Only a sandbox made with egress
+        `"rules"` has rules (its mode is fixed when it is made): rules for another are InvalidArgument
+        (`field` `sandbox.egress_rules`). A rule the runtime refuses is InvalidArgument naming it (`field`
+        `sandbox.egress_rules[0].domain`), and the rules stay as they were."""
+        request = _update_rules_request(self.id, rules)
+        self._info = _call(self._conn.sandboxes.UpdateSandbox, request).sandbox
+        return self.egress_rules
+
+    def egress_denials(self) -> builtins.list[EgressDenial]:
+        """The connections and DNS questions the egress gateway refused this sandbox lately, oldest first (at
+        most the latest 256, since the runtime started). Empty for a sandbox without egress rules."""
+        request = sandbox_pb2.ListEgressDenialsRequest(sandbox_id=self.id)
+        return [_denial(d) for d in _call(self._conn.sandboxes.ListEgressDenials, request).denials]
 
     def delete(self) -> None:
         """Deletes the sandbox and everything in it (a sandbox already gone is no error)."""
@@ -765,8 +814,12 @@ def _spec(
     idle_timeout: int = 0,
     snapshot_id: str = "",
     template: str = "",
+    egress: str | None = None,
+    egress_rules: builtins.list[EgressRule] | None = None,
 ) -> sandbox_pb2.SandboxSpec:
-    """The spec of `create` and `get_or_create` (0 / empty: the runtime's default)."""
+    """The spec of `create` and `get_or_create` (0 / empty / None: the runtime's default). An egress mode
+    that is not one is ValueError, a rule that is no EgressRule TypeError, here."""
+    rules = _rule_messages(egress_rules)
     return sandbox_pb2.SandboxSpec(
         space_id=space,
         external_key=key,
@@ -778,6 +831,8 @@ def _spec(
         idle_timeout_seconds=idle_timeout,
         snapshot_id=snapshot_id,
         template=template,
+        egress=_egress_mode(egress, bool(rules)),
+        egress_rules=rules,
     )
 
 
