@@ -111,7 +111,7 @@ def test_egress_mistakes_are_refused_before_any_call_or_as_typed_errors(env, mon
         Sandbox.create(egress="deny", egress_rules=[EgressRule(domain="a.example.test")])
     assert not_rules.value.field == "spec.egress_rules", not_rules.value
 
-    # The mode is fixed when a sandbox is made: one made with "deny" takes no rules.
+    # Rules alone do not change a mode: a sandbox made with "deny" takes rules with update_egress only.
     with Sandbox.create(egress="DENY") as sb:
         assert (sb.egress, sb.egress_rules) == ("deny", [])
         with pytest.raises(mentis.InvalidArgument) as no_rules:
@@ -119,6 +119,14 @@ def test_egress_mistakes_are_refused_before_any_call_or_as_typed_errors(env, mon
         assert no_rules.value.field == "sandbox.egress_rules", no_rules.value
         assert (sb.refresh().egress, sb.egress_rules) == ("deny", [])
         assert sb.egress_denials() == []
+        sb.update_egress("rules", [EgressRule(domain="api.example.test")])
+        assert (sb.egress, [r.domain for r in sb.egress_rules]) == ("rules", ["api.example.test"])
+        sb.run("curl -sS --max-time 5 https://elsewhere.example.test/ || true")
+        assert {(d.protocol, d.name) for d in sb.egress_denials()} == {("dns", "elsewhere.example.test")}
+        assert (sb.update_egress("allow").egress, sb.egress_rules) == ("allow", [])
+        with pytest.raises(ValueError):
+            sb.update_egress("open")
+        assert sb.update_egress("deny").refresh().egress == "deny"
 
 
 def test_secrets_are_set_listed_by_name_only_and_deleted(env):

@@ -33,6 +33,7 @@ from .egress import (
     EgressRule,
     _delete_request,
     _denial,
+    _mode_request,
     _rule,
     _set_request,
     _update_rules_request,
@@ -417,6 +418,14 @@ class AsyncSandbox:
         request = _update_rules_request(self.id, rules)
         self._info = (await self._conn.call(self._conn.sandboxes.UpdateSandbox, request)).sandbox
         return self.egress_rules
+
+    async def update_egress(
+        self, egress: str, rules: builtins.list[EgressRule] | None = None
+    ) -> AsyncSandbox:
+        """See `Sandbox.update_egress`."""
+        request = _mode_request(self.id, egress, rules)
+        self._info = (await self._conn.call(self._conn.sandboxes.UpdateSandbox, request)).sandbox
+        return self
 
     async def egress_denials(self) -> builtins.list[EgressDenial]:
         """See `Sandbox.egress_denials`."""

@@ -11,8 +11,8 @@
         print(sb.egress_denials())                     # what the gateway refused it
 
 A sandbox's egress is `"deny"` (no route out), `"allow"` (any route out) or `"rules"` (only what its rules
-allow, through the runtime's egress gateway, which also answers its DNS). The mode is fixed when the sandbox
-is made; the rules of a sandbox made with `"rules"` can change while it runs (`Sandbox.update_egress_rules`).
+allow, through the runtime's egress gateway, which also answers its DNS). Both change while it runs: its
+rules (`Sandbox.update_egress_rules`) and, while it is RUNNING, its mode (`Sandbox.update_egress`).
 docs/EGRESS.md is the guide.
 """
 
@@ -126,6 +126,20 @@ def _update_rules_request(sandbox_id: str, rules: Iterable[EgressRule]) -> sandb
     return sandbox_pb2.UpdateSandboxRequest(
         sandbox=sandbox_pb2.Sandbox(sandbox_id=sandbox_id, egress_rules=_rule_messages(rules)),
         update_mask=field_mask_pb2.FieldMask(paths=["egress_rules"]),
+    )
+
+
+def _mode_request(
+    sandbox_id: str, egress: str, rules: Iterable[EgressRule] | None
+) -> sandbox_pb2.UpdateSandboxRequest:
+    """UpdateSandbox's request that gives a sandbox another mode and these rules (both in the mask)."""
+    return sandbox_pb2.UpdateSandboxRequest(
+        sandbox=sandbox_pb2.Sandbox(
+            sandbox_id=sandbox_id,
+            egress=_egress_mode(egress, False),
+            egress_rules=_rule_messages(rules),
+        ),
+        update_mask=field_mask_pb2.FieldMask(paths=["egress", "egress_rules"]),
     )
 
 

@@ -39,6 +39,7 @@ from .egress import (
     EgressRule,
     _denial,
     _egress_mode,
+    _mode_request,
     _rule,
     _rule_messages,
     _update_rules_request,
@@ -450,13 +451,22 @@ class Sandbox:
     def update_egress_rules(self, rules: builtins.list[EgressRule]) -> builtins.list[EgressRule]:
         """Replaces the sandbox's egress rules with `rules` (an empty list: nothing is reachable) and returns
         them as the runtime keeps them (`egress_rules`, which this refreshes). They hold from its next
-        connection and DNS question; connections already open stay open. Only a sandbox made with egress
-        `"rules"` has rules (its mode is fixed when it is made): rules for another are InvalidArgument
-        (`field` `sandbox.egress_rules`). A rule the runtime refuses is InvalidArgument naming it (`field`
+        connection and DNS question; connections already open stay open. Only a sandbox whose egress is
+        `"rules"` has rules: rules for another are InvalidArgument (`field` `sandbox.egress_rules`; change its
+        mode with `update_egress`). A rule the runtime refuses is InvalidArgument naming it (`field`
         `sandbox.egress_rules[0].domain`), and the rules stay as they were."""
         request = _update_rules_request(self.id, rules)
         self._info = _call(self._conn.sandboxes.UpdateSandbox, request).sandbox
         return self.egress_rules
+
+    def update_egress(self, egress: str, rules: builtins.list[EgressRule] | None = None) -> Sandbox:
+        """Gives the sandbox another egress mode (`"deny"`, `"allow"` or `"rules"`, with `rules` for the
+        last) and returns it refreshed. The runtime moves it between networks, off the old way out before
+        onto the new; connections through the old way end. Only while it is RUNNING (FailedPrecondition
+        otherwise, and on the Kubernetes backend). Within its space's cap (InvalidArgument otherwise)."""
+        request = _mode_request(self.id, egress, rules)
+        self._info = _call(self._conn.sandboxes.UpdateSandbox, request).sandbox
+        return self
 
     def egress_denials(self) -> builtins.list[EgressDenial]:
         """The connections and DNS questions the egress gateway refused this sandbox lately, oldest first (at
