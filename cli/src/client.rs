@@ -6,7 +6,8 @@ use anyhow::Context;
 use mentis_proto::api::{
     action_service_client::ActionServiceClient, file_service_client::FileServiceClient,
     sandbox_service_client::SandboxServiceClient, snapshot_service_client::SnapshotServiceClient,
-    template_service_client::TemplateServiceClient, terminal_service_client::TerminalServiceClient,
+    space_service_client::SpaceServiceClient, template_service_client::TemplateServiceClient,
+    terminal_service_client::TerminalServiceClient,
 };
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -108,6 +109,10 @@ impl Conn {
 
     pub fn templates(&self) -> TemplateServiceClient<Api> {
         TemplateServiceClient::new(self.channel.clone())
+    }
+
+    pub fn spaces(&self) -> SpaceServiceClient<Api> {
+        SpaceServiceClient::new(self.channel.clone())
     }
 }
 

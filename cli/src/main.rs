@@ -5,6 +5,7 @@
 //! itself fails; 2 for usage errors (clap's); `exec` and `shell` exit with the remote program's status.
 
 mod client;
+mod egress;
 mod error;
 mod exec;
 mod files;
@@ -13,6 +14,7 @@ mod mcp;
 mod output;
 mod preview;
 mod sandbox;
+mod secret;
 mod shell;
 mod snapshot;
 mod template;
@@ -50,9 +52,13 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Create, list, inspect, pause, resume and delete sandboxes.
+    /// Create, list, inspect, pause, resume and delete sandboxes; their egress rules and refusals.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
+    /// A space's secrets: values the egress gateway puts into the headers of sandboxes' requests
+    /// (`--header 'DOMAIN=Authorization: Bearer {secret:NAME}'`), which never enter a sandbox.
+    #[command(subcommand)]
+    Secret(secret::SecretCommand),
     /// Take, list, inspect and delete snapshots of sandboxes' workspaces (`sandbox create --snapshot ID`
     /// restores one).
     #[command(subcommand)]
@@ -96,6 +102,7 @@ async fn run(cli: Cli) -> Result<Status> {
     let conn = || Conn::new(&cli.addr, cli.api_key.as_deref(), cli.ca_cert.as_deref());
     match cli.command {
         Command::Sandbox(c) => sandbox::run(&conn()?, c, cli.output).await,
+        Command::Secret(c) => secret::run(&conn()?, c, cli.output).await,
         Command::Snapshot(c) => snapshot::run(&conn()?, c, cli.output).await,
         Command::Template(c) => template::run(&conn()?, c, cli.output).await,
         Command::Preview(c) => preview::run(&conn()?, c, cli.output).await,

@@ -68,9 +68,14 @@ pub fn fields(v: &Value) {
                 Value::Null => String::new(),
                 other => other.to_string(),
             };
-            println!("{k:<22}{v}");
+            field(k, &v);
         }
     }
+}
+
+/// Prints one `name  value` line, aligned as [`fields`] aligns them.
+pub fn field(name: &str, value: &str) {
+    println!("{name:<22}{value}");
 }
 
 /// Prints a JSON value, pretty.

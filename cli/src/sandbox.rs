@@ -5,6 +5,7 @@ use mentis_proto::api;
 use serde_json::{Value, json};
 
 use crate::client::{Conn, pairs};
+use crate::egress::{self, EgressArgs};
 use crate::error::{Result, Status};
 use crate::output::{self, Format};
 
@@ -22,6 +23,22 @@ pub enum SandboxCommand {
     Pause { sandbox: String },
     /// Resume a paused sandbox.
     Resume { sandbox: String },
+    /// Replace a sandbox's egress rules while it runs, then print its policy (without flags: print it only).
+    ///
+    /// The rules the flags make replace the sandbox's own (UpdateSandbox), for its next connection and DNS
+    /// question. A sandbox made with --egress deny or allow cannot be given rules later.
+    Egress(EgressUpdateArgs),
+    /// The connections and DNS questions the egress gateway refused a sandbox, oldest first (the latest 256
+    /// since the runtime started).
+    Denials { sandbox: String },
+}
+
+#[derive(Args, Debug)]
+pub struct EgressUpdateArgs {
+    /// The sandbox's id.
+    sandbox: String,
+    #[command(flatten)]
+    egress: EgressArgs,
 }
 
 #[derive(Args, Debug)]
@@ -62,6 +79,8 @@ pub struct CreateArgs {
     /// the template.
     #[arg(long, default_value = "", hide_default_value = true)]
     template: String,
+    #[command(flatten)]
+    egress: EgressArgs,
 }
 
 #[derive(Args, Debug)]
@@ -78,6 +97,7 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
     let mut c = conn.sandboxes();
     match cmd {
         SandboxCommand::Create(a) => {
+            let (egress, egress_rules) = a.egress.policy()?;
             let spec = api::SandboxSpec {
                 space_id: a.space,
                 image: a.image,
@@ -89,6 +109,8 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
                 external_key: a.external_key,
                 snapshot_id: a.snapshot_id,
                 template: a.template,
+                egress: egress.map_or(0, |m| m as i32),
+                egress_rules,
                 ..Default::default()
             };
             let sb = c
@@ -190,6 +212,84 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
                 .unwrap_or_default();
             print_one(&sb, format);
         }
+        SandboxCommand::Egress(a) => {
+            let sb = if a.egress.given() {
+                let (mode, egress_rules) = a.egress.policy()?;
+                // The rules always; the mode only when named (the mask keeps it otherwise).
+                let mut paths = vec!["egress_rules".to_owned()];
+                if mode.is_some() {
+                    paths.push("egress".to_owned());
+                }
+                c.update_sandbox(api::UpdateSandboxRequest {
+                    sandbox: Some(api::Sandbox {
+                        sandbox_id: a.sandbox,
+                        egress: mode.map_or(0, |m| m as i32),
+                        egress_rules,
+                        ..Default::default()
+                    }),
+                    update_mask: Some(prost_types::FieldMask { paths }),
+                })
+                .await?
+                .into_inner()
+                .sandbox
+            } else {
+                c.get_sandbox(api::GetSandboxRequest {
+                    sandbox_id: a.sandbox,
+                })
+                .await?
+                .into_inner()
+                .sandbox
+            };
+            let sb = sb.unwrap_or_default();
+            match format {
+                Format::Json => output::print_json(&egress::policy_json(&sb)),
+                Format::Text => {
+                    for (name, value) in egress::policy_lines(&sb) {
+                        output::field(name, &value);
+                    }
+                }
+            }
+        }
+        SandboxCommand::Denials { sandbox } => {
+            let denials = c
+                .list_egress_denials(api::ListEgressDenialsRequest {
+                    sandbox_id: sandbox,
+                })
+                .await?
+                .into_inner()
+                .denials;
+            match format {
+                Format::Json => output::print_json(&Value::Array(
+                    denials
+                        .iter()
+                        .map(|d| {
+                            json!({
+                                "time": output::time(d.time.as_ref()),
+                                "protocol": d.protocol,
+                                "name": d.name,
+                                "address": d.address,
+                                "reason": d.reason,
+                            })
+                        })
+                        .collect(),
+                )),
+                Format::Text => output::table(
+                    &["TIME", "PROTOCOL", "NAME", "ADDRESS", "REASON"],
+                    &denials
+                        .iter()
+                        .map(|d| {
+                            vec![
+                                d.time.as_ref().map(output::rfc3339).unwrap_or_default(),
+                                d.protocol.clone(),
+                                d.name.clone(),
+                                d.address.clone(),
+                                d.reason.clone(),
+                            ]
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+            }
+        }
     }
     Ok(0)
 }
@@ -231,7 +331,8 @@ pub fn sandbox_json(s: &api::Sandbox) -> Value {
         "idle_policy": output::enum_name(s.idle_policy().as_str_name(), "IDLE_POLICY_"),
         "max_lifetime_seconds": s.max_lifetime_seconds,
         "auto_resume": s.auto_resume,
-        "egress": output::enum_name(s.egress().as_str_name(), "EGRESS_"),
+        "egress": egress::mode_name(s),
+        "egress_rules": egress::rules_json(&s.egress_rules),
         "root_filesystem": output::enum_name(s.root_filesystem().as_str_name(), "ROOT_FILESYSTEM_"),
     })
 }

@@ -1,7 +1,8 @@
 //! The `mentis` command line (cli/, docs/CLI.md) end to end: the built binary against a real runtime.
 //! `exec` streams stdout and stderr apart and exits with the command's status; `sandbox` commands print
-//! JSON; `snapshot` commands take, list, get and delete snapshots and `sandbox create --snapshot` restores
-//! one; `preview url` prints a URL that curl opens and `preview revoke` ends it; `cp` round-trips a file and a directory both ways; `files ls`, `logs --after-seq` (and `--follow`), `run-code`;
+//! JSON; `sandbox create --allow/--header` makes egress rules that `sandbox egress` replaces and `sandbox
+//! denials` reports on, with a header naming a secret of `secret set` (stdin), `ls` and `rm`; `snapshot`
+//! commands take, list, get and delete snapshots and `sandbox create --snapshot` restores one; `preview url` prints a URL that curl opens and `preview revoke` ends it; `cp` round-trips a file and a directory both ways; `files ls`, `logs --after-seq` (and `--follow`), `run-code`;
 //! the key comes from the flag, the environment or the admin key file; and `mentis shell` in a real
 //! terminal (tmux's): raw mode, a resize seen by `stty size`, Ctrl-C interrupting a command, the remote
 //! exit status, and the local terminal's settings put back. Fails (never skips) when tmux is missing:
@@ -331,6 +332,212 @@ async fn sandbox_commands_create_get_list_pause_resume_delete_in_json() -> Resul
         assert!(out.stderr.starts_with("mentis: NOT_FOUND: "), "{out:?}");
     }
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_flags_make_rules_that_sandbox_egress_replaces_and_secrets_come_from_stdin()
+-> Result<()> {
+    let e = Env::start().await?;
+    // A secret's value from stdin (one trailing newline dropped); `ls` names secrets, never their values.
+    let secret = format!("tok-{}", uuid::Uuid::new_v4().simple());
+    let out = e
+        .run_stdin(
+            &["secret", "set", "API_TOKEN"],
+            format!("{secret}\n").as_bytes(),
+        )
+        .await?;
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "API_TOKEN\n"),
+        "{out:?}"
+    );
+    let out = e
+        .run_stdin(&["secret", "set", "OTHER", "--output", "json"], b"x")
+        .await?;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out.stdout)?,
+        serde_json::json!({"space_id": "default", "name": "OTHER", "set": true})
+    );
+    assert_eq!(
+        e.json(&["secret", "ls"]).await?,
+        serde_json::json!(["API_TOKEN", "OTHER"])
+    );
+    assert_eq!(e.ok(&["secret", "ls"]).await?, "NAME\nAPI_TOKEN\nOTHER\n");
+
+    // --allow and --header make the rules; a header's DOMAIN no --allow named gets a rule on 80 and 443.
+    let created = e
+        .json(&[
+            "sandbox",
+            "create",
+            "--allow",
+            "pypi.org",
+            "--allow",
+            "*.pythonhosted.org",
+            "--allow",
+            "10.0.0.0/8:5432",
+            "--allow",
+            "api.example.test:443",
+            "--header",
+            "api.example.test=Authorization: Bearer {secret:API_TOKEN}",
+            "--header",
+            "team.example.test=X-Team: cli",
+        ])
+        .await?;
+    assert_eq!(created["egress"], "RULES", "{created}");
+    let sb = created["sandbox_id"]
+        .as_str()
+        .context("no sandbox_id")?
+        .to_owned();
+    let got = e.json(&["sandbox", "get", &sb]).await?;
+    let rule = |domain: &str, cidr: &str, ports: &[u32], headers: Value| serde_json::json!({"domain": domain, "cidr": cidr, "ports": ports, "headers": headers});
+    assert_eq!(
+        got["egress_rules"],
+        serde_json::json!([
+            rule("pypi.org", "", &[80, 443], serde_json::json!([])),
+            rule("*.pythonhosted.org", "", &[80, 443], serde_json::json!([])),
+            rule("", "10.0.0.0/8", &[5432], serde_json::json!([])),
+            rule(
+                "api.example.test",
+                "",
+                &[443],
+                serde_json::json!([{"name": "Authorization", "value": "Bearer {secret:API_TOKEN}"}])
+            ),
+            rule(
+                "team.example.test",
+                "",
+                &[80, 443],
+                serde_json::json!([{"name": "X-Team", "value": "cli"}])
+            ),
+        ]),
+        "{got}"
+    );
+    assert!(!got.to_string().contains(&secret), "{got}");
+    // Text: the policy in the flags' own terms.
+    let text = e.ok(&["sandbox", "egress", &sb]).await?;
+    assert!(
+        text.starts_with("egress                RULES\nallow                 pypi.org:80,443\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "header                api.example.test=Authorization: Bearer {secret:API_TOKEN}\n"
+        ),
+        "{text}"
+    );
+
+    // A name no rule allows does not resolve, and the gateway's refusal is listed.
+    let out = e
+        .run(&[
+            "exec",
+            &sb,
+            "--",
+            "curl -sS https://nothing.example.test/ || true",
+        ])
+        .await?;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("Could not resolve host"), "{out:?}");
+    let denials = e.json(&["sandbox", "denials", &sb]).await?;
+    assert!(
+        denials.as_array().context("not an array")?.iter().any(|d| {
+            d["protocol"] == "dns"
+                && d["name"] == "nothing.example.test"
+                && d["reason"].as_str().is_some_and(|r| !r.is_empty())
+                && d["time"].is_string()
+        }),
+        "{denials}"
+    );
+    let text = e.ok(&["sandbox", "denials", &sb]).await?;
+    assert!(text.starts_with("TIME"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" dns ") && l.contains("nothing.example.test")),
+        "{text}"
+    );
+
+    // `sandbox egress` replaces the rules in place (the mode stays).
+    let policy = e
+        .json(&["sandbox", "egress", &sb, "--allow", "other.example.test"])
+        .await?;
+    assert_eq!(
+        policy,
+        serde_json::json!({
+            "sandbox_id": sb,
+            "egress": "RULES",
+            "egress_rules": [rule("other.example.test", "", &[80, 443], serde_json::json!([]))],
+        })
+    );
+    assert_eq!(
+        e.json(&["sandbox", "get", &sb]).await?["egress_rules"],
+        policy["egress_rules"]
+    );
+
+    // The flags' own syntax is checked here: a usage error (status 2), the call never made.
+    for args in [
+        vec!["sandbox", "create", "--allow", "a b:xx"],
+        vec!["sandbox", "create", "--header", "api.example.test"],
+        vec![
+            "sandbox", "create", "--egress", "deny", "--allow", "pypi.org",
+        ],
+        vec!["sandbox", "create", "--egress", "sometimes"],
+        vec!["sandbox", "egress", &sb, "--allow", "pypi.org:0"],
+    ] {
+        let out = e.run(&args).await?;
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+    }
+    let out = e.run(&["sandbox", "create", "--allow", "a b:xx"]).await?;
+    assert!(
+        out.stderr
+            .starts_with("mentis: --allow \"a b:xx\": \"xx\" is not a port"),
+        "{out:?}"
+    );
+    // Names, secrets and the rest are the runtime's to check: INVALID_ARGUMENT names the rule's field.
+    for (args, field) in [
+        (
+            vec!["sandbox", "create", "--allow", "*"],
+            "spec.egress_rules[0].domain",
+        ),
+        (
+            vec![
+                "sandbox",
+                "create",
+                "--allow",
+                "pypi.org",
+                "--header",
+                "a.example.test=X-Key: {secret:MISSING}",
+            ],
+            "spec.egress_rules[1].headers",
+        ),
+        (
+            vec!["sandbox", "egress", &sb, "--allow", "10.0.0.0/33"],
+            "sandbox.egress_rules[0].cidr",
+        ),
+    ] {
+        let out = e.run(&args).await?;
+        assert_eq!(out.code, 1, "{args:?}: {out:?}");
+        assert!(
+            out.stderr.starts_with("mentis: INVALID_ARGUMENT: ") && out.stderr.contains(field),
+            "{args:?}: {out:?}"
+        );
+    }
+
+    // `secret rm`: the name; a missing one is NOT_FOUND (status 1).
+    assert_eq!(e.ok(&["secret", "rm", "OTHER"]).await?, "OTHER\n");
+    let out = e.run(&["secret", "rm", "OTHER"]).await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.starts_with("mentis: NOT_FOUND: "), "{out:?}");
+    assert_eq!(
+        e.json(&["secret", "ls"]).await?,
+        serde_json::json!(["API_TOKEN"])
+    );
+    // No value on stdin: the runtime refuses an empty one.
+    let out = e.run(&["secret", "set", "EMPTY"]).await?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.starts_with("mentis: INVALID_ARGUMENT: "),
+        "{out:?}"
+    );
+    e.h.stop().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
