@@ -159,7 +159,22 @@ async fn a_clients_traceparent_continues_through_the_runtime_and_the_executor() 
     assert_eq!(stdout(&obs), "traced\n");
     assert_eq!(cmd_end(&obs)?.exit_code, 3);
 
+    // A space's secret, set under a third trace: the call is traced, its value is in no span.
+    let secret_trace = "5c1e3f0a9d8b7c6e5f4a3b2c1d0e9f8a";
+    let secret = format!("traced-secret-{}", uuid::Uuid::new_v4().simple());
+    let mut req = tonic::Request::new(api::SetSecretRequest {
+        space_id: String::new(),
+        name: "TRACED".into(),
+        value: secret.clone(),
+    });
+    req.metadata_mut().insert(
+        "traceparent",
+        traceparent(secret_trace, client_span).parse()?,
+    );
+    h.spaces.set_secret(req).await?;
+
     let expected = [
+        (secret_trace, "mentis.v1.SpaceService/SetSecret"),
         (create_trace, "mentis.v1.SandboxService/CreateSandbox"),
         (create_trace, "create_sandbox"),
         (create_trace, "executor_ready"),
@@ -174,6 +189,16 @@ async fn a_clients_traceparent_continues_through_the_runtime_and_the_executor() 
             .all(|(trace, name)| !named(all, trace, name).is_empty())
     })
     .await;
+    // Positive control: the SetSecret span is there (with the request's attributes); the value is nowhere.
+    assert_eq!(
+        named(&spans, secret_trace, "mentis.v1.SpaceService/SetSecret").len(),
+        1,
+        "{spans:#?}"
+    );
+    assert!(
+        !format!("{spans:?}").contains(&secret),
+        "a span carries the secret's value"
+    );
     let create_tree = tree(&spans, create_trace, client_span);
     let exec_tree = tree(&spans, exec_trace, exec_parent);
     eprintln!("CreateSandbox trace:\n{create_tree}\nExecute trace:\n{exec_tree}");
@@ -256,12 +281,16 @@ async fn a_clients_traceparent_continues_through_the_runtime_and_the_executor() 
     let stray: Vec<&str> = spans
         .iter()
         .chain(&later)
-        .filter(|s| s.trace_id != create_trace && s.trace_id != exec_trace)
+        .filter(|s| ![create_trace, exec_trace, secret_trace].contains(&s.trace_id.as_str()))
         .map(|s| s.name.as_str())
         .collect();
     assert!(
         stray.is_empty(),
         "spans outside the client's traces: {stray:?}"
+    );
+    assert!(
+        !format!("{later:?}").contains(&secret),
+        "a later span carries the secret's value"
     );
     h.stop().await?;
     Ok(())
