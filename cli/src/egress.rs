@@ -40,8 +40,8 @@ pub struct EgressArgs {
     /// unless set); --allow or --header alone mean rules.
     #[arg(long, value_enum, value_name = "MODE")]
     pub egress: Option<Mode>,
-    /// A destination the sandbox may reach (repeatable): a host name (pypi.org), every name under one
-    /// ('*.pythonhosted.org'), or an IPv4 network (10.0.0.0/8), with its ports after a colon
+    /// A destination the sandbox may reach (repeatable): a host name (pkgs.example.org), every name under one
+    /// ('*.files.example.org'), or an IPv4 network (10.0.0.0/8), with its ports after a colon
     /// (api.example.com:443, 10.0.0.0/8:5432,5433; default: 80 and 443).
     #[arg(long = "allow", value_name = "TARGET[:PORT,...]")]
     pub allow: Vec<String>,
@@ -108,7 +108,7 @@ fn rules(
 /// `TARGET[:PORT[,PORT...]]`: a CIDR when TARGET has a '/', else a domain.
 fn parse_allow(arg: &str) -> std::result::Result<api::EgressRule, String> {
     const EXPECTED: &str = "expected a domain, *.domain or an IPv4 CIDR, optionally followed by \
-                            :PORT[,PORT...] (pypi.org, '*.pythonhosted.org', 10.0.0.0/8:5432)";
+                            :PORT[,PORT...] (pkgs.example.org, '*.files.example.org', 10.0.0.0/8:5432)";
     let (target, ports) = match arg.split_once(':') {
         Some((target, ports)) => (target.trim(), Some(ports)),
         None => (arg.trim(), None),
@@ -267,8 +267,8 @@ mod tests {
         let a = args(
             None,
             &[
-                "pypi.org",
-                "*.pythonhosted.org",
+                "pkgs.example.org",
+                "*.files.example.org",
                 "10.0.0.0/8:5432",
                 "api.example.com:443, 8443",
             ],
@@ -283,8 +283,8 @@ mod tests {
         assert_eq!(
             rules,
             vec![
-                rule("pypi.org", "", &[], &[]),
-                rule("*.pythonhosted.org", "", &[], &[]),
+                rule("pkgs.example.org", "", &[], &[]),
+                rule("*.files.example.org", "", &[], &[]),
                 rule("", "10.0.0.0/8", &[5432], &[]),
                 rule(
                     "api.example.com",
@@ -315,10 +315,13 @@ mod tests {
     fn bad_flags_are_usage_errors_and_names_are_left_to_the_runtime() {
         for (a, says) in [
             (args(None, &["a b:xx"], &[]), "\"xx\" is not a port"),
-            (args(None, &["pypi.org:0"], &[]), "is not a port"),
-            (args(None, &["pypi.org:70000"], &[]), "is not a port"),
-            (args(None, &["pypi.org:"], &[]), "is not a port"),
-            (args(None, &["pypi.org:443,"], &[]), "is not a port"),
+            (args(None, &["pkgs.example.org:0"], &[]), "is not a port"),
+            (
+                args(None, &["pkgs.example.org:70000"], &[]),
+                "is not a port",
+            ),
+            (args(None, &["pkgs.example.org:"], &[]), "is not a port"),
+            (args(None, &["pkgs.example.org:443,"], &[]), "is not a port"),
             (args(None, &[":443"], &[]), "names no destination"),
             (
                 args(None, &[], &["api.example.com"]),
@@ -335,7 +338,7 @@ mod tests {
                 "give its ports with --allow",
             ),
             (
-                args(Some(Mode::Deny), &["pypi.org"], &[]),
+                args(Some(Mode::Deny), &["pkgs.example.org"], &[]),
                 "not --egress deny",
             ),
             (
@@ -367,7 +370,7 @@ mod tests {
         let s = api::Sandbox {
             egress: api::Egress::Rules as i32,
             egress_rules: vec![
-                rule("pypi.org", "", &[80, 443], &[]),
+                rule("pkgs.example.org", "", &[80, 443], &[]),
                 rule("", "10.0.0.0/8", &[5432], &[]),
                 rule(
                     "api.test",
@@ -382,7 +385,7 @@ mod tests {
             policy_lines(&s),
             vec![
                 ("egress", "RULES".to_owned()),
-                ("allow", "pypi.org:80,443".to_owned()),
+                ("allow", "pkgs.example.org:80,443".to_owned()),
                 ("allow", "10.0.0.0/8:5432".to_owned()),
                 ("allow", "api.test:443".to_owned()),
                 (

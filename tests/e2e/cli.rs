@@ -371,9 +371,9 @@ async fn egress_flags_make_rules_that_sandbox_egress_replaces_and_secrets_come_f
             "sandbox",
             "create",
             "--allow",
-            "pypi.org",
+            "pkgs.example.org",
             "--allow",
-            "*.pythonhosted.org",
+            "*.files.example.org",
             "--allow",
             "10.0.0.0/8:5432",
             "--allow",
@@ -394,8 +394,8 @@ async fn egress_flags_make_rules_that_sandbox_egress_replaces_and_secrets_come_f
     assert_eq!(
         got["egress_rules"],
         serde_json::json!([
-            rule("pypi.org", "", &[80, 443], serde_json::json!([])),
-            rule("*.pythonhosted.org", "", &[80, 443], serde_json::json!([])),
+            rule("pkgs.example.org", "", &[80, 443], serde_json::json!([])),
+            rule("*.files.example.org", "", &[80, 443], serde_json::json!([])),
             rule("", "10.0.0.0/8", &[5432], serde_json::json!([])),
             rule(
                 "api.example.test",
@@ -416,7 +416,9 @@ async fn egress_flags_make_rules_that_sandbox_egress_replaces_and_secrets_come_f
     // Text: the policy in the flags' own terms.
     let text = e.ok(&["sandbox", "egress", &sb]).await?;
     assert!(
-        text.starts_with("egress                RULES\nallow                 pypi.org:80,443\n"),
+        text.starts_with(
+            "egress                RULES\nallow                 pkgs.example.org:80,443\n"
+        ),
         "{text}"
     );
     assert!(
@@ -477,10 +479,15 @@ async fn egress_flags_make_rules_that_sandbox_egress_replaces_and_secrets_come_f
         vec!["sandbox", "create", "--allow", "a b:xx"],
         vec!["sandbox", "create", "--header", "api.example.test"],
         vec![
-            "sandbox", "create", "--egress", "deny", "--allow", "pypi.org",
+            "sandbox",
+            "create",
+            "--egress",
+            "deny",
+            "--allow",
+            "pkgs.example.org",
         ],
         vec!["sandbox", "create", "--egress", "sometimes"],
-        vec!["sandbox", "egress", &sb, "--allow", "pypi.org:0"],
+        vec!["sandbox", "egress", &sb, "--allow", "pkgs.example.org:0"],
     ] {
         let out = e.run(&args).await?;
         assert_eq!(out.code, 2, "{args:?}: {out:?}");
@@ -502,7 +509,7 @@ async fn egress_flags_make_rules_that_sandbox_egress_replaces_and_secrets_come_f
                 "sandbox",
                 "create",
                 "--allow",
-                "pypi.org",
+                "pkgs.example.org",
                 "--header",
                 "a.example.test=X-Key: {secret:MISSING}",
             ],

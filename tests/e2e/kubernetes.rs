@@ -126,7 +126,7 @@ async fn a_sandbox_is_a_pod_whose_executor_runs_shell_and_ipython_and_goes_with_
     // nothing is left behind; nor does a pod's egress mode change in place.
     let rules = api::SandboxSpec {
         egress_rules: vec![api::EgressRule {
-            domain: "pypi.org".into(),
+            domain: "pkgs.example.org".into(),
             ..Default::default()
         }],
         ..Default::default()

@@ -621,21 +621,21 @@ mod tests {
     #[test]
     fn names_match_exactly_or_under_a_wildcard_whatever_their_case() {
         let p = rules(vec![
-            rule("PyPI.org", "", &[]),
-            rule("*.pythonhosted.org", "", &[443]),
+            rule("Pkgs.example.org", "", &[]),
+            rule("*.files.example.org", "", &[443]),
         ])
         .unwrap();
-        assert!(p.rule_for_name("pypi.org", 443).is_some());
-        assert!(p.rule_for_name("PYPI.ORG.", 80).is_some());
-        assert!(p.rule_for_name("pypi.org", 22).is_none());
-        assert!(p.rule_for_name("evilpypi.org", 443).is_none());
-        assert!(p.rule_for_name("files.pythonhosted.org", 443).is_some());
-        assert!(p.rule_for_name("a.b.pythonhosted.org", 443).is_some());
+        assert!(p.rule_for_name("pkgs.example.org", 443).is_some());
+        assert!(p.rule_for_name("PKGS.EXAMPLE.ORG.", 80).is_some());
+        assert!(p.rule_for_name("pkgs.example.org", 22).is_none());
+        assert!(p.rule_for_name("evilpkgs.example.org", 443).is_none());
+        assert!(p.rule_for_name("files.files.example.org", 443).is_some());
+        assert!(p.rule_for_name("a.b.files.example.org", 443).is_some());
         // The wildcard is for names under it, not the name itself, and only on its ports.
-        assert!(p.rule_for_name("pythonhosted.org", 443).is_none());
-        assert!(p.rule_for_name("xpythonhosted.org", 443).is_none());
-        assert!(p.rule_for_name("files.pythonhosted.org", 80).is_none());
-        assert!(p.resolves("files.pythonhosted.org"));
+        assert!(p.rule_for_name("files.example.org", 443).is_none());
+        assert!(p.rule_for_name("xfiles.example.org", 443).is_none());
+        assert!(p.rule_for_name("files.files.example.org", 80).is_none());
+        assert!(p.resolves("files.files.example.org"));
         assert!(!p.resolves("example.com"));
     }
 

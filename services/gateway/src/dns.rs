@@ -113,11 +113,11 @@ mod tests {
 
     #[test]
     fn an_allowed_name_gets_its_addresses_with_a_short_ttl() {
-        let (m, q) = question(&query("PyPI.org.", RecordType::A)).unwrap();
+        let (m, q) = question(&query("Pkgs.example.org.", RecordType::A)).unwrap();
         assert_eq!(
             q,
             Question {
-                name: "pypi.org".into(),
+                name: "pkgs.example.org".into(),
                 kind: RecordType::A
             }
         );

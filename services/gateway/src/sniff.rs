@@ -124,25 +124,31 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_hello_gives_its_server_name_and_every_byte_read() {
-        let hello = client_hello("Files.PythonHosted.org");
+        let hello = client_hello("Files.Example.ORG");
         let mut stream = &hello[..];
         let (sniffed, read) = sniff(&mut stream).await.unwrap();
-        assert_eq!(sniffed, Sniffed::Tls(Some("files.pythonhosted.org".into())));
+        assert_eq!(sniffed, Sniffed::Tls(Some("files.example.org".into())));
         assert_eq!(read, hello);
     }
 
     #[test]
     fn a_client_hello_cut_short_asks_for_more() {
-        let hello = client_hello("pypi.org");
+        let hello = client_hello("pkgs.example.org");
         assert_eq!(decide(&hello[..3]), None);
         assert_eq!(decide(&hello[..hello.len() - 1]), None);
-        assert_eq!(decide(&hello), Some(Sniffed::Tls(Some("pypi.org".into()))));
+        assert_eq!(
+            decide(&hello),
+            Some(Sniffed::Tls(Some("pkgs.example.org".into())))
+        );
     }
 
     #[test]
     fn an_http_request_gives_its_host_without_the_port() {
-        let req = b"GET /simple/ HTTP/1.1\r\nHost: PyPI.org:8080\r\nAccept: */*\r\n\r\n";
-        assert_eq!(decide(req), Some(Sniffed::Http(Some("pypi.org".into()))));
+        let req = b"GET /simple/ HTTP/1.1\r\nHost: Pkgs.example.org:8080\r\nAccept: */*\r\n\r\n";
+        assert_eq!(
+            decide(req),
+            Some(Sniffed::Http(Some("pkgs.example.org".into())))
+        );
         assert_eq!(decide(&req[..20]), None);
         assert_eq!(decide(b"GET / HTTP/1.0\r\n\r\n"), Some(Sniffed::Http(None)));
     }

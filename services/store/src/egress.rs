@@ -93,7 +93,7 @@ mod tests {
             None,
             vec![
                 RuleRequest {
-                    domain: "*.pythonhosted.org".into(),
+                    domain: "*.files.example.org".into(),
                     ..Default::default()
                 },
                 RuleRequest {
