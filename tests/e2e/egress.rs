@@ -178,6 +178,33 @@ impl Drop for Internet {
     }
 }
 
+/// A runtime whose egress gateway resolves `names` to the test internet and trusts its CA.
+async fn runtime_behind(
+    internet: &Internet,
+    guard: InstanceGuard,
+    names: &[&str],
+) -> anyhow::Result<Harness> {
+    let ip: std::net::Ipv4Addr = internet.ip.parse()?;
+    let ca_file = internet.ca_file();
+    Harness::start_in(guard, |c| {
+        c.egress.hosts = names.iter().map(|n| ((*n).to_owned(), vec![ip])).collect();
+        c.egress.upstream_ca_files = vec![ca_file];
+    })
+    .await
+}
+
+/// Sets a secret of the space `default`.
+async fn set_secret(h: &mut Harness, name: &str, value: &str) -> anyhow::Result<()> {
+    h.spaces
+        .set_secret(api::SetSecretRequest {
+            space_id: String::new(),
+            name: name.into(),
+            value: value.into(),
+        })
+        .await?;
+    Ok(())
+}
+
 fn rule(domain: &str, cidr: &str, ports: &[u32]) -> api::EgressRule {
     api::EgressRule {
         domain: domain.into(),
@@ -213,13 +240,8 @@ async fn a_sandbox_with_rules_reaches_only_what_they_allow_by_name_and_address()
     let names = ["pypi.test", "api.test", "blocked.test", "late.test"];
     let guard = Harness::new_instance();
     let internet = Internet::start(&guard.instance, &names, "")?;
-    let ip: std::net::Ipv4Addr = internet.ip.parse()?;
-    let ca_file = internet.ca_file();
-    let mut h = Harness::start_in(guard, |c| {
-        c.egress.hosts = names.iter().map(|n| ((*n).to_owned(), vec![ip])).collect();
-        c.egress.upstream_ca_files = vec![ca_file.clone()];
-    })
-    .await?;
+    let ip = &internet.ip;
+    let mut h = runtime_behind(&internet, guard, &names).await?;
     let sandbox = h
         .create(api::SandboxSpec {
             egress: api::Egress::Rules as i32,
@@ -497,13 +519,7 @@ async fn headers_naming_a_space_secret_are_set_by_the_gateway_and_the_secret_nev
     let secret = format!("mentis-test-secret-{}", uuid::Uuid::new_v4().simple());
     let guard = Harness::new_instance();
     let internet = Internet::start(&guard.instance, &["api.test"], &format!("Bearer {secret}"))?;
-    let ip: std::net::Ipv4Addr = internet.ip.parse()?;
-    let ca_file = internet.ca_file();
-    let mut h = Harness::start_in(guard, |c| {
-        c.egress.hosts = [("api.test".to_owned(), vec![ip])].into();
-        c.egress.upstream_ca_files = vec![ca_file.clone()];
-    })
-    .await?;
+    let mut h = runtime_behind(&internet, guard, &["api.test"]).await?;
     let header_rule = api::EgressRule {
         domain: "api.test".into(),
         ports: vec![443, 80],
@@ -549,13 +565,7 @@ async fn headers_naming_a_space_secret_are_set_by_the_gateway_and_the_secret_nev
             "{name}"
         );
     }
-    h.spaces
-        .set_secret(api::SetSecretRequest {
-            space_id: String::new(),
-            name: "API_TOKEN".into(),
-            value: secret.clone(),
-        })
-        .await?;
+    set_secret(&mut h, "API_TOKEN", &secret).await?;
     let names = h
         .spaces
         .list_secrets(api::ListSecretsRequest::default())
@@ -968,20 +978,9 @@ async fn curl_and_pip_reach_allowed_names_and_fail_clearly_for_others() -> anyho
         &["pypi.pkg.test"],
         &format!("Bearer {secret}"),
     )?;
-    let ip: std::net::Ipv4Addr = internet.ip.parse()?;
-    let ca_file = internet.ca_file();
-    let mut h = Harness::start_in(guard, |c| {
-        c.egress.hosts = [("pypi.pkg.test".to_owned(), vec![ip])].into();
-        c.egress.upstream_ca_files = vec![ca_file.clone()];
-    })
-    .await?;
-    h.spaces
-        .set_secret(api::SetSecretRequest {
-            space_id: String::new(),
-            name: "INDEX_TOKEN".into(),
-            value: secret.clone(),
-        })
-        .await?;
+    let ip = &internet.ip;
+    let mut h = runtime_behind(&internet, guard, &["pypi.pkg.test"]).await?;
+    set_secret(&mut h, "INDEX_TOKEN", &secret).await?;
     let spec = api::SandboxSpec {
         egress_rules: vec![api::EgressRule {
             domain: "pypi.pkg.test".into(),
@@ -1163,20 +1162,8 @@ async fn sandboxes_with_rules_stay_fenced_while_the_runtime_is_down_and_are_serv
 async fn a_running_sandbox_changes_egress_mode_in_place() -> anyhow::Result<()> {
     let guard = Harness::new_instance();
     let internet = Internet::start(&guard.instance, &["api.test"], "Bearer mode-token")?;
-    let ip: std::net::Ipv4Addr = internet.ip.parse()?;
-    let ca_file = internet.ca_file();
-    let mut h = Harness::start_in(guard, |c| {
-        c.egress.hosts = [("api.test".to_owned(), vec![ip])].into();
-        c.egress.upstream_ca_files = vec![ca_file.clone()];
-    })
-    .await?;
-    h.spaces
-        .set_secret(api::SetSecretRequest {
-            space_id: String::new(),
-            name: "TOKEN".into(),
-            value: "mode-token".into(),
-        })
-        .await?;
+    let mut h = runtime_behind(&internet, guard, &["api.test"]).await?;
+    set_secret(&mut h, "TOKEN", "mode-token").await?;
     // Made with EGRESS_DENY (the default): nothing resolves.
     let id = h.create_default().await?.sandbox_id;
     let fetch = "curl -sS --max-time 5 http://api.test/plain 2>&1; curl -sS --max-time 5 https://api.test/tls 2>&1";

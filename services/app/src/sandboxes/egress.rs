@@ -39,6 +39,11 @@ pub fn check_secrets(store: &Store, space: &SpaceId, egress: &Egress, field: &st
     Ok(())
 }
 
+/// UNAVAILABLE: the gateway cannot do `what`.
+fn unavailable(what: &str, e: std::io::Error) -> Error {
+    Error::unavailable(format!("the egress gateway cannot {what}: {e}"))
+}
+
 /// Refusals kept per sandbox.
 pub const KEPT_DENIALS: usize = 256;
 
@@ -132,9 +137,6 @@ impl EgressGateway {
         if let Some(i) = held.as_ref() {
             return Ok(Arc::clone(i));
         }
-        let unavailable = |what: &str, e: std::io::Error| {
-            Error::unavailable(format!("the egress gateway cannot {what}: {e}"))
-        };
         let roots = mentis_gateway::intercept::roots(
             &self
                 .config
@@ -160,9 +162,6 @@ impl EgressGateway {
                 "this runtime's backend cannot put sandboxes behind an egress gateway: EGRESS_RULES is \
                  not available here (docs/EGRESS.md)",
             ));
-        };
-        let unavailable = |what: &str, e: std::io::Error| {
-            Error::unavailable(format!("the egress gateway cannot {what}: {e}"))
         };
         let any_port = |ip| SocketAddr::new(IpAddr::V4(ip), 0);
         let mut config = GatewayConfig::new(
