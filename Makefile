@@ -71,7 +71,7 @@ bundle: service-images
 run: image tools
 	@echo "grpcurl is in $(TOOLS): export PATH=$(TOOLS):\$$PATH"
 	@echo "the mentis command line is $(CURDIR)/target/release/mentis (docs/CLI.md)"
-	exec target/release/mentis-runtime
+	exec deploy/run.sh
 
 demo: image tools
 	@tests/readme-walkthrough.sh --show
@@ -182,5 +182,6 @@ fmt:
 
 # Removes every container and volume any MentisSandbox runtime on this machine created, and the disk images of
 # bounded workspaces with their loop devices.
+# Every instance's sandboxes, pool members and gateway; `make clean-sandboxes INSTANCE=NAME` only NAME's.
 clean-sandboxes:
-	-@deploy/clean-sandboxes.sh
+	-@deploy/clean-sandboxes.sh $(if $(INSTANCE),--instance $(INSTANCE))

@@ -207,8 +207,9 @@ if [ -n "$compose" ]; then
 else
   internet_up
   MENTIS_EGRESS_HOSTS=api.example.test=$internet_ip MENTIS_EGRESS_CA_FILES=$work/internet/ca.pem \
-    MENTIS_METRICS_LISTEN=127.0.0.1:9464 MENTIS_HTTP_LISTEN=127.0.0.1:8080 MENTIS_LISTEN=$listen MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data \
-    RUST_LOG=warn,mentis_gateway=trace,mentis_app::sandboxes::egress=trace target/debug/mentis-runtime >"$work/runtime.log" 2>&1 &
+    MENTIS_METRICS_LISTEN=127.0.0.1:9464 MENTIS_LISTEN=$listen MENTIS_INSTANCE=$instance MENTIS_DATA_DIR=$work/data \
+    RUST_LOG=warn,mentis_gateway=trace,mentis_app::sandboxes::egress=trace MENTIS_RUNTIME_BIN=target/debug/mentis-runtime \
+    env -u MENTIS_HTTP_LISTEN deploy/run.sh >"$work/runtime.log" 2>&1 &
   runtime_pid=$!
   for _ in $(seq 1 100); do
     grpcurl -plaintext -max-time 1 127.0.0.1:50051 grpc.health.v1.Health/Check >/dev/null 2>&1 && break
@@ -341,7 +342,7 @@ done
   { echo "readme-walkthrough: lifecycle: expected RUNNING twice" >&2; cat "$work/lifecycle.out" >&2; exit 1; }
 fail=0
 for want in 'mentis.v1.SandboxService' 'mentis.v1.ActionService' 'grpc.health.v1.Health' \
-  'grpc.reflection.v1alpha.ServerReflection' '"cmdStart"' 'aGVsbG8K' 'd29ybGQK' '"exitCode": 3' \
+  'grpc.reflection.v1.ServerReflection' 'grpc.reflection.v1alpha.ServerReflection' '"cmdStart"' 'aGVsbG8K' 'd29ybGQK' '"exitCode": 3' \
   'END_REASON_EXITED' '"ipythonResult"' 'IPYTHON_STATUS_OK' '"text/html"' 'sum 10' '"shape"' \
   'cell 2 IPYTHON_STATUS_OK' '"spaceId": "team-a"' 'same sandbox for chat-1234' 'SANDBOX_STATE_PAUSED' \
   'chat-1234 20' 'hello files' 'goodbye files' 'src/main.py'; do

@@ -34,6 +34,23 @@ pub struct Conn {
     channel: Api,
 }
 
+/// Where the CLI reached for the runtime and its key, for the hints of a failed call.
+#[derive(Debug, Clone)]
+pub struct Reach {
+    /// The address as the channel dials it (`http://127.0.0.1:50051`).
+    pub addr: String,
+    /// Where the key came from: `--api-key`/`MENTIS_API_KEY`, the admin key file, or nowhere.
+    pub key: KeySource,
+}
+
+#[derive(Debug, Clone)]
+pub enum KeySource {
+    Given,
+    File(PathBuf),
+    /// No key was given and this admin key file could not be read.
+    Missing(PathBuf),
+}
+
 /// The admin key file the runtime keeps in its data folder (services/runtime/src/auth.rs).
 fn admin_key_file() -> PathBuf {
     let dir = std::env::var_os("MENTIS_DATA_DIR")
@@ -46,11 +63,7 @@ fn admin_key_file() -> PathBuf {
 impl Conn {
     /// A channel to `addr` (connected at the first call) presenting `key`, else the admin key file's.
     pub fn new(addr: &str, key: Option<&str>, ca_cert: Option<&Path>) -> anyhow::Result<Self> {
-        let addr = if addr.contains("://") {
-            addr.to_owned()
-        } else {
-            format!("http://{addr}")
-        };
+        let addr = full_addr(addr);
         let mut endpoint = Endpoint::from_shared(addr.clone())
             .with_context(|| format!("bad address {addr:?} (expected e.g. {DEFAULT_ADDR})"))?
             // HTTP/2 pings find a connection that died without a reset (a long `exec`, `mcp`, `logs -f`).
@@ -66,13 +79,7 @@ impl Conn {
             }
             endpoint = endpoint.tls_config(tls).context("TLS configuration")?;
         }
-        let key = match key.filter(|k| !k.is_empty()) {
-            Some(k) => Some(k.to_owned()),
-            None => std::fs::read_to_string(admin_key_file())
-                .ok()
-                .map(|k| k.trim().to_owned())
-                .filter(|k| !k.is_empty()),
-        };
+        let (key, _) = find_key(key);
         let header = key
             .map(|k| format!("Bearer {k}").parse())
             .transpose()
@@ -80,6 +87,54 @@ impl Conn {
         Ok(Self {
             channel: InterceptedService::new(endpoint.connect_lazy(), Bearer(header)),
         })
+    }
+
+    /// The sandbox `typed` names: a whole id as it is; else the one sandbox whose id starts with it, as
+    /// Docker takes a prefix of a container's id. NOT_FOUND when none does; several: a usage error that
+    /// lists them.
+    pub async fn sandbox_id(&self, typed: &str) -> crate::error::Result<String> {
+        let prefix = typed.to_ascii_lowercase();
+        if uuid::Uuid::parse_str(typed).is_ok()
+            || prefix.is_empty()
+            || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        {
+            // A whole id, or something that is no id at all: the runtime says what is wrong with it.
+            return Ok(typed.to_owned());
+        }
+        let mut found = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let page = self
+                .sandboxes()
+                .list_sandboxes(mentis_proto::api::ListSandboxesRequest {
+                    page_size: 1000,
+                    page_token,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            found.extend(
+                page.sandboxes
+                    .into_iter()
+                    .map(|s| s.sandbox_id)
+                    .filter(|id| id.starts_with(&prefix)),
+            );
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            page_token = page.next_page_token;
+        }
+        match found.len() {
+            0 => Err(tonic::Status::not_found(format!(
+                "no sandbox has an id starting with {typed:?} (`mentis sandbox list` lists them)"
+            ))
+            .into()),
+            1 => Ok(found.remove(0)),
+            n => Err(crate::error::Failure::Usage(format!(
+                "{typed:?} is the start of {n} sandboxes' ids ({}): type more of it",
+                found.join(", ")
+            ))),
+        }
     }
 
     pub fn sandboxes(&self) -> SandboxServiceClient<Api> {
@@ -114,6 +169,99 @@ impl Conn {
     pub fn spaces(&self) -> SpaceServiceClient<Api> {
         SpaceServiceClient::new(self.channel.clone())
     }
+}
+
+/// The address with a scheme (`127.0.0.1:50051` is `http://127.0.0.1:50051`).
+pub fn full_addr(addr: &str) -> String {
+    if addr.contains("://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+/// The key to present, and where it came from: `given`, else the admin key file's.
+pub fn find_key(given: Option<&str>) -> (Option<String>, KeySource) {
+    if let Some(k) = given.filter(|k| !k.is_empty()) {
+        return (Some(k.to_owned()), KeySource::Given);
+    }
+    let file = admin_key_file();
+    match std::fs::read_to_string(&file)
+        .ok()
+        .map(|k| k.trim().to_owned())
+        .filter(|k| !k.is_empty())
+    {
+        Some(k) => (Some(k), KeySource::File(file)),
+        None => (None, KeySource::Missing(file)),
+    }
+}
+
+impl Reach {
+    pub fn new(addr: &str, key: Option<&str>) -> Self {
+        Self {
+            addr: full_addr(addr),
+            key: find_key(key).1,
+        }
+    }
+
+    /// What to do about a call that failed with `status`, when the cause is likely on this side: the
+    /// runtime not running at the address, or no key.
+    pub fn hint(&self, status: &tonic::Status) -> Option<String> {
+        match status.code() {
+            tonic::Code::Unavailable if is_connect_failure(status) => Some(format!(
+                "is the runtime running at {}? Start one with `make run` (docs/CLI.md), or point \
+                 --addr or MENTIS_ADDR at it",
+                self.addr
+            )),
+            tonic::Code::Unauthenticated => Some(match &self.key {
+                KeySource::Given => "the key given by --api-key or MENTIS_API_KEY was refused: \
+                                     is it a key of this runtime (its admin key file, or one made \
+                                     with CreateApiKey)?"
+                    .to_owned(),
+                KeySource::File(f) => format!(
+                    "the admin key file {} holds a key this runtime refused: is it the file of the \
+                     runtime at {}? Set MENTIS_DATA_DIR to its data folder, or give a key with \
+                     --api-key or MENTIS_API_KEY",
+                    f.display(),
+                    self.addr
+                ),
+                KeySource::Missing(f) => format!(
+                    "no key was sent: give one with --api-key or MENTIS_API_KEY, or let mentis read \
+                     the runtime's admin key file (looked for at {}; MENTIS_DATA_DIR is its folder)",
+                    f.display()
+                ),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a call failed because no connection could be made (the address, not the call).
+fn is_connect_failure(status: &tonic::Status) -> bool {
+    let mut text = status.message().to_owned();
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        text.push_str(&format!(": {e}"));
+        source = e.source();
+    }
+    text.contains("tcp connect error")
+        || text.contains("Connection refused")
+        || text.contains("dns error")
+        || text.contains("No route to host")
+}
+
+/// The chain of causes under a status's message (`tcp connect error: Connection refused (os error 111)`).
+pub fn causes(status: &tonic::Status) -> String {
+    let mut text = String::new();
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        let s = e.to_string();
+        if !status.message().contains(&s) && !text.contains(&s) {
+            text.push_str(&format!(": {s}"));
+        }
+        source = e.source();
+    }
+    text
 }
 
 /// `K=V` pairs of repeatable flags as a map.

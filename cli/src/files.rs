@@ -35,6 +35,48 @@ pub enum FilesCommand {
         #[arg(long, short = 'R')]
         recursive: bool,
     },
+    /// Remove a file, link or empty directory of the workspace (`-r`: a directory and everything in it).
+    Rm {
+        sandbox: String,
+        path: String,
+        /// A directory with everything in it.
+        #[arg(long, short = 'r')]
+        recursive: bool,
+    },
+    /// Print what is created, modified and removed under a directory of the workspace as it happens, until
+    /// Ctrl-C (a cut stream is resumed where it stopped).
+    Watch {
+        sandbox: String,
+        #[arg(default_value = "", hide_default_value = true)]
+        path: String,
+        /// Also every directory under it (those made later too).
+        #[arg(long, short = 'r')]
+        recursive: bool,
+    },
+    /// Move or rename a file, link or directory of the workspace (the destination's folder must exist).
+    Mv {
+        sandbox: String,
+        source: String,
+        destination: String,
+        /// Replace what is at the destination (a directory only when it is empty).
+        #[arg(long, short = 'f')]
+        force: bool,
+    },
+    /// Make a directory of the workspace, and the missing ones above it (like `mkdir -p`).
+    Mkdir {
+        sandbox: String,
+        path: String,
+        /// Permission bits, in octal (default 755).
+        #[arg(long, short = 'm', value_parser = octal_mode)]
+        mode: Option<u32>,
+    },
+}
+
+fn octal_mode(s: &str) -> std::result::Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| format!("{s:?} is not an octal mode such as 750"))
 }
 
 /// `SANDBOX:PATH` split, or None for a local path. A local path with a colon in it is written `./a:b`.
@@ -52,8 +94,14 @@ fn base_name(path: &str) -> Option<&str> {
 
 pub async fn cp(conn: &Conn, a: CpArgs) -> Result<Status> {
     match (remote(&a.src), remote(&a.dst)) {
-        (Some((sandbox, path)), None) => download(conn, sandbox, path, &a.dst).await,
-        (None, Some((sandbox, path))) => upload(conn, &a.src, sandbox, path).await,
+        (Some((sandbox, path)), None) => {
+            let sandbox = conn.sandbox_id(sandbox).await?;
+            download(conn, &sandbox, path, &a.dst).await
+        }
+        (None, Some((sandbox, path))) => {
+            let sandbox = conn.sandbox_id(sandbox).await?;
+            upload(conn, &a.src, &sandbox, path).await
+        }
         (Some(_), Some(_)) => Err(Failure::Usage(
             "copy between two sandboxes is not supported: one side must be local".into(),
         )),
@@ -255,11 +303,86 @@ async fn upload(conn: &Conn, local: &str, sandbox: &str, path: &str) -> Result<S
 
 pub async fn run(conn: &Conn, cmd: FilesCommand, format: Format) -> Result<Status> {
     match cmd {
+        FilesCommand::Rm {
+            sandbox,
+            path,
+            recursive,
+        } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
+            conn.files()
+                .delete_file(api::DeleteFileRequest {
+                    sandbox_id: sandbox.clone(),
+                    path: path.clone(),
+                    recursive,
+                })
+                .await?;
+            if format == Format::Json {
+                output::print_json(&json!({ "sandbox_id": sandbox, "path": path, "removed": true }));
+            }
+            Ok(0)
+        }
+        FilesCommand::Watch {
+            sandbox,
+            path,
+            recursive,
+        } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
+            watch(conn, sandbox, path, recursive, format).await
+        }
+        FilesCommand::Mv {
+            sandbox,
+            source,
+            destination,
+            force,
+        } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
+            let file = conn
+                .files()
+                .move_file(api::MoveFileRequest {
+                    sandbox_id: sandbox,
+                    source,
+                    destination,
+                    overwrite: force,
+                })
+                .await?
+                .into_inner()
+                .file
+                .unwrap_or_default();
+            match format {
+                Format::Json => output::print_json(&file_json(&file)),
+                Format::Text => println!("{}", file.path),
+            }
+            Ok(0)
+        }
+        FilesCommand::Mkdir {
+            sandbox,
+            path,
+            mode,
+        } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
+            let dir = conn
+                .files()
+                .make_directory(api::MakeDirectoryRequest {
+                    sandbox_id: sandbox,
+                    path,
+                    mode: mode.unwrap_or(0),
+                })
+                .await?
+                .into_inner()
+                .directory
+                .unwrap_or_default();
+            match format {
+                Format::Json => output::print_json(&file_json(&dir)),
+                Format::Text => println!("{}", dir.path),
+            }
+            Ok(0)
+        }
         FilesCommand::Ls {
             sandbox,
             path,
             recursive,
         } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
             let mut files = Vec::new();
             let mut page_token = String::new();
             loop {
@@ -322,6 +445,98 @@ fn type_char(f: &api::FileInfo) -> char {
         api::FileType::File => '-',
         _ => '?',
     }
+}
+
+/// Follows a watch, one line per event, resuming it (its id, after the last seq) when the stream is cut.
+async fn watch(
+    conn: &Conn,
+    sandbox: String,
+    path: String,
+    recursive: bool,
+    format: Format,
+) -> Result<Status> {
+    use api::watch_files_response::Kind;
+    let mut watch_id = String::new();
+    let mut last = 0u64;
+    let mut cuts = 0u32;
+    loop {
+        let opened = conn
+            .files()
+            .watch_files(api::WatchFilesRequest {
+                sandbox_id: sandbox.clone(),
+                path: path.clone(),
+                recursive,
+                watch_id: watch_id.clone(),
+                after_seq: last,
+            })
+            .await;
+        let mut stream = match opened {
+            Ok(s) => s.into_inner(),
+            Err(s) if resumable(&s) && !watch_id.is_empty() && cuts < 30 => {
+                cuts += 1;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(s) => return Err(s.into()),
+        };
+        let cut = loop {
+            match stream.message().await {
+                Ok(Some(m)) => match m.kind {
+                    Some(Kind::Started(s)) => {
+                        if watch_id.is_empty() {
+                            eprintln!("mentis: watching (watch id {})", s.watch_id);
+                        }
+                        watch_id = s.watch_id;
+                        cuts = 0;
+                    }
+                    Some(Kind::Event(e)) => {
+                        last = e.seq;
+                        let kind = output::enum_name(e.r#type().as_str_name(), "FILE_EVENT_TYPE_");
+                        match format {
+                            Format::Json => println!(
+                                "{}",
+                                json!({
+                                    "seq": e.seq,
+                                    "type": kind,
+                                    "path": e.path,
+                                    "is_dir": e.is_dir,
+                                    "time": output::time(e.time.as_ref()),
+                                })
+                            ),
+                            Format::Text => {
+                                let slash = if e.is_dir { "/" } else { "" };
+                                println!("{kind:<9}{}{slash}", e.path);
+                            }
+                        }
+                    }
+                    Some(Kind::Gap(g)) => eprintln!(
+                        "mentis: events {}..{} are gone (the watch keeps its newest 4096)",
+                        g.after_seq + 1,
+                        g.first_available_seq.saturating_sub(1)
+                    ),
+                    Some(Kind::Keepalive(_)) | None => {}
+                },
+                Ok(None) => break None,
+                Err(s) => break Some(s),
+            }
+        };
+        match cut {
+            Some(s) if resumable(&s) && cuts < 30 => {
+                cuts += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Some(s) => return Err(s.into()),
+            None => return Ok(0),
+        }
+    }
+}
+
+/// Whether a cut stream is worth resuming (the runtime restarting or draining, the connection lost).
+fn resumable(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::Unavailable | tonic::Code::Internal | tonic::Code::Unknown
+    )
 }
 
 fn file_json(f: &api::FileInfo) -> Value {

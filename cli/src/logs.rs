@@ -24,7 +24,8 @@ pub struct LogsArgs {
     action: String,
 }
 
-pub async fn run(conn: &Conn, a: LogsArgs, format: Format) -> Result<Status> {
+pub async fn run(conn: &Conn, mut a: LogsArgs, format: Format) -> Result<Status> {
+    a.sandbox = conn.sandbox_id(&a.sandbox).await?;
     // Without --follow: everything up to the sandbox's newest seq now.
     let until = if a.follow {
         None

@@ -13,6 +13,7 @@ mod logs;
 mod mcp;
 mod output;
 mod preview;
+mod process;
 mod sandbox;
 mod secret;
 mod shell;
@@ -78,7 +79,11 @@ enum Command {
     RunCode(exec::RunCodeArgs),
     /// An interactive terminal in a sandbox (like `docker exec -it`).
     Shell(shell::ShellArgs),
-    /// List or close a sandbox's terminals (those of `mentis shell`).
+    /// A sandbox's processes (pid, user, CPU, memory, command), as `ps` inside it would show them.
+    Ps(process::PsArgs),
+    /// Send a signal to a process of a sandbox (TERM by default), without a shell.
+    Kill(process::KillArgs),
+    /// List or close a sandbox's terminals (those of `mentis shell`), or link one for a browser.
     #[command(subcommand)]
     Terminals(shell::TerminalsCommand),
     /// Print a sandbox's observations (its log), optionally following new ones.
@@ -90,6 +95,7 @@ enum Command {
     Files(files::FilesCommand),
     /// Serve MentisSandbox's tools to an MCP client on stdio (create_sandbox, run_shell, run_python, the file
     /// tools, delete_sandbox): e.g. `{"command": "mentis", "args": ["mcp"]}` in the client's configuration.
+    #[command(after_help = mcp::tools_help())]
     Mcp(mcp::McpArgs),
     /// Print a shell completion script (e.g. `mentis completions bash > /etc/bash_completion.d/mentis`).
     Completions {
@@ -110,6 +116,8 @@ async fn run(cli: Cli) -> Result<Status> {
         Command::RunCode(a) => exec::run_code(&conn()?, a).await,
         Command::Shell(a) => shell::run(&conn()?, a).await,
         Command::Terminals(c) => shell::terminals(&conn()?, c, cli.output).await,
+        Command::Ps(a) => process::ps(&conn()?, a, cli.output).await,
+        Command::Kill(a) => process::kill(&conn()?, a).await,
         Command::Logs(a) => logs::run(&conn()?, a, cli.output).await,
         Command::Cp(a) => files::cp(&conn()?, a).await,
         Command::Files(c) => files::run(&conn()?, c, cli.output).await,
@@ -121,8 +129,29 @@ async fn run(cli: Cli) -> Result<Status> {
     }
 }
 
+/// Lets a closed stdout end mentis quietly, as it ends other Unix tools (`mentis logs $SB | head`): by
+/// SIGPIPE, instead of the error (and panic of `println!`) that Rust's ignoring of it gives. Not for
+/// `exec` and `run-code`, which cancel their action first, nor `shell`, which puts the terminal back.
+fn die_on_broken_pipe() {
+    #[allow(unsafe_code)]
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL installs no handler code.
+    unsafe {
+        let _ = nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        );
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(
+        cli.command,
+        Command::Exec(_) | Command::RunCode(_) | Command::Shell(_)
+    ) {
+        die_on_broken_pipe();
+    }
+    let reach = client::Reach::new(&cli.addr, cli.api_key.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -140,7 +169,15 @@ fn main() -> ExitCode {
     match outcome {
         Ok(status) => ExitCode::from(status),
         Err(Failure::Rpc(s)) => {
-            eprintln!("mentis: {}: {}", code_name(s.code()), s.message());
+            eprintln!(
+                "mentis: {}: {}{}",
+                code_name(s.code()),
+                s.message(),
+                client::causes(&s)
+            );
+            if let Some(hint) = reach.hint(&s) {
+                eprintln!("mentis: {hint}");
+            }
             ExitCode::from(1)
         }
         Err(Failure::Usage(m)) => {

@@ -17,6 +17,17 @@ pub struct McpArgs {
     max_output: usize,
 }
 
+/// The tools, a line each, for `mentis mcp --help`.
+pub fn tools_help() -> String {
+    let tools = mentis_mcp::tools();
+    let width = tools.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut help = String::from("Tools (docs/MCP.md):\n");
+    for (name, description) in tools {
+        help.push_str(&format!("  {name:<width$}  {description}\n"));
+    }
+    help
+}
+
 /// Serves until the client closes stdin.
 pub async fn run(conn: &Conn, a: McpArgs) -> Result<Status> {
     let tools = mentis_mcp::SandboxTools::new(conn.transport(), a.max_output);

@@ -43,7 +43,8 @@ pub struct RevokeArgs {
 pub async fn run(conn: &Conn, cmd: PreviewCommand, format: Format) -> Result<Status> {
     let mut c = conn.sandboxes();
     match cmd {
-        PreviewCommand::Url(a) => {
+        PreviewCommand::Url(mut a) => {
+            a.sandbox = conn.sandbox_id(&a.sandbox).await?;
             let r = c
                 .get_preview_url(api::GetPreviewUrlRequest {
                     sandbox_id: a.sandbox,
@@ -57,7 +58,8 @@ pub async fn run(conn: &Conn, cmd: PreviewCommand, format: Format) -> Result<Sta
                 Format::Text => println!("{}", r.url),
             }
         }
-        PreviewCommand::Revoke(a) => {
+        PreviewCommand::Revoke(mut a) => {
+            a.sandbox = conn.sandbox_id(&a.sandbox).await?;
             c.revoke_preview_urls(api::RevokePreviewUrlsRequest {
                 sandbox_id: a.sandbox.clone(),
                 port: a.port.map_or(0, u32::from),

@@ -17,11 +17,12 @@ pub enum SandboxCommand {
     List(ListArgs),
     /// Show one sandbox.
     Get { sandbox: String },
-    /// Delete a sandbox (its container and workspace).
+    /// Delete a sandbox (its container and workspace). Deleting one that is not there (any more) is not an
+    /// error, as the API's delete is idempotent: mentis says so on stderr.
     Delete { sandbox: String },
-    /// Pause a sandbox (its processes are frozen).
+    /// Pause a sandbox (its processes are frozen), and print its id and state (`-o json`: the record).
     Pause { sandbox: String },
-    /// Resume a paused sandbox.
+    /// Resume a paused sandbox, and print its id and state (`-o json`: the record).
     Resume { sandbox: String },
     /// Replace a sandbox's egress rules while it runs, then print its policy (without flags: print it only).
     ///
@@ -168,6 +169,7 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
             }
         }
         SandboxCommand::Get { sandbox } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
             let sb = c
                 .get_sandbox(api::GetSandboxRequest {
                     sandbox_id: sandbox,
@@ -179,18 +181,26 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
             print_one(&sb, format);
         }
         SandboxCommand::Delete { sandbox } => {
-            c.delete_sandbox(api::DeleteSandboxRequest {
-                sandbox_id: sandbox.clone(),
-            })
-            .await?;
+            let sandbox = conn.sandbox_id(&sandbox).await?;
+            let found = c
+                .delete_sandbox(api::DeleteSandboxRequest {
+                    sandbox_id: sandbox.clone(),
+                })
+                .await?
+                .into_inner()
+                .found;
             match format {
                 Format::Json => {
-                    output::print_json(&json!({ "sandbox_id": sandbox, "deleted": true }))
+                    output::print_json(&json!({ "sandbox_id": sandbox, "deleted": found }))
                 }
-                Format::Text => println!("{sandbox}"),
+                Format::Text if found => println!("{sandbox}"),
+                Format::Text => {
+                    eprintln!("mentis: no sandbox {sandbox} was there to delete (nothing done)")
+                }
             }
         }
         SandboxCommand::Pause { sandbox } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
             let sb = c
                 .pause_sandbox(api::PauseSandboxRequest {
                     sandbox_id: sandbox,
@@ -199,9 +209,10 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
                 .into_inner()
                 .sandbox
                 .unwrap_or_default();
-            print_one(&sb, format);
+            print_state(&sb, format);
         }
         SandboxCommand::Resume { sandbox } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
             let sb = c
                 .resume_sandbox(api::ResumeSandboxRequest {
                     sandbox_id: sandbox,
@@ -210,9 +221,10 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
                 .into_inner()
                 .sandbox
                 .unwrap_or_default();
-            print_one(&sb, format);
+            print_state(&sb, format);
         }
-        SandboxCommand::Egress(a) => {
+        SandboxCommand::Egress(mut a) => {
+            a.sandbox = conn.sandbox_id(&a.sandbox).await?;
             let sb = if a.egress.given() {
                 let (mode, egress_rules) = a.egress.policy()?;
                 // The rules always; the mode only when named (the mask keeps it otherwise).
@@ -251,6 +263,7 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
             }
         }
         SandboxCommand::Denials { sandbox } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
             let denials = c
                 .list_egress_denials(api::ListEgressDenialsRequest {
                     sandbox_id: sandbox,
@@ -296,6 +309,14 @@ pub async fn run(conn: &Conn, cmd: SandboxCommand, format: Format) -> Result<Sta
 
 fn state(s: &api::Sandbox) -> String {
     output::enum_name(s.state().as_str_name(), "SANDBOX_STATE_")
+}
+
+/// What a pause or resume changed: the id and the state it is in now (`-o json`: the whole record).
+fn print_state(sb: &api::Sandbox, format: Format) {
+    match format {
+        Format::Json => output::print_json(&sandbox_json(sb)),
+        Format::Text => println!("{}  {}", sb.sandbox_id, state(sb)),
+    }
 }
 
 fn print_one(sb: &api::Sandbox, format: Format) {

@@ -80,7 +80,17 @@ fn resize((cols, rows): (u32, u32)) -> api::OpenRequest {
     }
 }
 
-pub async fn run(conn: &Conn, a: ShellArgs) -> Result<Status> {
+/// The program of a terminal started with no command while stdin is not a terminal: a login bash without
+/// readline (no line editing, so no bracketed-paste codes and no second echo) on a terminal that does not
+/// echo, so the output is the programs' own, as with `docker exec -i`.
+const PIPED_COMMAND: [&str; 3] = [
+    "/bin/bash",
+    "-c",
+    "stty -echo 2>/dev/null; exec /bin/bash --noediting -l",
+];
+
+pub async fn run(conn: &Conn, mut a: ShellArgs) -> Result<Status> {
+    a.sandbox = conn.sandbox_id(&a.sandbox).await?;
     // Signals are caught first: a window change from now on is not lost, and none of them can leave the
     // terminal raw.
     let mut winch = signal(SignalKind::window_change())?;
@@ -97,9 +107,14 @@ pub async fn run(conn: &Conn, a: ShellArgs) -> Result<Status> {
         }),
         None => {
             let (cols, rows) = size.unwrap_or((0, 0));
+            let command = if a.command.is_empty() && !tty {
+                PIPED_COMMAND.map(str::to_owned).to_vec()
+            } else {
+                a.command.clone()
+            };
             open_request::Kind::Start(open_request::Start {
                 sandbox_id: a.sandbox.clone(),
-                command: a.command.clone(),
+                command,
                 cols,
                 rows,
                 env: pairs(&a.env, "--env")?,
@@ -221,6 +236,15 @@ pub enum TerminalsCommand {
         sandbox: String,
         terminal_id: String,
     },
+    /// Print a link that opens a terminal of the sandbox in a browser (the runtime's web terminal): a new
+    /// login bash, or TERMINAL_ID's. The link carries a short-lived token instead of your key.
+    Link {
+        sandbox: String,
+        terminal_id: Option<String>,
+        /// How long the link lives, in seconds (default one hour, at most 12 hours).
+        #[arg(long, value_name = "SECONDS")]
+        ttl: Option<u32>,
+    },
 }
 
 pub async fn terminals(
@@ -231,7 +255,31 @@ pub async fn terminals(
     use crate::output::{self, Format};
     let mut c = conn.terminals();
     match cmd {
+        TerminalsCommand::Link {
+            sandbox,
+            terminal_id,
+            ttl,
+        } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
+            let r = c
+                .create_terminal_link(api::CreateTerminalLinkRequest {
+                    sandbox_id: sandbox,
+                    terminal_id: terminal_id.unwrap_or_default(),
+                    ttl_seconds: ttl.unwrap_or(0),
+                })
+                .await?
+                .into_inner();
+            match format {
+                Format::Json => output::print_json(&serde_json::json!({
+                    "url": r.url,
+                    "path": r.path,
+                    "expires_at": output::time(r.expires_at.as_ref()),
+                })),
+                Format::Text => println!("{}", r.url),
+            }
+        }
         TerminalsCommand::Ls { sandbox } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
             let list = c
                 .list_terminals(api::ListTerminalsRequest {
                     sandbox_id: sandbox,
@@ -285,6 +333,7 @@ pub async fn terminals(
             sandbox,
             terminal_id,
         } => {
+            let sandbox = conn.sandbox_id(&sandbox).await?;
             c.close_terminal(api::CloseTerminalRequest {
                 sandbox_id: sandbox,
                 terminal_id,

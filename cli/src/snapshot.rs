@@ -48,7 +48,8 @@ pub struct ListArgs {
 pub async fn run(conn: &Conn, cmd: SnapshotCommand, format: Format) -> Result<Status> {
     let mut c = conn.snapshots();
     match cmd {
-        SnapshotCommand::Create(a) => {
+        SnapshotCommand::Create(mut a) => {
+            a.sandbox = conn.sandbox_id(&a.sandbox).await?;
             let labels = pairs(&a.labels, "--label")?;
             let s = c
                 .create_snapshot(api::CreateSnapshotRequest {
@@ -64,7 +65,10 @@ pub async fn run(conn: &Conn, cmd: SnapshotCommand, format: Format) -> Result<St
                 Format::Text => println!("{}", s.snapshot_id),
             }
         }
-        SnapshotCommand::List(a) => {
+        SnapshotCommand::List(mut a) => {
+            if !a.sandbox.is_empty() {
+                a.sandbox = conn.sandbox_id(&a.sandbox).await?;
+            }
             let labels = pairs(&a.labels, "--label")?;
             // A limit fetches pages of its size (the runtime's cap is 1000).
             let page_size = i32::try_from(a.limit.min(1000)).unwrap_or(1000);

@@ -46,6 +46,14 @@ pub(crate) struct Actions {
 }
 
 impl Actions {
+    /// The pids ListProcesses names: this executor's and the running kernel's.
+    pub(crate) fn roles(&self) -> crate::processes::Roles {
+        crate::processes::Roles {
+            executor: std::process::id().cast_signed(),
+            kernel: self.processes.kernel(),
+        }
+    }
+
     pub(crate) fn new(config: &Config, shutdown: CancellationToken) -> Self {
         let tracker = TaskTracker::new();
         let processes = Processes::new(config.reclaim_all);

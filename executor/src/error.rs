@@ -60,6 +60,9 @@ pub enum Error {
     /// No terminal has this id.
     #[error("no terminal {0:?} in this sandbox")]
     TerminalNotFound(String),
+    /// No process has this pid.
+    #[error("no process {0} in this sandbox")]
+    ProcessNotFound(i32),
     /// The bound on running terminals is reached.
     #[error("too many terminals (limit {limit}); close one first")]
     TooManyTerminals {
@@ -118,6 +121,7 @@ impl From<Error> for Status {
             Error::TooLarge(_) => (Code::ResourceExhausted, Reason::FileTooLarge),
             Error::WorkspaceFull => (Code::ResourceExhausted, Reason::WorkspaceFull),
             Error::TerminalNotFound(_) => (Code::NotFound, Reason::TerminalNotFound),
+            Error::ProcessNotFound(_) => (Code::NotFound, Reason::ProcessNotFound),
             Error::TooManyTerminals { .. } => (Code::ResourceExhausted, Reason::TooManyTerminals),
             Error::OutOfRange(_) => (Code::OutOfRange, Reason::SeqOutOfRange),
             Error::TooManySessions { .. } => (Code::ResourceExhausted, Reason::TooManySessions),
@@ -213,6 +217,7 @@ mod tests {
                 Error::TerminalNotFound("t".into()),
                 Reason::TerminalNotFound,
             ),
+            (Error::ProcessNotFound(7), Reason::ProcessNotFound),
             (
                 Error::TooManyTerminals { limit: 1 },
                 Reason::TooManyTerminals,

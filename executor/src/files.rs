@@ -13,13 +13,15 @@ pub(crate) mod service;
 mod tar_in;
 mod tar_out;
 mod tree;
+pub(crate) mod watch;
 mod write;
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use mentis_proto::executor::{FileInfo, FileType};
-use nix::fcntl::AtFlags;
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, RenameFlags, renameat2};
 use nix::sys::stat::{Mode, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
@@ -114,6 +116,71 @@ impl Workspace {
             unlinkat(&dir.fd, name, UnlinkatFlags::NoRemoveDir)
                 .map_err(|e| path::path_error(e, &shown))
         }
+    }
+
+    /// Moves or renames an entry in one rename(2): the destination's parent must exist; an existing
+    /// destination is PathExists unless `overwrite`. Links are moved, not followed.
+    pub(crate) fn rename(&self, from: &WsPath, to: &WsPath, overwrite: bool) -> Result<FileInfo, Error> {
+        let (Some((from_parent, from_name)), Some((to_parent, to_name))) =
+            (from.split_last(), to.split_last())
+        else {
+            return Err(Error::InvalidArgument(
+                "the workspace root itself cannot be moved, nor anything moved onto it".to_owned(),
+            ));
+        };
+        let (from_shown, to_shown) = (from.display(), to.display());
+        if to.parts().starts_with(from.parts()) && to.parts().len() > from.parts().len() {
+            return Err(Error::InvalidArgument(format!(
+                "{from_shown:?} cannot be moved into itself ({to_shown:?})"
+            )));
+        }
+        let root = self.open_root()?;
+        let from_dir = walk(&root, from_parent, None, &from_shown)?;
+        let to_dir = walk(&root, to_parent, None, &to_shown)?;
+        // The source must be there: its error names it, not the destination.
+        fstatat(&from_dir.fd, from_name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(|e| errno_error(e, &from_dir.fd, from_name, &from_shown))?;
+        let flags = if overwrite {
+            RenameFlags::empty()
+        } else {
+            RenameFlags::RENAME_NOREPLACE
+        };
+        match renameat2(&from_dir.fd, from_name, &to_dir.fd, to_name, flags) {
+            Ok(()) => {}
+            // A file system without RENAME_NOREPLACE (some overlay and gVisor versions): check, then move.
+            Err(Errno::EINVAL) if !overwrite => {
+                match fstatat(&to_dir.fd, to_name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(_) => return Err(path::path_error(Errno::EEXIST, &to_shown)),
+                    Err(Errno::ENOENT) => {}
+                    Err(e) => return Err(errno_error(e, &to_dir.fd, to_name, &to_shown)),
+                }
+                renameat2(&from_dir.fd, from_name, &to_dir.fd, to_name, RenameFlags::empty())
+                    .map_err(|e| path::path_error(e, &to_shown))?;
+            }
+            Err(Errno::EEXIST) if !overwrite => {
+                return Err(Error::PathExists(format!(
+                    "{to_shown:?} already exists (set overwrite to replace it)"
+                )));
+            }
+            Err(Errno::ENOTEMPTY | Errno::EEXIST) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "{to_shown:?} is a directory that is not empty: a move replaces only an empty one"
+                )));
+            }
+            Err(Errno::EISDIR) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{to_shown:?} is a directory: a file or link does not replace one"
+                )));
+            }
+            Err(Errno::ENOTDIR) if overwrite => {
+                return Err(Error::InvalidArgument(format!(
+                    "a directory does not replace {to_shown:?}, which is not one (or a component of a \
+                     path is not a directory)"
+                )));
+            }
+            Err(e) => return Err(path::path_error(e, &to_shown)),
+        }
+        info::stat_at(&to_dir.fd, to_name, to)
     }
 
     /// Creates a directory and its missing parents (`mode` 0 = 0755); an existing directory is fine.

@@ -21,6 +21,7 @@ mod events;
 mod files;
 pub mod identity;
 mod ipython;
+mod processes;
 pub mod launch;
 mod reclaim;
 mod registry;

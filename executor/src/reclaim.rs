@@ -282,6 +282,11 @@ impl Processes {
         }
     }
 
+    /// The running kernel's pid.
+    pub(crate) fn kernel(&self) -> Option<i32> {
+        self.state().kernel
+    }
+
     /// PID 1, the executor and the kernel.
     fn spared(&self) -> Spared {
         let mut pids: HashSet<i32> = [1, std::process::id().cast_signed()].into();

@@ -3,6 +3,7 @@
 
 mod terminal;
 
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,8 @@ use mentis_proto::executor::workspace_service_server::WorkspaceServiceServer;
 use mentis_proto::executor::{
     AttachRequest, AttachResponse, CancelRequest, CancelResponse, CloseTerminalRequest,
     CloseTerminalResponse, GetUsageRequest, GetUsageResponse, InspectVariablesRequest,
-    InspectVariablesResponse, ListTerminalsRequest, ResetKernelRequest, ResetKernelResponse,
+    InspectVariablesResponse, ListProcessesRequest, ListProcessesResponse, ListTerminalsRequest,
+    ResetKernelRequest, ResetKernelResponse, SignalProcessRequest, SignalProcessResponse,
     RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse, TerminalRequest,
     WriteStdinRequest, WriteStdinResponse, attach_request,
 };
@@ -84,9 +86,13 @@ pub async fn serve(
 
     // File chunks are at most 256 KiB from our runtime; a client's own chunks may be larger, up to the
     // same bound as other requests.
-    let workspace =
-        WorkspaceServiceServer::new(WorkspaceApi::new(Workspace::new(&config), streams.clone()))
-            .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let watches = crate::files::watch::Watches::new(shutdown.child_token());
+    let workspace = WorkspaceServiceServer::new(WorkspaceApi::new(
+        Workspace::new(&config),
+        streams.clone(),
+        Arc::clone(&watches),
+    ))
+    .max_decoding_message_size(MAX_REQUEST_BYTES);
     let workspace = tonic::service::interceptor::InterceptedService::new(
         workspace,
         BearerAuth::new(config.token.clone()),
@@ -143,6 +149,7 @@ pub async fn serve(
     tokio::join!(
         actions.shutdown(ACTIONS_GRACE),
         terminals.shutdown(ACTIONS_GRACE),
+        watches.shutdown(ACTIONS_GRACE),
         streams_ended
     );
     tracing::info!("executor stopped");
@@ -303,6 +310,28 @@ impl ExecutorService for ExecutorApi {
             memory_bytes: usage.memory_bytes,
             cpu_usec: usage.cpu_usec,
         }))
+    }
+
+    async fn list_processes(
+        &self,
+        _request: Request<ListProcessesRequest>,
+    ) -> Result<Response<ListProcessesResponse>, Status> {
+        let roles = self.actions.roles();
+        let processes =
+            tokio::task::spawn_blocking(move || crate::processes::list(Path::new("/proc"), roles))
+                .await
+                .map_err(|e| Status::internal(format!("listing processes: {e}")))?;
+        Ok(Response::new(ListProcessesResponse { processes }))
+    }
+
+    async fn signal_process(
+        &self,
+        request: Request<SignalProcessRequest>,
+    ) -> Result<Response<SignalProcessResponse>, Status> {
+        let SignalProcessRequest { pid, signal } = request.into_inner();
+        crate::processes::signal(pid, &signal, self.actions.roles())?;
+        tracing::info!(pid, signal, "process signalled");
+        Ok(Response::new(SignalProcessResponse {}))
     }
 
     async fn take_spans(

@@ -235,6 +235,23 @@ pub struct DeleteSandboxArgs {
     pub sandbox_id: String,
 }
 
+/// Every tool's name and the first sentence of its description, as `tools/list` gives them (for
+/// `mentis mcp --help`).
+pub fn tools() -> Vec<(String, String)> {
+    SandboxTools::tool_router()
+        .list_all()
+        .into_iter()
+        .map(|t| {
+            let description = t.description.as_deref().unwrap_or_default();
+            let first = description
+                .split_once(". ")
+                .map_or(description, |(first, _)| first)
+                .trim_end_matches('.');
+            (t.name.to_string(), format!("{first}."))
+        })
+        .collect()
+}
+
 /// A tool's outcome before it becomes a [`CallToolResult`]: content for the model, or a refused call.
 type Outcome = Result<Vec<ContentBlock>, Status>;
 
@@ -379,7 +396,16 @@ impl SandboxTools {
             },
         );
         let done = self.sandboxes().delete_sandbox(req).await;
-        reply(done.map(|_| vec![text(format!("sandbox {} deleted", a.sandbox_id))]))
+        reply(done.map(|r| {
+            vec![text(if r.into_inner().found {
+                format!("sandbox {} deleted", a.sandbox_id)
+            } else {
+                format!(
+                    "no sandbox {} was there to delete (it had ended, or never existed)",
+                    a.sandbox_id
+                )
+            })]
+        }))
     }
 }
 

@@ -8,6 +8,8 @@
 //! exit status, and the local terminal's settings put back. Fails (never skips) when tmux is missing:
 //! `make tools` (deploy/ensure-tools.sh) installs it.
 
+mod everyday;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::OnceLock;

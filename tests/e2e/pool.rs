@@ -253,3 +253,83 @@ async fn after_a_restart_members_and_claimed_sandboxes_are_told_apart() -> anyho
     drop(second);
     Ok(())
 }
+
+/// What a stopped runtime leaves (docs/SANDBOXES.md, "What outlives a stop"): its sandboxes, its pool's
+/// members, its egress gateway, their volumes, the gateway's network and netfilter chains. `make
+/// clean-sandboxes INSTANCE=NAME` (`deploy/clean-sandboxes.sh --instance NAME`) removes them all, and nothing
+/// of another instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_clean_up_removes_what_a_stopped_runtime_left_and_nothing_of_another()
+-> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let mut a = Harness::start_with(|c| c.pools = vec![pool(1, 1)]).await?;
+    let mut b = Harness::start().await?;
+    wait_idle(&mut a, 1).await?;
+    // A sandbox with egress rules: the instance's gateway, its network and its chains.
+    let ruled = a
+        .create(api::SandboxSpec {
+            egress_rules: vec![api::EgressRule {
+                domain: "pkgs.example.test".into(),
+                ports: vec![443],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await?
+        .sandbox_id;
+    let kept = b.create_default().await?.sandbox_id;
+    wait_idle(&mut a, 1).await?;
+    let filter = format!("label=io.mentis.instance={}", a.guard.instance);
+    let networks = || -> anyhow::Result<Vec<String>> {
+        Ok(docker(&["network", "ls", "-q", "--filter", &filter])?
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect())
+    };
+    let bridge = {
+        let nets = networks()?;
+        anyhow::ensure!(nets.len() == 1, "the gateway's network: {nets:?}");
+        format!("br-{}", &docker(&["network", "inspect", "--format", "{{.Id}}", &nets[0]])?[..12])
+    };
+    let chains = |table: &str| -> anyhow::Result<String> {
+        let out = std::process::Command::new("iptables")
+            .args(["-t", table, "-S"])
+            .output()
+            .context("iptables")?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&bridge))
+            .collect::<Vec<_>>()
+            .join("\n"))
+    };
+    anyhow::ensure!(!chains("nat")?.is_empty(), "no chain for {bridge}");
+
+    // The runtime stops: everything stays, for the next runtime of the instance to take over.
+    a.runtime.take().context("no runtime")?.stop().await?;
+    let left = a.guard.containers();
+    // The sandbox, the pool's member, the gateway.
+    assert!(left.len() >= 3, "{left:?}");
+    assert!(
+        !docker(&["ps", "-q", "--filter", &format!("label=io.mentis.sandbox-id={ruled}")])?
+            .trim()
+            .is_empty()
+    );
+
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("no workspace")?
+        .join("deploy/clean-sandboxes.sh");
+    let out = tokio::process::Command::new(&script)
+        .args(["--instance", &a.guard.instance])
+        .output()
+        .await?;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(a.guard.containers(), Vec::<String>::new());
+    assert_eq!(a.guard.volumes(), Vec::<String>::new());
+    assert_eq!(networks()?, Vec::<String>::new());
+    assert_eq!(chains("nat")?, "");
+    assert_eq!(chains("filter")?, "");
+    // The other instance's sandbox is untouched.
+    assert_eq!(stdout(&b.sh(&kept, "echo alive").await?), "alive\n");
+    Ok(())
+}

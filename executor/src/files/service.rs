@@ -10,9 +10,10 @@ use mentis_proto::executor::workspace_service_server::WorkspaceService;
 use mentis_proto::executor::{
     DeleteFileRequest, DeleteFileResponse, DownloadRequest, DownloadResponse, EditFileRequest,
     EditFileResponse, ListFilesRequest, ListFilesResponse, MakeDirectoryRequest,
-    MakeDirectoryResponse, ReadFileRequest, ReadFileResponse, StatFileRequest, StatFileResponse,
-    UploadRequest, UploadResponse, WriteFileRequest, WriteFileResponse, upload_request,
-    write_file_request,
+    FileEvent, FileEventType, MakeDirectoryResponse, MoveFileRequest, MoveFileResponse,
+    ReadFileRequest, ReadFileResponse, StatFileRequest, StatFileResponse, UploadRequest,
+    UploadResponse, WatchFilesRequest, WatchFilesResponse, WriteFileRequest, WriteFileResponse,
+    upload_request, watch_files_response, write_file_request,
 };
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
@@ -21,6 +22,7 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::pipe::{ChannelReader, ChannelWriter, Feed};
+use super::watch::{self, Watches};
 use super::{CHANNEL_CHUNKS, Workspace, read};
 use crate::error::Error;
 
@@ -28,16 +30,48 @@ use crate::error::Error;
 pub(crate) struct WorkspaceApi {
     ws: Arc<Workspace>,
     readers: TaskTracker,
+    watches: Arc<Watches>,
 }
 
 impl WorkspaceApi {
     /// `readers` owns the blocking tasks that send a ReadFile's or a Download's bytes.
-    pub(crate) fn new(ws: Workspace, readers: TaskTracker) -> Self {
+    pub(crate) fn new(ws: Workspace, readers: TaskTracker, watches: Arc<Watches>) -> Self {
         Self {
             ws: Arc::new(ws),
             readers,
+            watches,
         }
     }
+}
+
+/// A watch's items as WatchFiles responses.
+fn watch_response(item: watch::Item) -> WatchFilesResponse {
+    use watch_files_response::Kind as K;
+    let kind = match item {
+        watch::Item::Event(e) => K::Event(FileEvent {
+            seq: e.seq,
+            r#type: match e.kind {
+                watch::Kind::Created => FileEventType::Created,
+                watch::Kind::Modified => FileEventType::Modified,
+                watch::Kind::Removed => FileEventType::Removed,
+                watch::Kind::Overflow => FileEventType::Overflow,
+            } as i32,
+            path: e.path,
+            is_dir: e.is_dir,
+            time: e
+                .time
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        }),
+        watch::Item::Gap {
+            after_seq,
+            first_available_seq,
+        } => K::Gap(watch_files_response::Gap {
+            after_seq,
+            first_available_seq,
+        }),
+    };
+    WatchFilesResponse { kind: Some(kind) }
 }
 
 /// Runs a blocking file operation on a blocking thread.
@@ -100,6 +134,7 @@ fn after_commit(what: &str) -> Status {
 #[tonic::async_trait]
 impl WorkspaceService for WorkspaceApi {
     type ReadFileStream = ByteStream<ReadFileResponse>;
+    type WatchFilesStream = ByteStream<WatchFilesResponse>;
     type DownloadStream = ByteStream<DownloadResponse>;
 
     async fn read_file(
@@ -255,6 +290,54 @@ impl WorkspaceService for WorkspaceApi {
         Ok(Response::new(MakeDirectoryResponse {
             directory: Some(directory),
         }))
+    }
+
+    async fn watch_files(
+        &self,
+        request: Request<WatchFilesRequest>,
+    ) -> Result<Response<Self::WatchFilesStream>, Status> {
+        let WatchFilesRequest {
+            path,
+            recursive,
+            watch_id,
+            after_seq,
+        } = request.into_inner();
+        let watch = if watch_id.is_empty() {
+            let p = self.ws.parse(&path)?;
+            let (ws, watches) = (Arc::clone(&self.ws), Arc::clone(&self.watches));
+            // Walking and adding the directories' watches are system calls: off the reactor.
+            blocking(move || watches.start(&ws, &p, recursive)).await?
+        } else {
+            self.watches.get(&watch_id)?
+        };
+        let started = WatchFilesResponse {
+            kind: Some(watch_files_response::Kind::Started(
+                watch_files_response::Started {
+                    watch_id: watch.id.clone(),
+                    last_seq: watch.last_seq(),
+                },
+            )),
+        };
+        let items = watch.read(after_seq)?.map(|i| Ok(watch_response(i)));
+        Ok(Response::new(Box::pin(
+            futures::stream::iter([Ok(started)]).chain(items),
+        )))
+    }
+
+    async fn move_file(
+        &self,
+        request: Request<MoveFileRequest>,
+    ) -> Result<Response<MoveFileResponse>, Status> {
+        let MoveFileRequest {
+            source,
+            destination,
+            overwrite,
+        } = request.into_inner();
+        let from = self.ws.parse(&source)?;
+        let to = self.ws.parse(&destination)?;
+        let ws = Arc::clone(&self.ws);
+        let file = blocking(move || ws.rename(&from, &to, overwrite)).await?;
+        Ok(Response::new(MoveFileResponse { file: Some(file) }))
     }
 
     async fn upload(

@@ -9,7 +9,7 @@ use mentis_proto::executor::FileType;
 use mentis_proto::executor::workspace_service_client::WorkspaceServiceClient;
 use mentis_proto::executor::{
     DeleteFileRequest, DownloadRequest, EditFileRequest, ListFilesRequest, MakeDirectoryRequest,
-    ReadFileRequest, StatFileRequest, UploadHeader, UploadRequest, WriteFileHeader,
+    MoveFileRequest, ReadFileRequest, StatFileRequest, UploadHeader, UploadRequest, WriteFileHeader,
     WriteFileRequest, upload_request, write_file_request,
 };
 use tonic::Code;
@@ -727,4 +727,72 @@ async fn file_calls_need_the_token() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated);
+}
+
+#[tokio::test]
+async fn move_renames_files_links_and_directories_and_replaces_only_when_asked() {
+    let executor = TestExecutor::start().await;
+    let mut client = files(&executor).await;
+    let mv = |source: &str, destination: &str, overwrite: bool| MoveFileRequest {
+        source: source.into(),
+        destination: destination.into(),
+        overwrite,
+    };
+    std::fs::create_dir_all(executor.path("d/sub")).unwrap();
+    std::fs::write(executor.path("d/sub/f"), b"12345").unwrap();
+    std::fs::write(executor.path("a.txt"), b"a").unwrap();
+    std::fs::write(executor.path("b.txt"), b"b").unwrap();
+    std::os::unix::fs::symlink("/etc", executor.path("link")).unwrap();
+
+    // A file, renamed: what is at the destination is described.
+    let moved = client
+        .move_file(mv("a.txt", "c.txt", false))
+        .await
+        .unwrap()
+        .into_inner()
+        .file
+        .unwrap();
+    assert_eq!((moved.path.as_str(), moved.size), ("c.txt", 1));
+    assert!(!executor.path("a.txt").exists());
+    // Onto an existing file: refused unless asked, then replaced.
+    let refused = client.move_file(mv("c.txt", "b.txt", false)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::AlreadyExists, "{refused:?}");
+    assert_eq!(std::fs::read(executor.path("b.txt")).unwrap(), b"b");
+    client.move_file(mv("c.txt", "b.txt", true)).await.unwrap();
+    assert_eq!(std::fs::read(executor.path("b.txt")).unwrap(), b"a");
+    // A directory with what is in it, into another directory.
+    client.move_file(mv("d/sub", "moved", false)).await.unwrap();
+    assert_eq!(std::fs::read(executor.path("moved/f")).unwrap(), b"12345");
+    // A link is moved, not followed.
+    let link = client
+        .move_file(mv("link", "d/link2", false))
+        .await
+        .unwrap()
+        .into_inner()
+        .file
+        .unwrap();
+    assert_eq!(link.r#type, FileType::Symlink as i32);
+    assert_eq!(
+        std::fs::read_link(executor.path("d/link2")).unwrap(),
+        Path::new("/etc")
+    );
+    // What cannot be: a missing source, a missing destination folder, a directory into itself, over a
+    // directory that is not empty, out of the workspace, the root; nothing changes.
+    for (req, code) in [
+        (mv("nothing", "x", false), Code::NotFound),
+        (mv("b.txt", "no/such/dir/b.txt", false), Code::NotFound),
+        (mv("moved", "moved/inner", false), Code::InvalidArgument),
+        (mv("d", "moved", true), Code::FailedPrecondition),
+        (mv("b.txt", "d", true), Code::InvalidArgument),
+        (mv("b.txt", "../b.txt", false), Code::InvalidArgument),
+        (mv("/etc/passwd", "p", false), Code::InvalidArgument),
+        (mv("", "x", false), Code::InvalidArgument),
+        (mv("d/link2/passwd", "p", false), Code::InvalidArgument),
+    ] {
+        let shown = format!("{req:?}");
+        let err = client.move_file(req).await.unwrap_err();
+        assert_eq!(err.code(), code, "{shown}: {err:?}");
+    }
+    assert_eq!(std::fs::read(executor.path("b.txt")).unwrap(), b"a");
+    assert!(executor.path("moved/f").exists() && executor.path("d/link2").is_symlink());
 }

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use mentis_core::process::ProcessInfo;
 use mentis_core::{Action, ActionId, Endpoint, Error, Reason, VariableSummary};
 use mentis_proto::executor::{
     AttachRequest, AttachResponse, CancelRequest, GetUsageRequest, InspectVariablesRequest,
-    ResetKernelRequest, Resume, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse,
+    ListProcessesRequest, ResetKernelRequest, Resume, SignalProcessRequest, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse,
     WriteStdinRequest, attach_request, executor_service_client::ExecutorServiceClient,
     workspace_service_client::WorkspaceServiceClient,
 };
@@ -24,6 +25,7 @@ use convert::{action_to_wire, summary_from_wire};
 
 mod convert;
 mod files;
+pub use files::WatchStream;
 mod terminals;
 
 pub(crate) use convert::kind_from_wire;
@@ -340,6 +342,46 @@ impl ExecutorClient {
             memory_bytes: r.memory_bytes,
             cpu_usec: r.cpu_usec,
         })
+    }
+
+    /// The sandbox's processes.
+    pub async fn processes(&self) -> Result<Vec<ProcessInfo>, Error> {
+        let mut rpc = self.rpc.clone();
+        let r = self
+            .timed(rpc.list_processes(ListProcessesRequest {}))
+            .await?
+            .into_inner();
+        Ok(r.processes
+            .into_iter()
+            .map(|p| ProcessInfo {
+                pid: p.pid,
+                ppid: p.ppid,
+                pgid: p.pgid,
+                uid: p.uid,
+                user: p.user,
+                command: p.command,
+                name: p.name,
+                state: p.state,
+                cpu_seconds: p.cpu_seconds,
+                cpu_percent: p.cpu_percent,
+                memory_bytes: p.memory_bytes,
+                start_time: (p.start_time > 0.0)
+                    .then(|| {
+                        std::time::UNIX_EPOCH
+                            .checked_add(std::time::Duration::from_secs_f64(p.start_time))
+                    })
+                    .flatten(),
+                role: p.role,
+            })
+            .collect())
+    }
+
+    /// Sends the signal named `signal` to process `pid` of the sandbox.
+    pub async fn signal_process(&self, pid: i32, signal: String) -> Result<(), Error> {
+        let mut rpc = self.rpc.clone();
+        self.timed(rpc.signal_process(SignalProcessRequest { pid, signal }))
+            .await
+            .map(drop)
     }
 
     /// The executor's finished trace spans (see `telemetry::SpanRelay`).

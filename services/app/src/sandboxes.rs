@@ -498,8 +498,9 @@ impl Manager {
     }
 
     /// Deletes a sandbox: its running actions end LOST, its container and volume go, after the snapshot
-    /// its space asks for. Idempotent.
-    pub async fn delete(&self, id: SandboxId) -> Result<()> {
+    /// its space asks for. Idempotent: false when there was no sandbox to delete (none with this id, or it
+    /// had ended).
+    pub async fn delete(&self, id: SandboxId) -> Result<bool> {
         self.provisioner
             .delete(id, "deleted", Some(Cause::Request))
             .await
@@ -659,6 +660,35 @@ impl Manager {
             .await
     }
 
+    /// Starts a watch of a workspace directory, or reads one again (the executor keeps it; see
+    /// docs/FILES.md, "Watch a folder").
+    pub async fn watch_files(
+        &self,
+        sandbox: SandboxId,
+        w: mentis_core::files::WatchFiles,
+    ) -> Result<crate::executor_client::WatchStream> {
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .watch_files(w)
+            .await
+    }
+
+    /// Moves or renames a workspace entry (replacing the destination only when `overwrite`).
+    pub async fn move_file(
+        &self,
+        sandbox: SandboxId,
+        source: String,
+        destination: String,
+        overwrite: bool,
+    ) -> Result<FileInfo> {
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .move_file(source, destination, overwrite)
+            .await
+    }
+
     /// Unpacks the tar stream `chunks` into the workspace directory `path`, kept only after
     /// [`Chunk::Commit`] and their clean end.
     pub async fn upload(
@@ -733,6 +763,27 @@ impl Manager {
         names: Vec<String>,
     ) -> Result<Vec<mentis_core::VariableSummary>> {
         self.actions.inspect_variables(sandbox, names).await
+    }
+
+    /// The sandbox's processes (a PAUSED one with auto_resume is resumed to ask, as for files).
+    pub async fn list_processes(
+        &self,
+        sandbox: SandboxId,
+    ) -> Result<Vec<mentis_core::process::ProcessInfo>> {
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .processes()
+            .await
+    }
+
+    /// Sends `signal` (checked by `mentis_model::process::signal_name`) to process `pid` of the sandbox.
+    pub async fn signal_process(&self, sandbox: SandboxId, pid: i32, signal: String) -> Result<()> {
+        self.lifecycle
+            .executor_for(sandbox)
+            .await?
+            .signal_process(pid, signal)
+            .await
     }
 
     // Spaces.

@@ -82,3 +82,46 @@ pub enum Chunk {
     Data(Bytes),
     Commit,
 }
+
+/// A watch to start (no `watch_id`) or to read again after `after_seq` (FileService.WatchFiles).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchFiles {
+    pub path: String,
+    pub recursive: bool,
+    pub watch_id: Option<String>,
+    pub after_seq: u64,
+}
+
+/// What happened to a path under a watched directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileEventKind {
+    Created,
+    Modified,
+    Removed,
+    /// Events were lost, or a directory could not be followed: list the directory to catch up.
+    Overflow,
+}
+
+/// One event of a watch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileEvent {
+    pub seq: u64,
+    pub kind: FileEventKind,
+    /// Relative to the workspace, as [`FileInfo::path`].
+    pub path: String,
+    pub is_dir: bool,
+    pub time: Option<SystemTime>,
+}
+
+/// What a watch's stream carries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WatchItem {
+    /// First: the watch's id (to resume with) and its newest seq.
+    Started { watch_id: String, last_seq: u64 },
+    Event(FileEvent),
+    /// Events after `after_seq` are gone; the stream goes on from `first_available_seq`.
+    Gap {
+        after_seq: u64,
+        first_available_seq: u64,
+    },
+}

@@ -16,6 +16,7 @@ pub mod layout;
 pub mod lifecycle;
 pub mod limits;
 pub mod observation;
+pub mod process;
 pub mod runtime_class;
 pub mod sandbox;
 pub mod space;

@@ -8,6 +8,7 @@ pub mod env;
 pub mod error;
 pub mod kernel;
 pub mod observation;
+pub mod process;
 pub mod quote;
 pub mod reason;
 pub mod terminal;

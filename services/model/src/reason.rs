@@ -115,6 +115,8 @@ reasons! {
     ExternalKeyNotFound = "EXTERNAL_KEY_NOT_FOUND", NotFound, None;
     /// The sandbox has no terminal with this id (never started, or closed and forgotten).
     TerminalNotFound = "TERMINAL_NOT_FOUND", NotFound, None;
+    /// The sandbox has no process with this pid (it ended, or never was).
+    ProcessNotFound = "PROCESS_NOT_FOUND", NotFound, None;
     /// No API key has this id.
     ApiKeyNotFound = "API_KEY_NOT_FOUND", NotFound, None;
     /// No snapshot has this id.

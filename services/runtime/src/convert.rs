@@ -6,6 +6,7 @@ mod action;
 mod file;
 mod kernel;
 mod observation;
+mod process;
 mod sandbox;
 mod space;
 mod template;
@@ -15,6 +16,7 @@ pub use action::action_from_proto;
 pub use file::{file_to_proto, unpacked_to_proto};
 pub use kernel::summary_to_proto;
 pub use observation::{kind_to_proto, observation_to_proto, observation_to_proto_head, timestamp};
+pub use process::process_to_proto;
 pub use sandbox::{
     egress_mode_from_proto, egress_to_proto, request_from_proto, rule_from_proto, sandbox_to_proto,
     state_from_proto,

@@ -357,6 +357,7 @@ async fn serve(
         sessions.clone(),
         manager.config().stream,
         links.clone(),
+        Arc::clone(&previews),
     );
     if let Some(listener) = side.http {
         // MCP's tools call the API in-process: the same services behind the same key check, with the key
@@ -364,7 +365,14 @@ async fn serve(
         let max = manager.config().max_message_bytes;
         let api = tonic::service::Routes::new(SandboxServiceServer::new(sandbox_api.clone()))
             .add_service(ActionServiceServer::new(action_api.clone()))
-            .add_service(FileApi::new(Arc::clone(&manager)).into_service(max));
+            .add_service(
+                FileApi::new(
+                    Arc::clone(&manager),
+                    shutdown.clone(),
+                    manager.config().stream.keepalive,
+                )
+                .into_service(max),
+            );
         let api = tower::ServiceBuilder::new()
             .layer(AuthLayer::new(Arc::clone(&keyring)))
             .service(api);
@@ -445,7 +453,14 @@ async fn serve(
                 .max_decoding_message_size(max.max(MAX_REQUEST_BYTES))
                 .accept_compressed(gzip),
         )
-        .add_service(FileApi::new(Arc::clone(&manager)).into_service(max))
+        .add_service(
+            FileApi::new(
+                Arc::clone(&manager),
+                shutdown.clone(),
+                manager.config().stream.keepalive,
+            )
+            .into_service(max),
+        )
         .add_service(
             KeyServiceServer::new(KeyApi::new(Arc::clone(&manager), keyring))
                 .max_decoding_message_size(max)

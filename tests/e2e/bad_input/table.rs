@@ -134,7 +134,7 @@ fn not_utf8(rpc: &str) -> Option<Vec<u8>> {
         "CreateSpace" | "UpdateSpace" => nested(1, 1),                   // space.space_id
         "ListSpaces" => s(2),                                            // page_token
         "Connect" | "WriteFile" | "Upload" | "Open" => nested(1, 1), // attach/header/start .sandbox_id
-        "ReadFile" | "ListFiles" | "StatFile" | "DeleteFile" | "MakeDirectory" | "Download" => s(2),
+        "ReadFile" | "ListFiles" | "StatFile" | "DeleteFile" | "MakeDirectory" | "MoveFile" | "Download" => s(2),
         "EditFile" => s(3), // old_string
         _ => s(1),          // sandbox_id, space_id, name, key_id
     })
@@ -358,6 +358,11 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("ActionService/ResetKernel", "an empty sandbox id", one(api::ResetKernelRequest { sandbox_id: String::new(), }), InvalidArgument, "INVALID_ARGUMENT"),
         case("ActionService/InspectVariables", "a name that is no identifier", one(api::InspectVariablesRequest { sandbox_id: sb.clone(), names: vec!["not a name".into()], }), InvalidArgument, "INVALID_ARGUMENT"),
         case("ActionService/InspectVariables", "a huge name", one(api::InspectVariablesRequest { sandbox_id: sb.clone(), names: vec![huge.clone()], }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("ActionService/ListProcesses", "nothing wrong", one(api::ListProcessesRequest { sandbox_id: sb.clone() }), Ok, ""),
+        case("ActionService/SignalProcess", "pid 0", one(api::SignalProcessRequest { sandbox_id: sb.clone(), pid: 0, signal: "TERM".into() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("ActionService/SignalProcess", "a signal with no name on the list", one(api::SignalProcessRequest { sandbox_id: sb.clone(), pid: 2, signal: "SIGSEGV".into() }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("ActionService/SignalProcess", "a pid nobody has", one(api::SignalProcessRequest { sandbox_id: sb.clone(), pid: 4_000_000, signal: "TERM".into() }), NotFound, "PROCESS_NOT_FOUND"),
+        case("ActionService/SignalProcess", "PID 1", one(api::SignalProcessRequest { sandbox_id: sb.clone(), pid: 1, signal: "KILL".into() }), FailedPrecondition, "FAILED_PRECONDITION"),
         // FileService
         case("FileService/ReadFile", "a path out of the workspace", read("../etc/passwd"), InvalidArgument, "INVALID_ARGUMENT"),
         case("FileService/ReadFile", "a path with NUL", read("a\0b"), InvalidArgument, "INVALID_ARGUMENT"),
@@ -375,6 +380,9 @@ fn field_cases(f: &Fixture) -> Vec<Case> {
         case("FileService/EditFile", "an empty old_string", one(api::EditFileRequest { sandbox_id: sb.clone(), path: "f.txt".into(), ..Default::default() }), InvalidArgument, "INVALID_ARGUMENT"),
         case("FileService/DeleteFile", "a path out of the workspace", one(api::DeleteFileRequest { sandbox_id: sb.clone(), path: "/etc".into(), recursive: true, }), InvalidArgument, "INVALID_ARGUMENT"),
         case("FileService/MakeDirectory", "a path with NUL", one(api::MakeDirectoryRequest { sandbox_id: sb.clone(), path: "a\0".into(), mode: 0, }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/MoveFile", "a source out of the workspace", one(api::MoveFileRequest { sandbox_id: sb.clone(), source: "/etc/passwd".into(), destination: "p".into(), overwrite: false, }), InvalidArgument, "INVALID_ARGUMENT"),
+        case("FileService/MoveFile", "a missing source", one(api::MoveFileRequest { sandbox_id: sb.clone(), source: "nothing-here".into(), destination: "p".into(), overwrite: false, }), NotFound, "PATH_NOT_FOUND"),
+        case("FileService/MoveFile", "a destination with NUL", one(api::MoveFileRequest { sandbox_id: sb.clone(), source: "a".into(), destination: "p\0".into(), overwrite: false, }), InvalidArgument, "INVALID_ARGUMENT"),
         case("FileService/Upload", "data before the header", vec![upload_data(b"x".to_vec())], InvalidArgument, "INVALID_ARGUMENT"),
         case("FileService/Upload", "an archive that is no tar", vec![upload_header("up"), upload_data(vec![0xff; 1024])], InvalidArgument, "INVALID_ARGUMENT"),
         case("FileService/Download", "a path out of the workspace", one(api::DownloadRequest { sandbox_id: sb.clone(), path: "../..".into(), }), InvalidArgument, "INVALID_ARGUMENT"),

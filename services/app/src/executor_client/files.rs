@@ -6,10 +6,13 @@
 use bytes::Bytes;
 use futures::{Stream, StreamExt as _};
 use mentis_core::Error;
-use mentis_core::files::{Chunk, Edit, Edited, FileInfo, FilePage, FileType, ListFiles, Unpacked};
+use mentis_core::files::{
+    Chunk, Edit, Edited, FileEvent, FileEventKind, FileInfo, FilePage, FileType, ListFiles,
+    Unpacked, WatchFiles, WatchItem,
+};
 use mentis_proto::executor::{
     self as wire, DeleteFileRequest, DownloadRequest, EditFileRequest, ListFilesRequest,
-    MakeDirectoryRequest, ReadFileRequest, StatFileRequest, UploadHeader, UploadRequest,
+    MakeDirectoryRequest, MoveFileRequest, ReadFileRequest, WatchFilesRequest, StatFileRequest, UploadHeader, UploadRequest,
     WriteFileHeader, WriteFileRequest, upload_request, write_file_request,
 };
 
@@ -139,6 +142,26 @@ impl ExecutorClient {
             .ok_or_else(|| Error::internal("the executor's MakeDirectory answer has no directory"))
     }
 
+    /// Moves or renames an entry (replacing the destination only when `overwrite`).
+    pub async fn move_file(
+        &self,
+        source: String,
+        destination: String,
+        overwrite: bool,
+    ) -> Result<FileInfo, Error> {
+        let mut files = self.files.clone();
+        self.timed(files.move_file(MoveFileRequest {
+            source,
+            destination,
+            overwrite,
+        }))
+        .await?
+        .into_inner()
+        .file
+        .map(file_from_wire)
+        .ok_or_else(|| Error::internal("the executor's MoveFile answer has no file"))
+    }
+
     /// Unpacks the tar stream `chunks` into the directory `path`; committed or cancelled like
     /// [`ExecutorClient::write_file`].
     pub async fn upload(
@@ -182,6 +205,64 @@ impl ExecutorClient {
             stream.map(|r| r.map(|c| c.data).map_err(status_to_error)),
         ))
     }
+}
+
+/// What a watch's stream carries, as the executor says it.
+pub type WatchStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<WatchItem, Error>> + Send + 'static>>;
+
+impl ExecutorClient {
+    /// Starts a watch (no `watch_id`), or reads one again after `after_seq`.
+    pub async fn watch_files(&self, w: WatchFiles) -> Result<WatchStream, Error> {
+        let mut files = self.files.clone();
+        let stream = self
+            .timed(files.watch_files(WatchFilesRequest {
+                path: w.path,
+                recursive: w.recursive,
+                watch_id: w.watch_id.unwrap_or_default(),
+                after_seq: w.after_seq,
+            }))
+            .await?
+            .into_inner();
+        Ok(Box::pin(stream.filter_map(|r| async move {
+            match r {
+                Err(s) => Some(Err(status_to_error(s))),
+                Ok(m) => watch_item_from_wire(m).map(Ok),
+            }
+        })))
+    }
+}
+
+fn watch_item_from_wire(m: wire::WatchFilesResponse) -> Option<WatchItem> {
+    use wire::watch_files_response::Kind as K;
+    Some(match m.kind? {
+        K::Started(s) => WatchItem::Started {
+            watch_id: s.watch_id,
+            last_seq: s.last_seq,
+        },
+        K::Gap(g) => WatchItem::Gap {
+            after_seq: g.after_seq,
+            first_available_seq: g.first_available_seq,
+        },
+        K::Event(e) => WatchItem::Event(FileEvent {
+            seq: e.seq,
+            kind: match wire::FileEventType::try_from(e.r#type) {
+                Ok(wire::FileEventType::Created) => FileEventKind::Created,
+                Ok(wire::FileEventType::Modified) => FileEventKind::Modified,
+                Ok(wire::FileEventType::Removed) => FileEventKind::Removed,
+                Ok(wire::FileEventType::Overflow | wire::FileEventType::Unspecified) | Err(_) => {
+                    FileEventKind::Overflow
+                }
+            },
+            path: e.path,
+            is_dir: e.is_dir,
+            time: (e.time > 0.0)
+                .then(|| {
+                    std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs_f64(e.time))
+                })
+                .flatten(),
+        }),
+    })
 }
 
 /// An entry as the executor describes it.

@@ -102,6 +102,12 @@ impl Previews {
         }
     }
 
+    /// The scheme, host and port clients reach the HTTP listener at (`http://127.0.0.1:8080`), put in front
+    /// of the paths of previews and web terminal links; None without a listener.
+    pub fn base(&self) -> Option<&str> {
+        self.base.as_deref()
+    }
+
     /// The domain of host-based previews, if any.
     pub fn domain(&self) -> Option<&str> {
         self.domain.as_deref()

@@ -432,13 +432,14 @@ impl Provisioner {
     }
 
     /// Deletes a sandbox, recording why (deleted by a client, expired, ...): TERMINATING, its running
-    /// actions end LOST, its container and volume go, TERMINATED. Idempotent.
+    /// actions end LOST, its container and volume go, TERMINATED. Idempotent: false when there was no
+    /// sandbox to delete (none with this id, or it had ended).
     pub async fn delete(
         self: &Arc<Self>,
         id: SandboxId,
         reason: &'static str,
         cause: Option<Cause>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let handle = self.registry.find(id);
         let this = Arc::clone(self);
         let span = tracing::info_span!("delete_sandbox", sandbox_id = %id);
@@ -447,7 +448,7 @@ impl Provisioner {
                 async move {
                     let Some(h) = handle else {
                         // Unknown here, but a container may be left from an earlier run: make sure.
-                        return this.backend.delete(id).await;
+                        return this.backend.delete(id).await.map(|()| false);
                     };
                     // A sandbox being created is told to give up (its create fails and removes what it
                     // made); one being paused or resumed is deleted once that is done.
@@ -456,7 +457,7 @@ impl Provisioner {
                     }
                     let _lifecycle = h.lifecycle.lock().await;
                     match h.state() {
-                        s if s.is_final() => return Ok(()),
+                        s if s.is_final() => return Ok(false),
                         // An earlier delete got this far and failed to remove the container: retry that.
                         SandboxState::Terminating => {}
                         _ => {
@@ -482,7 +483,7 @@ impl Provisioner {
                     h.enter(SandboxState::Terminated, reason)?;
                     this.registry.forget_old_ended();
                     tracing::info!(reason, "sandbox deleted");
-                    Ok(())
+                    Ok(true)
                 }
                 .instrument(span),
             )

@@ -73,6 +73,7 @@ async fn reap(registry: &Registry, lifecycle: &Lifecycle, provisioner: &Arc<Prov
                 provisioner
                     .delete(s.id, "expired: idle timeout", Some(Cause::IdleTimeout))
                     .await
+                    .map(drop)
             }
         };
         if let Err(e) = result {

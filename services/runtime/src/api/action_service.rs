@@ -15,7 +15,7 @@ use super::access::{self, caller};
 use super::follow::{self, FollowMessage, only_action};
 use super::outbound::{Guarded, StreamPolicy};
 use super::status::to_status;
-use crate::convert::{action_from_proto, summary_to_proto};
+use crate::convert::{action_from_proto, process_to_proto, summary_to_proto};
 use crate::observations::{LogItem, ObservationLog};
 use crate::sandboxes::Manager;
 
@@ -186,6 +186,42 @@ impl ActionService for ActionApi {
             missing_names: missing_names(&r.names, vars.iter().map(|v| v.name.as_str())),
             variables: vars.iter().map(summary_to_proto).collect(),
         }))
+    }
+
+    async fn list_processes(
+        &self,
+        req: Request<api::ListProcessesRequest>,
+    ) -> Result<Response<api::ListProcessesResponse>, Status> {
+        let caller = caller(&req)?;
+        let sandbox = access::sandbox(&caller, &self.manager, &req.get_ref().sandbox_id)?;
+        let processes = self
+            .manager
+            .list_processes(sandbox)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::ListProcessesResponse {
+            processes: processes.into_iter().map(process_to_proto).collect(),
+        }))
+    }
+
+    async fn signal_process(
+        &self,
+        req: Request<api::SignalProcessRequest>,
+    ) -> Result<Response<api::SignalProcessResponse>, Status> {
+        let caller = caller(&req)?;
+        let r = req.into_inner();
+        // A client's mistake is said here, before the sandbox is woken for it.
+        let pid = mentis_core::process::check_pid(r.pid)
+            .map_err(|e| to_status(Error::from(e)))?;
+        let signal = mentis_core::process::signal_name(&r.signal)
+            .map_err(|e| to_status(Error::from(e)))?;
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        self.manager
+            .signal_process(sandbox, pid, signal.to_owned())
+            .await
+            .map_err(to_status)?;
+        tracing::info!(sandbox_id = %sandbox, pid, signal, "process signalled");
+        Ok(Response::new(api::SignalProcessResponse {}))
     }
 }
 

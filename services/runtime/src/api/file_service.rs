@@ -10,7 +10,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt as _};
-use mentis_core::files::{Chunk, Edit, ListFiles};
+use mentis_core::files::{Chunk, Edit, FileEventKind, ListFiles, WatchFiles, WatchItem};
+use tokio_util::sync::CancellationToken;
 use mentis_core::{Error, quoted};
 use mentis_proto::api::{
     self, file_service_server::FileService, file_service_server::FileServiceServer,
@@ -30,12 +31,24 @@ use forward::forward_client_stream;
 #[derive(Debug, Clone)]
 pub struct FileApi {
     manager: Arc<Manager>,
+    /// Ends WatchFiles streams (telling their clients to resume) when the runtime drains.
+    shutdown: CancellationToken,
+    /// How often an idle WatchFiles stream carries a keepalive.
+    keepalive: std::time::Duration,
 }
 
 impl FileApi {
     /// A FileService over the sandboxes of `manager`.
-    pub fn new(manager: Arc<Manager>) -> Self {
-        Self { manager }
+    pub fn new(
+        manager: Arc<Manager>,
+        shutdown: CancellationToken,
+        keepalive: std::time::Duration,
+    ) -> Self {
+        Self {
+            manager,
+            shutdown,
+            keepalive,
+        }
     }
 
     /// The service to serve: FileService whose requests record how their client ended its stream, which
@@ -51,6 +64,47 @@ impl FileApi {
 }
 
 type ChunkStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// A watch's item as the public API's message.
+fn watch_item_to_proto(item: WatchItem) -> api::watch_files_response::Kind {
+    use api::watch_files_response::Kind as K;
+    match item {
+        WatchItem::Started { watch_id, last_seq } => {
+            K::Started(api::watch_files_response::Started { watch_id, last_seq })
+        }
+        WatchItem::Gap {
+            after_seq,
+            first_available_seq,
+        } => K::Gap(api::watch_files_response::Gap {
+            after_seq,
+            first_available_seq,
+        }),
+        WatchItem::Event(e) => K::Event(api::FileEvent {
+            seq: e.seq,
+            r#type: match e.kind {
+                FileEventKind::Created => api::FileEventType::Created,
+                FileEventKind::Modified => api::FileEventType::Modified,
+                FileEventKind::Removed => api::FileEventType::Removed,
+                FileEventKind::Overflow => api::FileEventType::Overflow,
+            } as i32,
+            path: e.path,
+            is_dir: e.is_dir,
+            time: e.time.map(crate::convert::timestamp),
+        }),
+    }
+}
+
+/// INVALID_ARGUMENT for a `watch_id` no watch can have (`watch-` and 12 hex digits).
+fn check_watch_id(id: &str) -> Result<(), Error> {
+    let ok = id
+        .strip_prefix("watch-")
+        .is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!("watch_id {} is not a watch id", quoted(id))).at("watch_id"))
+    }
+}
 
 /// A file's or an archive's bytes as a public chunk stream; its errors pass through the one mapping.
 fn forward_chunks<T>(stream: ByteStream, wrap: fn(bytes::Bytes) -> T) -> ChunkStream<T>
@@ -84,6 +138,7 @@ fn check_path(path: &str, field: &str) -> Result<(), Error> {
 impl FileService for FileApi {
     type ReadFileStream = ChunkStream<api::ReadFileResponse>;
     type DownloadStream = ChunkStream<api::DownloadResponse>;
+    type WatchFilesStream = ChunkStream<api::WatchFilesResponse>;
 
     async fn read_file(
         &self,
@@ -245,6 +300,77 @@ impl FileService for FileApi {
             .map_err(to_status)?;
         Ok(Response::new(api::MakeDirectoryResponse {
             directory: Some(file_to_proto(directory)),
+        }))
+    }
+
+    async fn watch_files(
+        &self,
+        req: Request<api::WatchFilesRequest>,
+    ) -> Result<Response<Self::WatchFilesStream>, Status> {
+        let caller = caller(&req)?;
+        let r = req.into_inner();
+        check_path(&r.path, "path").map_err(to_status)?;
+        let watch_id = if r.watch_id.is_empty() {
+            None
+        } else {
+            check_watch_id(&r.watch_id).map_err(to_status)?;
+            Some(r.watch_id)
+        };
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        let items = self
+            .manager
+            .watch_files(
+                sandbox,
+                WatchFiles {
+                    path: r.path,
+                    recursive: r.recursive,
+                    watch_id,
+                    after_seq: r.after_seq,
+                },
+            )
+            .await
+            .map_err(to_status)?;
+        let (shutdown, every) = (self.shutdown.clone(), self.keepalive);
+        let stream = futures::stream::unfold(Some(items), move |state| {
+            let shutdown = shutdown.clone();
+            async move {
+                let mut items = state?;
+                let msg = tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => return Some((Err(super::follow::draining()), None)),
+                    item = items.next() => match item? {
+                        Ok(item) => watch_item_to_proto(item),
+                        Err(e) => return Some((Err(to_status(e)), None)),
+                    },
+                    () = tokio::time::sleep(every) => api::watch_files_response::Kind::Keepalive(
+                        crate::convert::timestamp(std::time::SystemTime::now()),
+                    ),
+                };
+                Some((
+                    Ok(api::WatchFilesResponse { kind: Some(msg) }),
+                    Some(items),
+                ))
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn move_file(
+        &self,
+        req: Request<api::MoveFileRequest>,
+    ) -> Result<Response<api::MoveFileResponse>, Status> {
+        let caller = caller(&req)?;
+        let r = req.into_inner();
+        check_path(&r.source, "source").map_err(to_status)?;
+        check_path(&r.destination, "destination").map_err(to_status)?;
+        let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
+        let file = self
+            .manager
+            .move_file(sandbox, r.source, r.destination, r.overwrite)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(api::MoveFileResponse {
+            file: Some(file_to_proto(file)),
         }))
     }
 

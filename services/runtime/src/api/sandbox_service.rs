@@ -159,8 +159,8 @@ impl SandboxService for SandboxApi {
     ) -> Result<Response<api::DeleteSandboxResponse>, Status> {
         let caller = caller(&req)?;
         let id = access::sandbox(&caller, &self.manager, &req.into_inner().sandbox_id)?;
-        self.manager.delete(id).await.map_err(to_status)?;
-        Ok(Response::new(api::DeleteSandboxResponse {}))
+        let found = self.manager.delete(id).await.map_err(to_status)?;
+        Ok(Response::new(api::DeleteSandboxResponse { found }))
     }
 
     async fn pause_sandbox(

@@ -23,6 +23,7 @@ use super::outbound::{Guarded, Outbound, StreamPolicy};
 use super::status::to_status;
 use crate::auth::Caller;
 use crate::auth::link::{self, Link, Links};
+use crate::preview::Previews;
 use crate::convert::{terminal_info_to_proto, terminal_input_from_proto, terminal_output_to_proto};
 use crate::sandboxes::{Manager, TerminalSession};
 
@@ -35,6 +36,8 @@ pub struct TerminalApi {
     sessions: TaskTracker,
     policy: StreamPolicy,
     links: Links,
+    /// Where the HTTP listener is reached, for a link's whole URL.
+    previews: Arc<Previews>,
 }
 
 impl TerminalApi {
@@ -44,8 +47,10 @@ impl TerminalApi {
         sessions: TaskTracker,
         policy: StreamPolicy,
         links: Links,
+        previews: Arc<Previews>,
     ) -> Self {
         Self {
+            previews,
             manager,
             shutdown,
             sessions,
@@ -249,8 +254,10 @@ impl terminal_service_server::TerminalService for TerminalApi {
     ) -> Result<Response<api::CreateTerminalLinkResponse>, Status> {
         let caller = caller(&req)?;
         let (link, token) = self.link(&caller, req.get_ref()).await?;
+        let path = format!("/terminal#token={token}");
         Ok(Response::new(api::CreateTerminalLinkResponse {
-            path: format!("/terminal#token={token}"),
+            url: format!("{}{path}", self.previews.base().unwrap_or_default()),
+            path,
             token,
             expires_at: Some(crate::convert::timestamp(
                 std::time::UNIX_EPOCH + Duration::from_secs(link.expires_at),
