@@ -1,6 +1,7 @@
-"""MCP (docs/MCP.md) driven by the Python `mcp` client package: `mentis mcp` on stdio (MENTIS_CLI_BIN, the
-CLI) and the runtime's streamable HTTP endpoint at /mcp, each through initialize, list_tools and call_tool on
-real sandboxes."""
+"""MCP (docs/MCP.md) driven by the Python `mcp` client package (2.x, pinned in requirements-mcp.txt):
+`mentis mcp` on stdio (MENTIS_CLI_BIN, the CLI) and the runtime's streamable HTTP endpoint at /mcp, each
+through the connection (`server/discover` for 2026-07-28, or `initialize` for 2025-11-25), list_tools and
+call_tool on real sandboxes."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ import urllib.request
 import uuid
 from contextlib import asynccontextmanager
 
-import httpx
+import httpx2
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
 TOOLS = {
     "create_sandbox",
@@ -40,27 +41,32 @@ def _cli() -> str:
     return path
 
 
+# A client's `mode`: "auto" (the default) asks `server/discover` and lands on the newest protocol, 2026-07-28;
+# "legacy" connects with `initialize` at 2025-11-25, as clients before 2026 do. The server speaks both.
+MODES = {"auto": LATEST_MODERN_VERSION, "legacy": LATEST_HANDSHAKE_VERSION}
+
+
 @asynccontextmanager
-async def stdio_session(runtime, *args: str):
+async def stdio_session(runtime, *args: str, mode: str = "auto"):
     params = StdioServerParameters(
         command=_cli(),
         args=["mcp", "--addr", runtime.addr, *args],
         env={"MENTIS_API_KEY": runtime.key, "PATH": os.environ.get("PATH", "")},
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+    async with Client(params, mode=mode) as session:
+        assert session.protocol_version == MODES[mode], session.protocol_version
         yield session
 
 
 @asynccontextmanager
-async def http_session(runtime, key: str | None = None):
+async def http_session(runtime, key: str | None = None, mode: str = "auto"):
     headers = {"Authorization": f"Bearer {key or runtime.key}"}
+    url = f"http://{runtime.http_addr}/mcp"
     async with (
-        httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=300)) as client,
-        streamable_http_client(f"http://{runtime.http_addr}/mcp", http_client=client) as (read, write, _),
-        ClientSession(read, write) as session,
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as client,
+        Client(streamable_http_client(url, http_client=client), mode=mode) as session,
     ):
-        await session.initialize()
+        assert session.protocol_version == MODES[mode], session.protocol_version
         yield session
 
 
@@ -72,13 +78,13 @@ def text(result) -> str:
 
 async def call(session, tool: str, **args) -> str:
     result = await session.call_tool(tool, args)
-    assert not result.isError, text(result)
+    assert not result.is_error, text(result)
     return text(result)
 
 
 async def refused(session, tool: str, **args) -> str:
     result = await session.call_tool(tool, args)
-    assert result.isError, f"{tool} {args} should be a tool error: {text(result)}"
+    assert result.is_error, f"{tool} {args} should be a tool error: {text(result)}"
     return text(result)
 
 
@@ -95,7 +101,7 @@ async def exercise(session) -> None:
     for tool in listed.tools:
         assert tool.description, tool.name
         if tool.name != "create_sandbox":
-            assert "sandbox_id" in tool.inputSchema["required"], tool.inputSchema
+            assert "sandbox_id" in tool.input_schema["required"], tool.input_schema
 
     key = f"conversation-{uuid.uuid4().hex[:8]}"
     created = await call(session, "create_sandbox", key=key)
@@ -147,17 +153,19 @@ async def exercise(session) -> None:
     assert "SANDBOX_ENDED" in gone or gone.startswith("NOT_FOUND:"), gone
 
 
-def test_stdio(runtime) -> None:
+@pytest.mark.parametrize("mode", MODES, ids=MODES.values())
+def test_stdio(runtime, mode) -> None:
     async def main():
-        async with stdio_session(runtime) as session:
+        async with stdio_session(runtime, mode=mode) as session:
             await exercise(session)
 
     asyncio.run(main())
 
 
-def test_streamable_http(runtime) -> None:
+@pytest.mark.parametrize("mode", MODES, ids=MODES.values())
+def test_streamable_http(runtime, mode) -> None:
     async def main():
-        async with http_session(runtime) as session:
+        async with http_session(runtime, mode=mode) as session:
             await exercise(session)
 
     asyncio.run(main())
@@ -184,9 +192,9 @@ def test_long_output_is_cut_with_a_note_and_images_come_as_images(runtime) -> No
 
                 code = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
                 result = await session.call_tool("run_python", {"sandbox_id": sid, "code": code})
-                assert not result.isError, result
+                assert not result.is_error, result
                 images = [c for c in result.content if c.type == "image"]
-                assert len(images) == 1 and images[0].mimeType == "image/png", result.content
+                assert len(images) == 1 and images[0].mime_type == "image/png", result.content
                 assert base64.b64decode(images[0].data).startswith(b"\x89PNG\r\n\x1a\n")
             finally:
                 await call(session, "delete_sandbox", sandbox_id=sid)
@@ -208,7 +216,7 @@ def test_bad_arguments_are_refused_clearly(runtime) -> None:
             except Exception as e:  # the server's JSON-RPC error, raised by the client
                 assert "sandbox_id" in str(e), e
             else:
-                assert result.isError and "sandbox_id" in text(result), result
+                assert result.is_error and "sandbox_id" in text(result), result
 
     asyncio.run(main())
 
@@ -271,18 +279,15 @@ def test_the_guides_configurations_and_example_work_as_written(runtime) -> None:
         # The stdio configuration: the client starts `mentis mcp` with the env it names.
         env = {"MENTIS_ADDR": f"http://{runtime.addr}", "MENTIS_API_KEY": runtime.key}
         params = StdioServerParameters(command=_cli(), args=stdio["args"], env=env)
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
+        async with Client(params) as session:
             assert {t.name for t in (await session.list_tools()).tools} == TOOLS
         # The HTTP one: its URL on this runtime's listener, its header with the key.
         headers = {k: v.replace("<an API key>", runtime.key) for k, v in http["headers"].items()}
         url = http["url"].replace("127.0.0.1:8080", runtime.http_addr)
         async with (
-            httpx.AsyncClient(headers=headers) as client,
-            streamable_http_client(url, http_client=client) as (read, write, _),
-            ClientSession(read, write) as session,
+            httpx2.AsyncClient(headers=headers) as client,
+            Client(streamable_http_client(url, http_client=client)) as session,
         ):
-            await session.initialize()
             assert {t.name for t in (await session.list_tools()).tools} == TOOLS
 
     asyncio.run(main())
@@ -339,8 +344,7 @@ def test_a_dropped_connection_mid_command_loses_and_repeats_nothing(runtime, pro
         params = StdioServerParameters(
             command=_cli(), args=["mcp", "--addr", proxy.addr], env={"MENTIS_API_KEY": runtime.key}
         )
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
+        async with Client(params) as session:
             sid = sandbox_id(await call(session, "create_sandbox"))
             try:
                 command = "for i in $(seq 1 8); do echo line$i; sleep 0.3; done; date +%s%N > ran.$RANDOM"
@@ -351,7 +355,7 @@ def test_a_dropped_connection_mid_command_loses_and_repeats_nothing(runtime, pro
                 assert not running.done()
                 proxy.cut()
                 result = await running
-                assert not result.isError, text(result)
+                assert not result.is_error, text(result)
                 lines = "\n".join(f"line{i}" for i in range(1, 9))
                 assert text(result) == f"exit code: 0\n--- stdout ---\n{lines}", text(result)
                 assert proxy.cuts == 1
