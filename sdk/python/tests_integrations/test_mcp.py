@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 
 import httpx2
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
@@ -202,41 +202,137 @@ def test_long_output_is_cut_with_a_note_and_images_come_as_images(runtime) -> No
     asyncio.run(main())
 
 
-def test_bad_arguments_are_refused_clearly(runtime) -> None:
+@pytest.mark.parametrize("mode", MODES, ids=MODES.values())
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_bad_arguments_are_refused_clearly(runtime, transport, mode) -> None:
+    """The API's refusals are tool errors; so are arguments that do not fit a tool, and a tool that does not
+    exist is the protocol's error: docs/MCP.md's calls as the client package gives them (a result with
+    is_error, or an MCPError)."""
+
     async def main():
-        async with http_session(runtime) as session:
+        connect = stdio_session if transport == "stdio" else http_session
+        async with connect(runtime, mode=mode) as session:
             bad = await refused(session, "run_shell", sandbox_id="no-such-sandbox", command="true")
             assert bad.startswith("INVALID_ARGUMENT:") and "not a UUID" in bad, bad
             unknown = await refused(session, "read_file", sandbox_id=str(uuid.uuid4()), path="a")
             assert unknown.startswith("NOT_FOUND:"), unknown
-            # A missing required argument: the call fails with the protocol's error or a tool error,
-            # never a hang or a success.
-            try:
-                result = await session.call_tool("run_shell", {"command": "true"})
-            except Exception as e:  # the server's JSON-RPC error, raised by the client
-                assert "sandbox_id" in str(e), e
-            else:
-                assert result.is_error and "sandbox_id" in text(result), result
+            for params, kind, answer in _guide_calls():
+                if kind == "result":
+                    result = await session.call_tool(params["name"], params["arguments"])
+                    assert result.is_error is answer["isError"], (params, result)
+                    content = [{"type": c.type, "text": c.text} for c in result.content]
+                    assert content == answer["content"], (params, content)
+                else:
+                    with pytest.raises(MCPError) as e:
+                        await session.call_tool(params["name"], params["arguments"])
+                    assert (e.value.code, e.value.message) == (answer["code"], answer["message"]), params
+                    assert e.value.data is None, e.value.data
 
     asyncio.run(main())
 
 
-def _post_initialize(runtime, headers: dict[str, str]):
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "0"},
-            },
-        }
-    ).encode()
+def _guide_calls() -> list[tuple[dict, str, dict]]:
+    """docs/MCP.md's calls that do not fit (its `mcp:malformed` block): the params of each `tools/call`, and
+    its answer's kind ("result" or "error") and value, as the server gives them at 2025-11-25."""
+    lines = [line for line in _guide_block("malformed").splitlines() if line]
+    calls = []
+    for ask, answer in zip(lines[::2], lines[1::2], strict=True):
+        assert ask.startswith("→ tools/call {") and answer.startswith("← "), (ask, answer)
+        kind, value = answer.removeprefix("← ").split(" ", 1)
+        assert kind in ("result", "error"), answer
+        calls.append((json.loads(ask.removeprefix("→ tools/call ")), kind, json.loads(value)))
+    # A missing argument, one of the wrong type, one the tool does not have, and a tool that does not exist.
+    assert len(calls) == 4 and [kind for _, kind, _ in calls] == ["result"] * 3 + ["error"], calls
+    return calls
+
+
+CLIENT_INFO = {"name": "test", "version": "0"}
+# The `_meta` every request carries at 2026-07-28, where there is no `initialize` to say who the client is.
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": LATEST_MODERN_VERSION,
+    "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def _request(request_id: int, method: str, params: dict, version: str) -> dict:
+    if version == LATEST_MODERN_VERSION:
+        params = {**params, "_meta": MODERN_META}
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+async def _stdio_answers(runtime, version: str, calls: list[dict]) -> list[dict]:
+    """`mentis mcp`'s answers to `tools/call`s written on its standard input as JSON lines; at 2025-11-25
+    after `initialize`, at 2026-07-28 with the `_meta` of each request."""
+    proc = await asyncio.create_subprocess_exec(
+        _cli(),
+        "mcp",
+        "--addr",
+        runtime.addr,
+        env={**os.environ, "MENTIS_API_KEY": runtime.key},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdin and proc.stdout
+
+    async def send(message: dict) -> dict | None:
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        await proc.stdin.drain()
+        while "id" in message:
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+            assert line, "mentis mcp closed its output"
+            answer = json.loads(line)
+            if answer.get("id") == message["id"]:
+                return answer
+        return None
+
+    try:
+        if version == LATEST_HANDSHAKE_VERSION:
+            hello = {"protocolVersion": version, "capabilities": {}, "clientInfo": CLIENT_INFO}
+            started = await send(_request(1, "initialize", hello, version))
+            assert started and started["result"]["protocolVersion"] == version, started
+            await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return [await send(_request(i, "tools/call", params, version)) for i, params in enumerate(calls, 2)]
+    finally:
+        proc.stdin.close()
+        await asyncio.wait_for(proc.wait(), timeout=30)
+
+
+def _http_answers(runtime, version: str, calls: list[dict]) -> list[dict]:
+    """/mcp's answers to `tools/call`s, one POST each (the server is stateless), each a 200 with JSON."""
+    answers = []
+    for i, params in enumerate(calls, 2):
+        headers = {"Authorization": f"Bearer {runtime.key}", "MCP-Protocol-Version": version}
+        if version == LATEST_MODERN_VERSION:
+            headers |= {"Mcp-Method": "tools/call", "Mcp-Name": params["name"]}
+        with _post(runtime, _request(i, "tools/call", params, version), headers) as answer:
+            assert answer.status == 200, answer.status
+            assert answer.headers["Content-Type"].startswith("application/json"), answer.headers
+            answers.append(json.loads(answer.read()))
+    return answers
+
+
+@pytest.mark.parametrize("version", MODES.values())
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_calls_that_do_not_fit_are_answered_as_the_guide_shows(runtime, transport, version) -> None:
+    """docs/MCP.md's calls that do not fit, written as JSON-RPC, answered with exactly the JSON the guide
+    shows, over both transports and at both protocol versions (2026-07-28 adds `resultType` to a result)."""
+    calls = _guide_calls()
+    params = [p for p, _, _ in calls]
+    if transport == "stdio":
+        answers = asyncio.run(_stdio_answers(runtime, version, params))
+    else:
+        answers = _http_answers(runtime, version, params)
+    for i, ((p, kind, value), answer) in enumerate(zip(calls, answers, strict=True), 2):
+        if kind == "result" and version == LATEST_MODERN_VERSION:
+            value = {"resultType": "complete", **value}
+        assert answer == {"jsonrpc": "2.0", "id": i, kind: value}, (p, answer)
+
+
+def _post(runtime, message: dict, headers: dict[str, str]):
     req = urllib.request.Request(
         f"http://{runtime.http_addr}/mcp",
-        data=body,
+        data=json.dumps(message).encode(),
         headers={
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
@@ -245,6 +341,11 @@ def _post_initialize(runtime, headers: dict[str, str]):
         method="POST",
     )
     return urllib.request.urlopen(req, timeout=30)
+
+
+def _post_initialize(runtime, headers: dict[str, str]):
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": CLIENT_INFO}
+    return _post(runtime, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}, headers)
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer not-a-key"}], ids=["no key", "wrong key"])
