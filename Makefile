@@ -125,8 +125,8 @@ sdk: tools
 	  .tools/venv/bin/pip wheel -q --no-build-isolation --no-deps -w target/sdk sdk/python
 
 # The SDK's tests (pytest) from a fresh virtual environment holding only the wheel and pytest, against a real runtime;
-# then its agent-framework tools (LangGraph, CrewAI) and the MCP server (`mentis mcp` and /mcp, with the Python MCP
-# client) from another one with the wheel and the pinned packages.
+# then its agent-framework tools (LangGraph, CrewAI) from another one with the wheel and the pinned frameworks, and the
+# MCP server (`mentis mcp` and /mcp) from a third with the wheel and the pinned Python MCP client (CrewAI needs mcp<2).
 test-sdk: image sdk
 	$(DEBUG_BINS)
 	@tests/sdk-check.sh
