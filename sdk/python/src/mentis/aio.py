@@ -1194,7 +1194,9 @@ class AsyncTerminal:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
+        # As `Terminal.__exit__`: a terminal detached in the block runs on.
+        if not self._out.detached:
+            await self.close()
 
 
 class AsyncTerminals:
