@@ -27,6 +27,15 @@ def test_the_async_api_runs_commands_cells_and_files(env):
             await sb.files.write("x/y.txt", "async")
             assert await sb.files.read_text("x/y.txt") == "async"
             assert [f.path for f in await sb.files.list("x")] == ["x/y.txt"]
+            made = await sb.files.mkdir("x/sub/dir", mode=0o700)
+            assert (made.path, made.is_dir, made.mode) == ("x/sub/dir", True, 0o700)
+            with pytest.raises(mentis.FailedPrecondition):
+                await sb.files.remove("x")  # not empty
+            await sb.files.remove("x/y.txt")
+            assert [f.path for f in await sb.files.list("x")] == ["x/sub"]
+            await sb.files.remove("x", recursive=True)
+            with pytest.raises(mentis.NotFound):
+                await sb.files.stat("x")
             assert (await sb.pause()).state == "paused"
             assert (await sb.resume()).state == "running"
             return sb.id

@@ -80,6 +80,32 @@ def test_files_round_trip(sb):
         sb.files.read("dir/missing")
 
 
+def test_directories_are_made_and_files_links_and_trees_removed(sb):
+    made = sb.files.mkdir("made/deep/er", mode=0o750)
+    assert (made.path, made.is_dir, made.mode) == ("made/deep/er", True, 0o750)
+    assert sb.run("stat -c %a made made/deep made/deep/er").stdout.split() == ["750"] * 3  # parents too
+    assert sb.files.mkdir("made/deep/er").is_dir  # an existing directory is no error
+    sb.files.write("made/deep/f.txt", "x")
+    with pytest.raises(mentis.InvalidArgument):
+        sb.files.mkdir("made/deep/f.txt")  # a file is there
+    sb.files.remove("made/deep/f.txt")
+    with pytest.raises(mentis.NotFound):
+        sb.files.stat("made/deep/f.txt")
+    with pytest.raises(mentis.FailedPrecondition):
+        sb.files.remove("made")  # not empty, and not recursive
+    assert sb.files.stat("made/deep/er").is_dir  # nothing went
+    sb.files.remove("made", recursive=True)
+    with pytest.raises(mentis.NotFound):
+        sb.files.stat("made")
+    with pytest.raises(mentis.NotFound):
+        sb.files.remove("made")
+    # An empty directory goes without `recursive`; a link goes, not what it points to.
+    sb.run("mkdir empty && echo kept > target.txt && ln -s target.txt link")
+    sb.files.remove("empty")
+    sb.files.remove("link")
+    assert sb.run("ls -d empty link 2>/dev/null; cat target.txt").stdout == "kept\n"
+
+
 def test_a_dropped_stream_is_resumed_and_every_byte_arrives_once(sb):
     # The client closes its own channel while the command prints; the SDK reconnects and resumes after
     # the last seq it received.

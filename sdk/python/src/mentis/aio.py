@@ -790,6 +790,18 @@ class AsyncFiles:
         r = await conn.call(conn.files.StatFile, file_pb2.StatFileRequest(sandbox_id=self._sb.id, path=path))
         return _file_info(r.file)
 
+    async def mkdir(self, path: str, *, mode: int = 0) -> FileInfo:
+        """See `Files.mkdir`."""
+        conn = self._sb._conn
+        request = file_pb2.MakeDirectoryRequest(sandbox_id=self._sb.id, path=path, mode=mode)
+        return _file_info((await conn.call(conn.files.MakeDirectory, request)).directory)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """See `Files.remove`."""
+        conn = self._sb._conn
+        request = file_pb2.DeleteFileRequest(sandbox_id=self._sb.id, path=path, recursive=recursive)
+        await conn.call(conn.files.DeleteFile, request)
+
     async def _is_dir(self, path: str) -> bool:
         try:
             return (await self.stat(path)).is_dir

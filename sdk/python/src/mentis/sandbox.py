@@ -593,6 +593,20 @@ class Files:
         r = _call(conn.files.StatFile, file_pb2.StatFileRequest(sandbox_id=self._sb.id, path=path))
         return _file_info(r.file)
 
+    def mkdir(self, path: str, *, mode: int = 0) -> FileInfo:
+        """Makes the directory `path` and its missing parents (`mode`: their permission bits; 0 is 0755) and
+        returns it; an existing directory is no error, an existing file is."""
+        conn = self._sb._conn
+        request = file_pb2.MakeDirectoryRequest(sandbox_id=self._sb.id, path=path, mode=mode)
+        return _file_info(_call(conn.files.MakeDirectory, request).directory)
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Removes a file, a symbolic link (not what it points to) or an empty directory; with `recursive`
+        also a directory with everything in it. NotFound when `path` is missing."""
+        conn = self._sb._conn
+        request = file_pb2.DeleteFileRequest(sandbox_id=self._sb.id, path=path, recursive=recursive)
+        _call(conn.files.DeleteFile, request)
+
     def _is_dir(self, path: str) -> bool:
         try:
             return self.stat(path).is_dir
