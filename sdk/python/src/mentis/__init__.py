@@ -39,7 +39,16 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .sandbox import CellError, CellResult, CommandResult, FileInfo, Files, PreviewUrl, Sandbox
+from .sandbox import (
+    CellError,
+    CellResult,
+    CommandResult,
+    FileInfo,
+    Files,
+    PreviewUrl,
+    Sandbox,
+    SandboxInfo,
+)
 from .snapshot import Snapshot, Snapshots
 from .template import BuiltImage, Template, Templates
 from .terminal import Terminal, TerminalInfo, TerminalLink, Terminals
@@ -77,6 +86,7 @@ __all__ = [
     "PreviewUrl",
     "ResourceExhausted",
     "Sandbox",
+    "SandboxInfo",
     "Secrets",
     "Settings",
     "Snapshot",

@@ -20,7 +20,7 @@ import tempfile
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator
 from typing import IO, Any, Generic, TypeVar
 
 import grpc
@@ -47,14 +47,17 @@ from .sandbox import (
     CommandResult,
     FileInfo,
     PreviewUrl,
+    SandboxInfo,
     _cell_action,
     _CellCollector,
     _CommandCollector,
     _enum_name,
     _file_info,
+    _list_sandboxes_request,
     _preview_request,
     _preview_url,
     _revoke_request,
+    _sandbox_info,
     _shell_action,
     _spec,
 )
@@ -346,6 +349,35 @@ class AsyncSandbox:
                 continue
         await conn.close()
         raise MentisError(f"no sandbox with key {key!r} could be found or created")
+
+    @classmethod
+    async def list(
+        cls,
+        *,
+        space: str = "",
+        labels: dict[str, str] | None = None,
+        state: str | Iterable[str] | None = None,
+        page_size: int = 0,
+        limit: int = 0,
+        addr: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
+    ) -> builtins.list[SandboxInfo]:
+        """See `Sandbox.list`: every page, oldest first, at most `limit` (0: all)."""
+        request = _list_sandboxes_request(space, labels, state, page_size, limit)
+        conn = _AsyncConnection(Settings.resolve(addr, api_key, tls=tls))
+        found: builtins.list[SandboxInfo] = []
+        try:
+            while True:
+                r = await conn.call(conn.sandboxes.ListSandboxes, request)
+                found.extend(_sandbox_info(s) for s in r.sandboxes)
+                if limit and len(found) >= limit:
+                    return found[:limit]
+                if not r.next_page_token:
+                    return found
+                request.page_token = r.next_page_token
+        finally:
+            await conn.close()
 
     @property
     def id(self) -> str:

@@ -25,8 +25,8 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -49,7 +49,16 @@ from .snapshot import Snapshot, Snapshots
 from .terminal import Terminals, _time
 from .v1 import action_pb2, file_pb2, observation_pb2, sandbox_pb2
 
-__all__ = ["CellError", "CellResult", "CommandResult", "FileInfo", "Files", "PreviewUrl", "Sandbox"]
+__all__ = [
+    "CellError",
+    "CellResult",
+    "CommandResult",
+    "FileInfo",
+    "Files",
+    "PreviewUrl",
+    "Sandbox",
+    "SandboxInfo",
+]
 
 # Statuses after which a stream is resumed rather than failed: the connection broke, not the call.
 _RESUMABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
@@ -134,6 +143,76 @@ class PreviewUrl:
     token: str
     path: str
     expires_at: datetime | None
+
+
+@dataclass
+class SandboxInfo:
+    """A sandbox as `Sandbox.list` reports it; `Sandbox.connect(info.id)` works with it. `state` is as
+    `Sandbox.state` names it (`"running"`, `"paused"`, `"terminated"`, ...), `state_reason` why, when that
+    is worth saying; `key` its external key (`get_or_create`), empty when none; `template` the template it
+    was made from, empty when none."""
+
+    id: str
+    state: str
+    space_id: str
+    key: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    image: str = ""
+    template: str = ""
+    created_at: datetime | None = None
+    last_activity_at: datetime | None = None
+    state_reason: str = ""
+
+
+# A sandbox's states as `Sandbox.state` names them.
+_STATES = {
+    name.removeprefix("SANDBOX_STATE_").lower(): value
+    for name, value in sandbox_pb2.SandboxState.items()
+    if value != sandbox_pb2.SANDBOX_STATE_UNSPECIFIED
+}
+# ListSandboxes' own cap on a page.
+_MAX_PAGE = 1000
+
+
+def _sandbox_info(s: sandbox_pb2.Sandbox) -> SandboxInfo:
+    return SandboxInfo(
+        id=s.sandbox_id,
+        state=_enum_name(sandbox_pb2.SandboxState, s.state, "SANDBOX_STATE_"),
+        space_id=s.space_id,
+        key=s.external_key,
+        labels=dict(s.labels),
+        image=s.image,
+        template=s.template,
+        created_at=_time(s.create_time),
+        last_activity_at=_time(s.last_activity_time),
+        state_reason=s.state_reason,
+    )
+
+
+def _list_sandboxes_request(
+    space: str,
+    labels: dict[str, str] | None,
+    state: str | Iterable[str] | None,
+    page_size: int,
+    limit: int,
+) -> sandbox_pb2.ListSandboxesRequest:
+    """ListSandboxes' first request. A state that is none, or a negative `limit`, is ValueError here, before
+    any call; a negative `page_size` is the runtime's InvalidArgument (field `page_size`)."""
+    if limit < 0:
+        raise ValueError(f"limit must be 0 (no limit) or more, not {limit}")
+    names = [state] if isinstance(state, str) else builtins.list(state or ())
+    states = []
+    for name in names:
+        value = _STATES.get(name.strip().lower()) if isinstance(name, str) else None
+        if value is None:
+            allowed = ", ".join(repr(n) for n in _STATES)
+            raise ValueError(f"a sandbox state is one of {allowed}, not {name!r}")
+        states.append(value)
+    if not page_size and limit:
+        page_size = min(limit, _MAX_PAGE)
+    return sandbox_pb2.ListSandboxesRequest(
+        space_id=space, labels=labels or {}, states=states, page_size=page_size
+    )
 
 
 # The largest value a uint32 request field carries; the runtime judges the rest (1-65535, not the executor's).
@@ -346,6 +425,40 @@ class Sandbox:
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
         with _closed_on_error(conn):
             return cls._get_or_create(conn, key, space, spec)
+
+    @classmethod
+    def list(
+        cls,
+        *,
+        space: str = "",
+        labels: dict[str, str] | None = None,
+        state: str | Iterable[str] | None = None,
+        page_size: int = 0,
+        limit: int = 0,
+        addr: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
+    ) -> builtins.list[SandboxInfo]:
+        """The sandboxes the key may see, oldest first, every page followed: only those of `space` when
+        given, only those carrying all of `labels`, only those in `state` (a state's name, such as
+        `"running"`, or several) when given. Deleted sandboxes stay listed as `"terminated"` for a while:
+        `state="running"` leaves them out. `page_size` is how many each call fetches (0: the runtime's
+        default, 100; at most 1000); `limit` stops after that many (0: all). An unknown state is ValueError,
+        before any call."""
+        request = _list_sandboxes_request(space, labels, state, page_size, limit)
+        conn = Connection(Settings.resolve(addr, api_key, tls=tls))
+        found: builtins.list[SandboxInfo] = []
+        try:
+            while True:
+                r = _call(conn.sandboxes.ListSandboxes, request)
+                found.extend(_sandbox_info(s) for s in r.sandboxes)
+                if limit and len(found) >= limit:
+                    return found[:limit]
+                if not r.next_page_token:
+                    return found
+                request.page_token = r.next_page_token
+        finally:
+            conn.close()
 
     @classmethod
     def _get_or_create(cls, conn: Connection, key: str, space: str, spec: sandbox_pb2.SandboxSpec) -> Sandbox:
