@@ -13,6 +13,7 @@ The runtime's address and key come from arguments or `MENTIS_ADDR` / `MENTIS_API
 
 from ._client import Settings
 from .aio import (
+    AsyncCommandHandle,
     AsyncFiles,
     AsyncSandbox,
     AsyncSecrets,
@@ -42,6 +43,7 @@ from .errors import (
 from .sandbox import (
     CellError,
     CellResult,
+    CommandHandle,
     CommandResult,
     FileInfo,
     Files,
@@ -58,6 +60,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Aborted",
     "AlreadyExists",
+    "AsyncCommandHandle",
     "AsyncFiles",
     "AsyncSandbox",
     "AsyncSecrets",
@@ -69,6 +72,7 @@ __all__ = [
     "Cancelled",
     "CellError",
     "CellResult",
+    "CommandHandle",
     "CommandResult",
     "ConfigError",
     "DeadlineExceeded",
