@@ -13,8 +13,10 @@ from mentis import AsyncSandbox, AsyncSecrets, EgressRule
 
 
 def test_the_async_api_runs_commands_cells_and_files(env):
+    tag = uuid.uuid4().hex[:8]
+
     async def main():
-        async with AsyncSandbox.create() as sb:
+        async with AsyncSandbox.create(labels={"suite": tag}) as sb:
             live = []
             r = await sb.run("echo out; echo err >&2; exit 4", on_stdout=live.append)
             assert (r.exit_code, r.stdout, r.stderr, "".join(live)) == (4, "out\n", "err\n", "out\n")
@@ -27,6 +29,19 @@ def test_the_async_api_runs_commands_cells_and_files(env):
             await sb.files.write("x/y.txt", "async")
             assert await sb.files.read_text("x/y.txt") == "async"
             assert [f.path for f in await sb.files.list("x")] == ["x/y.txt"]
+            made = await sb.files.mkdir("x/sub/dir", mode=0o700)
+            assert (made.path, made.is_dir, made.mode) == ("x/sub/dir", True, 0o700)
+            with pytest.raises(mentis.FailedPrecondition):
+                await sb.files.remove("x")  # not empty
+            await sb.files.remove("x/y.txt")
+            assert [f.path for f in await sb.files.list("x")] == ["x/sub"]
+            await sb.files.remove("x", recursive=True)
+            with pytest.raises(mentis.NotFound):
+                await sb.files.stat("x")
+            # Sandbox.list's twin finds it by its labels, in its state.
+            found = await AsyncSandbox.list(labels={"suite": tag}, state=["running", "paused"], page_size=1)
+            assert [(f.id, f.state) for f in found] == [(sb.id, "running")]
+            assert await AsyncSandbox.list(labels={"suite": tag}, state="paused") == []
             assert (await sb.pause()).state == "paused"
             assert (await sb.resume()).state == "running"
             return sb.id

@@ -303,6 +303,22 @@ def test_a_detached_terminal_runs_on_and_is_attached_again_with_its_scrollback(s
     assert term.id not in [t.id for t in sb.terminals.list()]
 
 
+def test_a_terminal_detached_in_its_with_block_runs_on_after_the_block(sb):
+    # The end of the block hangs up only a terminal that is still attached: one detached in it runs on.
+    with sb.terminals.open() as term:
+        term.write("export K=kept-in-block; echo in-$((2 + 2))\n")
+        term.read_until("in-4")
+        term.detach()
+    listed = _listed_when(sb, term.id, lambda t: t.attached == 0)
+    assert (listed.attached, listed.exit_code) == (0, None)
+    with sb.terminals.attach(term.id) as again:
+        again.read_until("in-4", timeout=10)  # the scrollback, replayed
+        again.write("echo $K\n")
+        again.read_until("kept-in-block\r\n")
+    # This block's end closed it: hung up and forgotten.
+    assert term.id not in [t.id for t in sb.terminals.list()]
+
+
 def _listed_when(sb: Sandbox, terminal_id: str, ready) -> mentis.TerminalInfo:
     """The terminal as ListTerminals shows it once `ready` (the runtime sees a stream go a moment later)."""
     deadline = time.monotonic() + 10
@@ -450,6 +466,12 @@ def test_the_async_api_copies_files_and_drives_terminals(env, tmp_path):
                 await term.detach()
                 async with sb.terminals.attach(term.id) as again:
                     await again.read_until("33 77")  # replayed
+                    await again.detach()
+                # Detached in its block: it runs on after it.
+                (listed,) = [t for t in await sb.terminals.list() if t.id == term.id]
+                assert listed.exit_code is None
+                async with sb.terminals.attach(term.id) as again:
+                    await again.read_until("33 77")  # replayed
                     await again.write("exit 6\n")
                     assert await again.wait(timeout=30) == 6
             assert term.id not in [t.id for t in await sb.terminals.list()]
@@ -532,4 +554,4 @@ def test_the_guides_files_and_terminals_example_runs_as_written(env, capsys):
 
     (block,) = _python_blocks("docs/SDK.md", "files-terminals")
     exec(compile(block, "docs/SDK.md", "exec"), {})
-    assert capsys.readouterr().out.splitlines() == ["app", "hi from main", "done", "3"]
+    assert capsys.readouterr().out.splitlines() == ["app", "hi from main", "done", "logs/today", "3"]

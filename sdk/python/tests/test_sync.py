@@ -80,6 +80,80 @@ def test_files_round_trip(sb):
         sb.files.read("dir/missing")
 
 
+def test_directories_are_made_and_files_links_and_trees_removed(sb):
+    made = sb.files.mkdir("made/deep/er", mode=0o750)
+    assert (made.path, made.is_dir, made.mode) == ("made/deep/er", True, 0o750)
+    assert sb.run("stat -c %a made made/deep made/deep/er").stdout.split() == ["750"] * 3  # parents too
+    assert sb.files.mkdir("made/deep/er").is_dir  # an existing directory is no error
+    sb.files.write("made/deep/f.txt", "x")
+    with pytest.raises(mentis.InvalidArgument):
+        sb.files.mkdir("made/deep/f.txt")  # a file is there
+    sb.files.remove("made/deep/f.txt")
+    with pytest.raises(mentis.NotFound):
+        sb.files.stat("made/deep/f.txt")
+    with pytest.raises(mentis.FailedPrecondition):
+        sb.files.remove("made")  # not empty, and not recursive
+    assert sb.files.stat("made/deep/er").is_dir  # nothing went
+    sb.files.remove("made", recursive=True)
+    with pytest.raises(mentis.NotFound):
+        sb.files.stat("made")
+    with pytest.raises(mentis.NotFound):
+        sb.files.remove("made")
+    # An empty directory goes without `recursive`; a link goes, not what it points to.
+    sb.run("mkdir empty && echo kept > target.txt && ln -s target.txt link")
+    sb.files.remove("empty")
+    sb.files.remove("link")
+    assert sb.run("ls -d empty link 2>/dev/null; cat target.txt").stdout == "kept\n"
+
+
+def test_list_finds_sandboxes_by_space_labels_and_state_across_pages(env):
+    from mentis.v1 import space_pb2
+
+    tag = uuid.uuid4().hex[:8]
+    space = f"list-{tag}"
+    made = [Sandbox.create(labels={"suite": tag, "n": str(i)}) for i in range(3)]
+    try:
+        request = space_pb2.CreateSpaceRequest(space=space_pb2.Space(space_id=space))
+        made[0]._conn.spaces.CreateSpace(request)
+        made.append(Sandbox.create(space=space, labels={"suite": tag, "n": "3"}, key=f"key-{tag}"))
+        ids = [m.id for m in made]
+
+        # Every space, oldest first, every page followed (one sandbox a page here).
+        found = Sandbox.list(labels={"suite": tag}, page_size=1)
+        assert [f.id for f in found] == ids
+        first, last = found[0], found[3]
+        assert (first.state, first.space_id, first.key) == ("running", "default", "")
+        assert first.labels == {"suite": tag, "n": "0"}
+        assert first.created_at is not None and first.image
+        assert (last.space_id, last.key) == (space, f"key-{tag}")
+        assert isinstance(first, mentis.SandboxInfo)
+        with Sandbox.connect(first.id) as again:
+            assert again.state == "running"
+        # Filters: every label given, the space, at most `limit`.
+        assert [f.id for f in Sandbox.list(labels={"suite": tag, "n": "1"})] == [ids[1]]
+        assert [f.id for f in Sandbox.list(space=space, labels={"suite": tag})] == [ids[3]]
+        assert [f.id for f in Sandbox.list(space="default", labels={"suite": tag})] == ids[:3]
+        assert [f.id for f in Sandbox.list(labels={"suite": tag}, limit=2)] == ids[:2]
+        # States: one, or several.
+        made[0].pause()
+        made[1].delete()
+        assert [f.id for f in Sandbox.list(labels={"suite": tag}, state="paused")] == [ids[0]]
+        assert [f.id for f in Sandbox.list(labels={"suite": tag}, state="running")] == [ids[2], ids[3]]
+        terminated = Sandbox.list(labels={"suite": tag}, state=["terminated", "PAUSED"], page_size=1)
+        assert [(f.id, f.state) for f in terminated] == [(ids[0], "paused"), (ids[1], "terminated")]
+        # Mistakes: refused before any call.
+        with pytest.raises(ValueError, match="sleeping"):
+            Sandbox.list(state="sleeping")
+        with pytest.raises(ValueError):
+            Sandbox.list(limit=-1)
+        with pytest.raises(mentis.InvalidArgument):
+            Sandbox.list(space="Not A Space")
+    finally:
+        for m in made:
+            m.delete()
+            m.close()
+
+
 def test_a_dropped_stream_is_resumed_and_every_byte_arrives_once(sb):
     # The client closes its own channel while the command prints; the SDK reconnects and resumes after
     # the last seq it received.
@@ -169,6 +243,12 @@ def test_the_guides_examples_run_as_written(env, capsys):
     (readme,) = _python_blocks("README.md", "sdk")
     exec(compile(readme, "README.md", "exec"), {})
     assert capsys.readouterr().out.splitlines() == ["3", "42"]
+
+
+def test_the_guides_list_example_runs_as_written(env, capsys):
+    (block,) = _python_blocks("docs/SDK.md", "list")
+    exec(compile(block, "docs/SDK.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["True running {'team': 'docs'}"]
 
 
 def test_a_network_drop_is_resumed_and_every_byte_arrives_once(runtime, proxy):

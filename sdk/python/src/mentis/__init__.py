@@ -13,6 +13,7 @@ The runtime's address and key come from arguments or `MENTIS_ADDR` / `MENTIS_API
 
 from ._client import Settings
 from .aio import (
+    AsyncCommandHandle,
     AsyncFiles,
     AsyncSandbox,
     AsyncSecrets,
@@ -39,7 +40,17 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .sandbox import CellError, CellResult, CommandResult, FileInfo, Files, PreviewUrl, Sandbox
+from .sandbox import (
+    CellError,
+    CellResult,
+    CommandHandle,
+    CommandResult,
+    FileInfo,
+    Files,
+    PreviewUrl,
+    Sandbox,
+    SandboxInfo,
+)
 from .snapshot import Snapshot, Snapshots
 from .template import BuiltImage, Template, Templates
 from .terminal import Terminal, TerminalInfo, TerminalLink, Terminals
@@ -49,6 +60,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Aborted",
     "AlreadyExists",
+    "AsyncCommandHandle",
     "AsyncFiles",
     "AsyncSandbox",
     "AsyncSecrets",
@@ -60,6 +72,7 @@ __all__ = [
     "Cancelled",
     "CellError",
     "CellResult",
+    "CommandHandle",
     "CommandResult",
     "ConfigError",
     "DeadlineExceeded",
@@ -77,6 +90,7 @@ __all__ = [
     "PreviewUrl",
     "ResourceExhausted",
     "Sandbox",
+    "SandboxInfo",
     "Secrets",
     "Settings",
     "Snapshot",

@@ -20,8 +20,8 @@ import tempfile
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
-from typing import IO, Any, Generic, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator
+from typing import IO, Any, Generic, Literal, TypeVar, overload
 
 import grpc
 import grpc.aio
@@ -38,7 +38,7 @@ from .egress import (
     _set_request,
     _update_rules_request,
 )
-from .errors import AlreadyExists, Cancelled, MentisError, NotFound, from_rpc_error
+from .errors import AlreadyExists, Cancelled, MentisError, NotFound, from_rejection, from_rpc_error
 from .sandbox import (
     _CHUNK,
     _RESUMABLE,
@@ -47,14 +47,19 @@ from .sandbox import (
     CommandResult,
     FileInfo,
     PreviewUrl,
+    SandboxInfo,
     _cell_action,
     _CellCollector,
+    _command_id,
     _CommandCollector,
+    _detached,
     _enum_name,
     _file_info,
+    _list_sandboxes_request,
     _preview_request,
     _preview_url,
     _revoke_request,
+    _sandbox_info,
     _shell_action,
     _spec,
 )
@@ -106,6 +111,7 @@ from .v1 import (
 )
 
 __all__ = [
+    "AsyncCommandHandle",
     "AsyncFiles",
     "AsyncSandbox",
     "AsyncSecrets",
@@ -168,59 +174,199 @@ class _AsyncConnection:
 
 
 async def _observations(
-    conn: _AsyncConnection, sandbox_id: str, action: action_pb2.Action, action_id: str
+    conn: _AsyncConnection,
+    sandbox_id: str,
+    action: action_pb2.Action | None,
+    action_id: str,
+    on_open: Callable[[], None] | None = None,
 ) -> AsyncIterator[observation_pb2.Observation]:
-    """One action's observations, each once, across dropped streams (see `sandbox._ActionStream`)."""
+    """One action's observations, each once, across dropped streams (see `sandbox._ActionStream`; without
+    an action, one submitted before, from the start of the log; `on_open` at the stream's first message)."""
     last_seq = 0
-    started = False
+    started = action is None
+    deadline: float | None = None
+    calls: Any = None
+    try:
+        while True:
+            generation = conn.generation
+            failure: MentisError
+            try:
+                if not started:
+                    calls = conn.actions.Execute(
+                        action_pb2.ExecuteRequest(sandbox_id=sandbox_id, action=action, action_id=action_id),
+                        metadata=conn.metadata,
+                    )
+                else:
+                    calls = conn.actions.StreamObservations(
+                        action_pb2.StreamObservationsRequest(
+                            sandbox_id=sandbox_id, after_seq=last_seq, action_id=action_id
+                        ),
+                        metadata=conn.metadata,
+                    )
+                async for response in calls:
+                    if on_open is not None:
+                        on_open()
+                        on_open = None
+                    if not response.HasField("observation"):
+                        continue
+                    obs = response.observation
+                    started = True
+                    if obs.seq <= last_seq:
+                        continue
+                    last_seq = obs.seq
+                    deadline = None
+                    yield obs
+                    if obs.HasField("cmd_end") or obs.HasField("ipython_result"):
+                        return
+                failure = MentisError("the stream ended before the action did")
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in _RESUMABLE:
+                    raise from_rpc_error(e) from None
+                failure = from_rpc_error(e)
+                await conn.reconnect(generation)
+            except asyncio.CancelledError:
+                # grpc.aio cancels the calls of a channel that was closed under them. Our own task being
+                # cancelled goes on as it should (before Python 3.11 the two cannot be told apart: it always
+                # does).
+                task = asyncio.current_task()
+                if task is None or not hasattr(task, "cancelling") or task.cancelling():
+                    raise
+                failure = Cancelled("the channel was closed during the call")
+                await conn.reconnect(generation)
+            now = time.monotonic()
+            deadline = deadline or now + _RESUME_FOR
+            if now > deadline:
+                raise failure
+            await asyncio.sleep(0.05)
+    finally:
+        # Left early (a callback's error, a cancelled task): the call goes with it.
+        if calls is not None:
+            calls.cancel()
+
+
+async def _submit(conn: _AsyncConnection, sandbox_id: str, action: action_pb2.Action, action_id: str) -> None:
+    """See `sandbox._submit`: returns once the runtime accepted `action` as `action_id`."""
+    attach = action_pb2.ConnectRequest(attach=action_pb2.ConnectRequest.Attach(sandbox_id=sandbox_id))
+    submit = action_pb2.ConnectRequest(
+        submit=action_pb2.ConnectRequest.Submit(action=action, action_id=action_id)
+    )
     deadline: float | None = None
     while True:
         generation = conn.generation
+        call = conn.actions.Connect(metadata=conn.metadata)
         failure: MentisError
         try:
-            if not started:
-                calls = conn.actions.Execute(
-                    action_pb2.ExecuteRequest(sandbox_id=sandbox_id, action=action, action_id=action_id),
-                    metadata=conn.metadata,
-                )
-            else:
-                calls = conn.actions.StreamObservations(
-                    action_pb2.StreamObservationsRequest(
-                        sandbox_id=sandbox_id, after_seq=last_seq, action_id=action_id
-                    ),
-                    metadata=conn.metadata,
-                )
-            async for response in calls:
-                if not response.HasField("observation"):
-                    continue
-                obs = response.observation
-                started = True
-                if obs.seq <= last_seq:
-                    continue
-                last_seq = obs.seq
-                deadline = None
-                yield obs
-                if obs.HasField("cmd_end") or obs.HasField("ipython_result"):
+            with contextlib.suppress(asyncio.InvalidStateError):  # the call ended: the read says why
+                await call.write(attach)
+                await call.write(submit)
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    failure = MentisError("the stream ended before the submit was answered")
+                    break
+                kind = response.WhichOneof("kind")
+                if kind == "accepted" and response.accepted.action_id == action_id:
                     return
-            failure = MentisError("the stream ended before the action did")
+                if kind == "rejected":
+                    r = response.rejected
+                    failure = from_rejection(r.code, r.message, r.reason)
+                    if failure.code != "UNAVAILABLE":
+                        raise failure
+                    break
         except grpc.aio.AioRpcError as e:
             if e.code() not in _RESUMABLE:
                 raise from_rpc_error(e) from None
             failure = from_rpc_error(e)
             await conn.reconnect(generation)
-        except asyncio.CancelledError:
-            # grpc.aio cancels the calls of a channel that was closed under them. Our own task being cancelled
-            # goes on as it should (before Python 3.11 the two cannot be told apart: it always does).
-            task = asyncio.current_task()
-            if task is None or not hasattr(task, "cancelling") or task.cancelling():
-                raise
-            failure = Cancelled("the channel was closed during the call")
-            await conn.reconnect(generation)
+        finally:
+            call.cancel()
         now = time.monotonic()
         deadline = deadline or now + _RESUME_FOR
         if now > deadline:
             raise failure
         await asyncio.sleep(0.05)
+
+
+class AsyncCommandHandle:
+    """The asyncio twin of `mentis.CommandHandle` (`wait`, `kill` and `detach` awaited). A task of the handle
+    follows the command and calls `on_stdout` / `on_stderr` on the event loop; `detach`, `wait` and the
+    sandbox's `close` end it (none is left behind)."""
+
+    def __init__(
+        self,
+        conn: _AsyncConnection,
+        sandbox_id: str,
+        action: action_pb2.Action | None,
+        action_id: str,
+        on_stdout: Callable[[str], None] | None,
+        on_stderr: Callable[[str], None] | None,
+    ) -> None:
+        self._conn = conn
+        self._sandbox_id = sandbox_id
+        self._action = action
+        self.action_id = action_id
+        self._collect = _CommandCollector(on_stdout, on_stderr)
+        self._opened = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    async def _start(self, *, wait_open: bool) -> AsyncCommandHandle:
+        task = asyncio.get_running_loop().create_task(self._follow())
+        self._task = task
+        if wait_open:
+            opened = asyncio.ensure_future(self._opened.wait())
+            try:
+                await asyncio.wait({opened, task}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:  # the caller's cancellation: no task is left following
+                task.cancel()
+                raise
+            finally:
+                opened.cancel()
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        return self
+
+    async def _follow(self) -> CommandResult:
+        """The task: the command's observations into its result and the callbacks."""
+        stream = _observations(
+            self._conn, self._sandbox_id, self._action, self.action_id, on_open=self._opened.set
+        )
+        async with contextlib.aclosing(stream):
+            async for obs in stream:
+                self._collect.feed(obs)
+        return self._collect.result(self.action_id)
+
+    def __repr__(self) -> str:
+        done = self._task is not None and self._task.done()
+        return f"AsyncCommandHandle({self.action_id!r}, done={done!r})"
+
+    async def wait(self, timeout: float | None = None) -> CommandResult:
+        """See `CommandHandle.wait`."""
+        task = self._task
+        assert task is not None
+        if not task.done():
+            await asyncio.wait({task}, timeout=timeout)  # the caller's cancellation is raised, not the task's
+        if not task.done():
+            raise TimeoutError(f"command {self.action_id} still runs after {timeout} s")
+        if task.cancelled():
+            raise _detached(self.action_id)
+        return task.result()
+
+    async def kill(self) -> None:
+        """See `CommandHandle.kill`."""
+        request = action_pb2.CancelActionRequest(sandbox_id=self._sandbox_id, action_id=self.action_id)
+        await self._conn.call(self._conn.actions.CancelAction, request)
+
+    async def detach(self) -> None:
+        """See `CommandHandle.detach`: its task is cancelled and awaited."""
+        task = self._task
+        if task is None or task is asyncio.current_task():
+            return
+        if task.done():
+            if not task.cancelled():
+                task.exception()  # retrieved: wait() raises it
+            return
+        task.cancel()
+        await asyncio.wait({task})  # the caller's own cancellation is raised here, the task's is not
 
 
 class _Pending(Generic[T]):
@@ -252,8 +398,10 @@ class AsyncSandbox:
         self._keep = keep
         self.files = AsyncFiles(self)
         self.terminals = AsyncTerminals(self)
-        # Terminals with a stream on this sandbox's connection, detached when it closes.
+        # Terminals and background commands with a stream on this sandbox's connection, detached when it
+        # closes.
         self._open_terminals: weakref.WeakSet = weakref.WeakSet()
+        self._open_commands: weakref.WeakSet = weakref.WeakSet()
 
     @classmethod
     def create(
@@ -346,6 +494,35 @@ class AsyncSandbox:
                 continue
         await conn.close()
         raise MentisError(f"no sandbox with key {key!r} could be found or created")
+
+    @classmethod
+    async def list(
+        cls,
+        *,
+        space: str = "",
+        labels: dict[str, str] | None = None,
+        state: str | Iterable[str] | None = None,
+        page_size: int = 0,
+        limit: int = 0,
+        addr: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
+    ) -> builtins.list[SandboxInfo]:
+        """See `Sandbox.list`: every page, oldest first, at most `limit` (0: all)."""
+        request = _list_sandboxes_request(space, labels, state, page_size, limit)
+        conn = _AsyncConnection(Settings.resolve(addr, api_key, tls=tls))
+        found: builtins.list[SandboxInfo] = []
+        try:
+            while True:
+                r = await conn.call(conn.sandboxes.ListSandboxes, request)
+                found.extend(_sandbox_info(s) for s in r.sandboxes)
+                if limit and len(found) >= limit:
+                    return found[:limit]
+                if not r.next_page_token:
+                    return found
+                request.page_token = r.next_page_token
+        finally:
+            await conn.close()
 
     @property
     def id(self) -> str:
@@ -440,10 +617,11 @@ class AsyncSandbox:
             )
 
     async def close(self) -> None:
-        """Closes the connection (the sandbox stays; so do its terminals, detached)."""
+        """Closes the connection (the sandbox stays, and so do its terminals and background commands: they
+        are detached)."""
         try:
-            for terminal in list(self._open_terminals):
-                await terminal.detach()
+            for follower in [*self._open_terminals, *self._open_commands]:
+                await follower.detach()
         finally:
             await self._conn.close()
 
@@ -457,6 +635,7 @@ class AsyncSandbox:
         finally:
             await self.close()
 
+    @overload
     async def run(
         self,
         command: str,
@@ -468,14 +647,65 @@ class AsyncSandbox:
         stdin: bytes = b"",
         on_stdout: Callable[[str], None] | None = None,
         on_stderr: Callable[[str], None] | None = None,
-    ) -> CommandResult:
-        """See `Sandbox.run`."""
+        background: Literal[False] = False,
+    ) -> CommandResult: ...
+
+    @overload
+    async def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str = "",
+        session: str = "",
+        stdin: bytes = b"",
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+        background: Literal[True],
+    ) -> AsyncCommandHandle: ...
+
+    async def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str = "",
+        session: str = "",
+        stdin: bytes = b"",
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+        background: bool = False,
+    ) -> CommandResult | AsyncCommandHandle:
+        """See `Sandbox.run`; with `background=True`, an `AsyncCommandHandle` once the runtime accepted the
+        command (the callbacks are called on the event loop)."""
         action = _shell_action(command, timeout, env, cwd, session, stdin)
         action_id = str(uuid.uuid4())
+        if background:
+            await _submit(self._conn, self.id, action, action_id)
+            handle = AsyncCommandHandle(self._conn, self.id, action, action_id, on_stdout, on_stderr)
+            return await self._track(handle, wait_open=False)
         collect = _CommandCollector(on_stdout, on_stderr)
         async for obs in _observations(self._conn, self.id, action, action_id):
             collect.feed(obs)
         return collect.result(action_id)
+
+    async def attach_command(
+        self,
+        action_id: str,
+        *,
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+    ) -> AsyncCommandHandle:
+        """See `Sandbox.attach_command`."""
+        handle = AsyncCommandHandle(self._conn, self.id, None, _command_id(action_id), on_stdout, on_stderr)
+        return await self._track(handle, wait_open=True)
+
+    async def _track(self, handle: AsyncCommandHandle, *, wait_open: bool) -> AsyncCommandHandle:
+        await handle._start(wait_open=wait_open)
+        self._open_commands.add(handle)
+        return handle
 
     async def run_code(
         self, code: str, *, timeout: float | None = None, on_output: Callable[[str], None] | None = None
@@ -789,6 +1019,18 @@ class AsyncFiles:
         conn = self._sb._conn
         r = await conn.call(conn.files.StatFile, file_pb2.StatFileRequest(sandbox_id=self._sb.id, path=path))
         return _file_info(r.file)
+
+    async def mkdir(self, path: str, *, mode: int = 0) -> FileInfo:
+        """See `Files.mkdir`."""
+        conn = self._sb._conn
+        request = file_pb2.MakeDirectoryRequest(sandbox_id=self._sb.id, path=path, mode=mode)
+        return _file_info((await conn.call(conn.files.MakeDirectory, request)).directory)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """See `Files.remove`."""
+        conn = self._sb._conn
+        request = file_pb2.DeleteFileRequest(sandbox_id=self._sb.id, path=path, recursive=recursive)
+        await conn.call(conn.files.DeleteFile, request)
 
     async def _is_dir(self, path: str) -> bool:
         try:
@@ -1194,7 +1436,9 @@ class AsyncTerminal:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
+        # As `Terminal.__exit__`: a terminal detached in the block runs on.
+        if not self._out.detached:
+            await self.close()
 
 
 class AsyncTerminals:

@@ -25,6 +25,7 @@ __all__ = [
     "ResourceExhausted",
     "Unauthenticated",
     "Unavailable",
+    "from_rejection",
     "from_rpc_error",
 ]
 
@@ -135,6 +136,17 @@ _BY_CODE: dict[grpc.StatusCode, type[MentisError]] = {
     grpc.StatusCode.CANCELLED: Cancelled,
     grpc.StatusCode.INTERNAL: Internal,
 }
+
+
+def from_rejection(code: str, message: str, reason: str = "") -> MentisError:
+    """The typed error for a refusal the runtime answered in a stream (Connect's `rejected`: the gRPC code's
+    name, its message and reason), as `from_rpc_error` makes it for a call's status."""
+    status = grpc.StatusCode.__members__.get(code)
+    cls = _BY_CODE.get(status, MentisError) if status is not None else MentisError
+    err = cls(message, reason=reason)
+    if cls is MentisError:
+        err.code = code or "UNKNOWN"
+    return err
 
 
 def from_rpc_error(e: grpc.RpcError) -> MentisError:

@@ -7,6 +7,8 @@
         print(r.exit_code, r.stdout)             # 3 hi
         cell = sb.run_code("x = 6 * 7\\nx")
         print(cell.results[0]["text/plain"])     # 42
+        job = sb.run("sleep 1; echo later", background=True)   # a CommandHandle, at once
+        print(job.wait().stdout)                 # later
 
 Every action carries an action id the SDK makes: a stream that drops is resumed from the last observation
 received (StreamObservations with after_seq), and a submit that failed in transit is sent again with the
@@ -20,15 +22,16 @@ import builtins
 import contextlib
 import math
 import os
+import queue
 import stat
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 import grpc
 
@@ -44,12 +47,30 @@ from .egress import (
     _rule_messages,
     _update_rules_request,
 )
-from .errors import AlreadyExists, InvalidArgument, MentisError, NotFound, from_rpc_error
+from .errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    MentisError,
+    NotFound,
+    from_rejection,
+    from_rpc_error,
+)
 from .snapshot import Snapshot, Snapshots
-from .terminal import Terminals, _time
+from .terminal import Terminals, _time, _until_none
 from .v1 import action_pb2, file_pb2, observation_pb2, sandbox_pb2
 
-__all__ = ["CellError", "CellResult", "CommandResult", "FileInfo", "Files", "PreviewUrl", "Sandbox"]
+__all__ = [
+    "CellError",
+    "CellResult",
+    "CommandHandle",
+    "CommandResult",
+    "FileInfo",
+    "Files",
+    "PreviewUrl",
+    "Sandbox",
+    "SandboxInfo",
+]
 
 # Statuses after which a stream is resumed rather than failed: the connection broke, not the call.
 _RESUMABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
@@ -136,6 +157,76 @@ class PreviewUrl:
     expires_at: datetime | None
 
 
+@dataclass
+class SandboxInfo:
+    """A sandbox as `Sandbox.list` reports it; `Sandbox.connect(info.id)` works with it. `state` is as
+    `Sandbox.state` names it (`"running"`, `"paused"`, `"terminated"`, ...), `state_reason` why, when that
+    is worth saying; `key` its external key (`get_or_create`), empty when none; `template` the template it
+    was made from, empty when none."""
+
+    id: str
+    state: str
+    space_id: str
+    key: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    image: str = ""
+    template: str = ""
+    created_at: datetime | None = None
+    last_activity_at: datetime | None = None
+    state_reason: str = ""
+
+
+# A sandbox's states as `Sandbox.state` names them.
+_STATES = {
+    name.removeprefix("SANDBOX_STATE_").lower(): value
+    for name, value in sandbox_pb2.SandboxState.items()
+    if value != sandbox_pb2.SANDBOX_STATE_UNSPECIFIED
+}
+# ListSandboxes' own cap on a page.
+_MAX_PAGE = 1000
+
+
+def _sandbox_info(s: sandbox_pb2.Sandbox) -> SandboxInfo:
+    return SandboxInfo(
+        id=s.sandbox_id,
+        state=_enum_name(sandbox_pb2.SandboxState, s.state, "SANDBOX_STATE_"),
+        space_id=s.space_id,
+        key=s.external_key,
+        labels=dict(s.labels),
+        image=s.image,
+        template=s.template,
+        created_at=_time(s.create_time),
+        last_activity_at=_time(s.last_activity_time),
+        state_reason=s.state_reason,
+    )
+
+
+def _list_sandboxes_request(
+    space: str,
+    labels: dict[str, str] | None,
+    state: str | Iterable[str] | None,
+    page_size: int,
+    limit: int,
+) -> sandbox_pb2.ListSandboxesRequest:
+    """ListSandboxes' first request. A state that is none, or a negative `limit`, is ValueError here, before
+    any call; a negative `page_size` is the runtime's InvalidArgument (field `page_size`)."""
+    if limit < 0:
+        raise ValueError(f"limit must be 0 (no limit) or more, not {limit}")
+    names = [state] if isinstance(state, str) else builtins.list(state or ())
+    states = []
+    for name in names:
+        value = _STATES.get(name.strip().lower()) if isinstance(name, str) else None
+        if value is None:
+            allowed = ", ".join(repr(n) for n in _STATES)
+            raise ValueError(f"a sandbox state is one of {allowed}, not {name!r}")
+        states.append(value)
+    if not page_size and limit:
+        page_size = min(limit, _MAX_PAGE)
+    return sandbox_pb2.ListSandboxesRequest(
+        space_id=space, labels=labels or {}, states=states, page_size=page_size
+    )
+
+
 # The largest value a uint32 request field carries; the runtime judges the rest (1-65535, not the executor's).
 _MAX_U32 = 0xFFFFFFFF
 
@@ -189,58 +280,264 @@ def _seconds(d) -> float:
 
 class _ActionStream:
     """One action's observations, each once, across dropped streams: Execute first, StreamObservations with
-    the action id and the last seq after a drop; the submit itself is retried with the same action id."""
+    the action id and the last seq after a drop; the submit itself is retried with the same action id.
 
-    def __init__(self, conn: Connection, sandbox_id: str, action: action_pb2.Action) -> None:
+    Without an action it follows one submitted before (`Sandbox.attach_command`): StreamObservations with the
+    action id from the start of the sandbox's log. `on_open` is called once, at the first message the
+    runtime sends (an observation or a keepalive), which tells an accepted stream from a refused one. `stop`
+    ends the iteration from another thread, without the action's end."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        sandbox_id: str,
+        action: action_pb2.Action | None,
+        action_id: str = "",
+        on_open: Callable[[], None] | None = None,
+    ) -> None:
         self.conn = conn
         self.sandbox_id = sandbox_id
         self.action = action
-        self.action_id = str(uuid.uuid4())
+        self.action_id = action_id or str(uuid.uuid4())
         self.last_seq = 0
+        self.on_open = on_open
+        self.stopped = False
+        self._lock = threading.Lock()
+        self._call: Any = None
+
+    def stop(self) -> None:
+        """Ends the iteration (from another thread): the stream is cancelled and not resumed."""
+        with self._lock:
+            self.stopped = True
+            call = self._call
+        if call is not None:
+            call.cancel()
+
+    def _open(self, started: bool) -> Any:
+        if not started:
+            assert self.action is not None
+            call = self.conn.actions.Execute(
+                action_pb2.ExecuteRequest(
+                    sandbox_id=self.sandbox_id, action=self.action, action_id=self.action_id
+                )
+            )
+        else:
+            call = self.conn.actions.StreamObservations(
+                action_pb2.StreamObservationsRequest(
+                    sandbox_id=self.sandbox_id, after_seq=self.last_seq, action_id=self.action_id
+                )
+            )
+        with self._lock:
+            self._call = call
+            stopped = self.stopped
+        if stopped:
+            call.cancel()
+        return call
 
     def __iter__(self) -> Iterator[observation_pb2.Observation]:
         deadline: float | None = None
-        started = False
-        while True:
-            generation = self.conn.generation
-            try:
-                if not started:
-                    calls = self.conn.actions.Execute(
-                        action_pb2.ExecuteRequest(
-                            sandbox_id=self.sandbox_id, action=self.action, action_id=self.action_id
-                        )
-                    )
-                else:
-                    calls = self.conn.actions.StreamObservations(
-                        action_pb2.StreamObservationsRequest(
-                            sandbox_id=self.sandbox_id, after_seq=self.last_seq, action_id=self.action_id
-                        )
-                    )
-                for response in calls:
-                    if not response.HasField("observation"):
-                        continue
-                    obs = response.observation
-                    started = True
-                    if obs.seq <= self.last_seq:
-                        continue
-                    self.last_seq = obs.seq
-                    deadline = None
-                    yield obs
-                    if obs.HasField("cmd_end") or obs.HasField("ipython_result"):
+        started = self.action is None
+        try:
+            while not self.stopped:
+                generation = self.conn.generation
+                try:
+                    for response in self._open(started):
+                        if self.on_open is not None:
+                            self.on_open()
+                            self.on_open = None
+                        if not response.HasField("observation"):
+                            continue
+                        obs = response.observation
+                        started = True
+                        if obs.seq <= self.last_seq:
+                            continue
+                        self.last_seq = obs.seq
+                        deadline = None
+                        yield obs
+                        if obs.HasField("cmd_end") or obs.HasField("ipython_result"):
+                            return
+                    # The stream ended without the action's end (a proxy cut it): resume, within the deadline.
+                    failure: MentisError | None = MentisError("the stream ended before the action did")
+                except grpc.RpcError as e:
+                    if self.stopped:
                         return
-                # The stream ended without the action's end (a proxy cut it): resume, within the deadline.
-                failure: MentisError | None = MentisError("the stream ended before the action did")
-            except grpc.RpcError as e:
-                if e.code() not in _RESUMABLE:
-                    raise from_rpc_error(e) from None
-                failure = from_rpc_error(e)
-                # A broken channel is replaced; a refused submit is sent again with the same action id.
-                self.conn.reconnect(generation)
-            now = time.monotonic()
-            deadline = deadline or now + _RESUME_FOR
-            if now > deadline:
-                raise failure
-            time.sleep(0.05)
+                    if e.code() not in _RESUMABLE:
+                        raise from_rpc_error(e) from None
+                    failure = from_rpc_error(e)
+                    # A broken channel is replaced; a refused submit is sent again with the same action id.
+                    self.conn.reconnect(generation)
+                now = time.monotonic()
+                deadline = deadline or now + _RESUME_FOR
+                if now > deadline:
+                    raise failure
+                time.sleep(0.05)
+        finally:
+            # Left early (a callback's error, `stop`): the call goes with it.
+            with self._lock:
+                call, self._call = self._call, None
+            if call is not None:
+                call.cancel()
+
+
+def _submit(conn: Connection, sandbox_id: str, action: action_pb2.Action, action_id: str) -> None:
+    """Has the runtime accept `action` as `action_id` and returns then, before it runs (Connect: attach,
+    submit, its answer): a refusal is raised here, and a command queued behind the others of its session does
+    not hold the caller up. A submit cut in transit is sent again with the same id (the runtime runs it
+    once), as is one refused as UNAVAILABLE, within `_RESUME_FOR`."""
+    attach = action_pb2.ConnectRequest(attach=action_pb2.ConnectRequest.Attach(sandbox_id=sandbox_id))
+    submit = action_pb2.ConnectRequest(
+        submit=action_pb2.ConnectRequest.Submit(action=action, action_id=action_id)
+    )
+    deadline: float | None = None
+    while True:
+        generation = conn.generation
+        requests: queue.Queue = queue.Queue()
+        requests.put(attach)
+        requests.put(submit)
+        call = conn.actions.Connect(_until_none(requests))
+        failure: MentisError
+        try:
+            for response in call:
+                kind = response.WhichOneof("kind")
+                if kind == "accepted" and response.accepted.action_id == action_id:
+                    return
+                if kind == "rejected":
+                    r = response.rejected
+                    failure = from_rejection(r.code, r.message, r.reason)
+                    if failure.code != "UNAVAILABLE":
+                        raise failure
+                    break
+            else:
+                failure = MentisError("the stream ended before the submit was answered")
+        except grpc.RpcError as e:
+            if e.code() not in _RESUMABLE:
+                raise from_rpc_error(e) from None
+            failure = from_rpc_error(e)
+            conn.reconnect(generation)
+        finally:
+            requests.put(None)
+            call.cancel()
+        now = time.monotonic()
+        deadline = deadline or now + _RESUME_FOR
+        if now > deadline:
+            raise failure
+        time.sleep(0.05)
+
+
+def _command_id(action_id: Any) -> str:
+    """A command's action id for `attach_command`; an empty one (which would follow every action) is
+    refused here."""
+    if not isinstance(action_id, str) or not action_id:
+        raise InvalidArgument(f"action_id must name a command, not {action_id!r}", field="action_id")
+    return action_id
+
+
+def _detached(action_id: str) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"command {action_id} was detached before its end (it runs on: attach_command({action_id!r}))"
+    )
+
+
+class CommandHandle:
+    """A shell command running in the background, made by `sb.run(..., background=True)` or
+    `sb.attach_command(action_id)`: `wait` for its result, `kill` it, or `detach` from it (it runs on).
+
+    A thread of the handle follows the command's output and passes it to `on_stdout` / `on_stderr` as it
+    arrives, in order (from that thread; decoded as UTF-8, a character split across chunks kept whole); it
+    ends with the command, at `detach`, or when the sandbox's connection is closed. Streams that drop are
+    resumed, as for `run`. `action_id` names the command: `attach_command` follows it again, from this or
+    another process, with its output from the start."""
+
+    def __init__(
+        self,
+        stream: _ActionStream,
+        on_stdout: Callable[[str], None] | None,
+        on_stderr: Callable[[str], None] | None,
+        *,
+        wait_open: bool,
+    ) -> None:
+        self._stream = stream
+        self._conn = stream.conn
+        self._sandbox_id = stream.sandbox_id
+        self.action_id: str = stream.action_id
+        self._collect = _CommandCollector(on_stdout, on_stderr)
+        self._cond = threading.Condition()
+        self._opened = False
+        self._done = False
+        self._result: CommandResult | None = None
+        self._failure: BaseException | None = None
+        stream.on_open = self._open
+        self._thread = threading.Thread(
+            target=self._follow, name=f"mentis-command-{self.action_id}", daemon=True
+        )
+        self._thread.start()
+        if wait_open:
+            try:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._opened or self._done)
+            except BaseException:  # interrupted (KeyboardInterrupt): no thread is left following
+                self.detach()
+                raise
+            if self._failure is not None:
+                self._thread.join()
+                raise self._failure
+
+    def _open(self) -> None:
+        with self._cond:
+            self._opened = True
+            self._cond.notify_all()
+
+    def _follow(self) -> None:
+        """The thread: the command's observations into its result and the callbacks, until its end, a
+        detach or a failure (a refused call, a callback's error)."""
+        result: CommandResult | None = None
+        failure: BaseException | None = None
+        observations = iter(self._stream)
+        try:
+            for obs in observations:
+                self._collect.feed(obs)
+            if self._collect.ended or not self._stream.stopped:
+                result = self._collect.result(self.action_id)
+            else:
+                failure = _detached(self.action_id)
+        except BaseException as e:  # the runtime's refusal or a callback's error: wait() raises it
+            failure = e
+        finally:
+            observations.close()  # type: ignore[attr-defined]
+        with self._cond:
+            self._result, self._failure, self._done = result, failure, True
+            self._cond.notify_all()
+
+    def __repr__(self) -> str:
+        return f"CommandHandle({self.action_id!r}, done={self._done!r})"
+
+    def wait(self, timeout: float | None = None) -> CommandResult:
+        """Waits for the command's end and returns its result (as `run` does). TimeoutError when it runs on
+        after `timeout` seconds; FailedPrecondition when it was detached first; a callback's error, or a
+        refused call, is raised here."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._done, timeout):
+                raise TimeoutError(f"command {self.action_id} still runs after {timeout} s")
+        self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+        assert self._result is not None
+        return self._result
+
+    def kill(self) -> None:
+        """Cancels the command: its process group is killed, and `wait` then returns its result with reason
+        `"cancelled"` (in a session, the command is interrupted and the session kept). A command that has
+        ended is left as it was (no error)."""
+        request = action_pb2.CancelActionRequest(sandbox_id=self._sandbox_id, action_id=self.action_id)
+        _call(self._conn.actions.CancelAction, request)
+
+    def detach(self) -> None:
+        """Stops following the command, which runs on in the sandbox: its thread ends, and
+        `sb.attach_command(handle.action_id)` follows it again. Detaching twice, or after the end, is no
+        error."""
+        self._stream.stop()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
 
 
 class Sandbox:
@@ -254,8 +551,10 @@ class Sandbox:
         self._keep = keep
         self.files = Files(self)
         self.terminals = Terminals(self)
-        # Terminals with a stream on this sandbox's connection, detached when it closes.
+        # Terminals and background commands with a stream on this sandbox's connection, detached when it
+        # closes.
         self._open_terminals: weakref.WeakSet = weakref.WeakSet()
+        self._open_commands: weakref.WeakSet = weakref.WeakSet()
 
     # --- making one
 
@@ -346,6 +645,40 @@ class Sandbox:
         conn = Connection(Settings.resolve(addr, api_key, tls=tls))
         with _closed_on_error(conn):
             return cls._get_or_create(conn, key, space, spec)
+
+    @classmethod
+    def list(
+        cls,
+        *,
+        space: str = "",
+        labels: dict[str, str] | None = None,
+        state: str | Iterable[str] | None = None,
+        page_size: int = 0,
+        limit: int = 0,
+        addr: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
+    ) -> builtins.list[SandboxInfo]:
+        """The sandboxes the key may see, oldest first, every page followed: only those of `space` when
+        given, only those carrying all of `labels`, only those in `state` (a state's name, such as
+        `"running"`, or several) when given. Deleted sandboxes stay listed as `"terminated"` for a while:
+        `state="running"` leaves them out. `page_size` is how many each call fetches (0: the runtime's
+        default, 100; at most 1000); `limit` stops after that many (0: all). An unknown state is ValueError,
+        before any call."""
+        request = _list_sandboxes_request(space, labels, state, page_size, limit)
+        conn = Connection(Settings.resolve(addr, api_key, tls=tls))
+        found: builtins.list[SandboxInfo] = []
+        try:
+            while True:
+                r = _call(conn.sandboxes.ListSandboxes, request)
+                found.extend(_sandbox_info(s) for s in r.sandboxes)
+                if limit and len(found) >= limit:
+                    return found[:limit]
+                if not r.next_page_token:
+                    return found
+                request.page_token = r.next_page_token
+        finally:
+            conn.close()
 
     @classmethod
     def _get_or_create(cls, conn: Connection, key: str, space: str, spec: sandbox_pb2.SandboxSpec) -> Sandbox:
@@ -480,10 +813,11 @@ class Sandbox:
             _call(self._conn.sandboxes.DeleteSandbox, sandbox_pb2.DeleteSandboxRequest(sandbox_id=self.id))
 
     def close(self) -> None:
-        """Closes the connection (the sandbox stays; so do its terminals, detached)."""
+        """Closes the connection (the sandbox stays, and so do its terminals and background commands: they
+        are detached)."""
         try:
-            for terminal in list(self._open_terminals):
-                terminal.detach()
+            for follower in [*self._open_terminals, *self._open_commands]:
+                follower.detach()
         finally:
             self._conn.close()
 
@@ -499,6 +833,7 @@ class Sandbox:
 
     # --- actions
 
+    @overload
     def run(
         self,
         command: str,
@@ -510,17 +845,80 @@ class Sandbox:
         stdin: bytes = b"",
         on_stdout: Callable[[str], None] | None = None,
         on_stderr: Callable[[str], None] | None = None,
-    ) -> CommandResult:
+        background: Literal[False] = False,
+    ) -> CommandResult: ...
+
+    @overload
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str = "",
+        session: str = "",
+        stdin: bytes = b"",
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+        background: Literal[True],
+    ) -> CommandHandle: ...
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str = "",
+        session: str = "",
+        stdin: bytes = b"",
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+        background: bool = False,
+    ) -> CommandResult | CommandHandle:
         """Runs `command` with bash and waits for its end; output is passed to `on_stdout` / `on_stderr` as it
         arrives (decoded as UTF-8; a character split across chunks is kept whole). A command that fails is a
         result with its exit code, not an exception. `session` runs it in a persistent shell of that name
-        (cd and export carry over)."""
+        (cd and export carry over). `timeout` is in seconds (None: the runtime's default, 5 minutes; at most
+        24 hours).
+
+        `background=True` returns a `CommandHandle` as soon as the runtime has accepted the command (a refusal
+        is raised here), without waiting for it to start or end: `wait()` gives this result later, `kill()`
+        cancels it, and the callbacks are called from the handle's thread."""
         action = _shell_action(command, timeout, env, cwd, session, stdin)
+        if background:
+            action_id = str(uuid.uuid4())
+            _submit(self._conn, self.id, action, action_id)
+            # Execute again with the same id: the runtime runs nothing again and streams its observations
+            # from the start.
+            stream = _ActionStream(self._conn, self.id, action, action_id)
+            return self._track(CommandHandle(stream, on_stdout, on_stderr, wait_open=False))
         stream = _ActionStream(self._conn, self.id, action)
         collect = _CommandCollector(on_stdout, on_stderr)
         for obs in stream:
             collect.feed(obs)
         return collect.result(stream.action_id)
+
+    def attach_command(
+        self,
+        action_id: str,
+        *,
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+    ) -> CommandHandle:
+        """A command of this sandbox by its action id (`CommandHandle.action_id`, `CommandResult.action_id`),
+        running or ended, from this process or another: its output from its start (as far as the sandbox's
+        log still holds it) goes to the callbacks, then what follows as it comes, and `wait()` returns its
+        result. NotFound (reason `ACTION_NOT_FOUND`) for an id the sandbox does not know (never submitted, or
+        older than the 10,000 ended actions it remembers). Returns at the first message of its stream: at
+        once for a command that started; for one queued behind the others of its session, at the stream's
+        first keepalive (15 s by default)."""
+        stream = _ActionStream(self._conn, self.id, None, _command_id(action_id))
+        return self._track(CommandHandle(stream, on_stdout, on_stderr, wait_open=True))
+
+    def _track(self, handle: CommandHandle) -> CommandHandle:
+        self._open_commands.add(handle)
+        return handle
 
     def run_code(
         self,
@@ -592,6 +990,20 @@ class Files:
         conn = self._sb._conn
         r = _call(conn.files.StatFile, file_pb2.StatFileRequest(sandbox_id=self._sb.id, path=path))
         return _file_info(r.file)
+
+    def mkdir(self, path: str, *, mode: int = 0) -> FileInfo:
+        """Makes the directory `path` and its missing parents (`mode`: their permission bits; 0 is 0755) and
+        returns it; an existing directory is no error, an existing file is."""
+        conn = self._sb._conn
+        request = file_pb2.MakeDirectoryRequest(sandbox_id=self._sb.id, path=path, mode=mode)
+        return _file_info(_call(conn.files.MakeDirectory, request).directory)
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Removes a file, a symbolic link (not what it points to) or an empty directory; with `recursive`
+        also a directory with everything in it. NotFound when `path` is missing."""
+        conn = self._sb._conn
+        request = file_pb2.DeleteFileRequest(sandbox_id=self._sb.id, path=path, recursive=recursive)
+        _call(conn.files.DeleteFile, request)
 
     def _is_dir(self, path: str) -> bool:
         try:
@@ -749,6 +1161,11 @@ class _CommandCollector:
                 decoder.feed(data)
         elif obs.HasField("cmd_end"):
             self._end = obs.cmd_end
+
+    @property
+    def ended(self) -> bool:
+        """The command's end (cmd_end) has been fed."""
+        return self._end is not None
 
     def result(self, action_id: str) -> CommandResult:
         for decoder in self._decoders.values():

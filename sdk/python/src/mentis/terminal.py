@@ -8,8 +8,9 @@
         print(term.wait())                                  # 3
 
 A terminal lives in the sandbox, not in the stream: `detach()` leaves it running and `sb.terminals.attach(id)`
-comes back to it (its scrollback replayed); `close()` (and the end of a `with` block) hangs it up. A stream
-that drops is attached again after the last output received, so each byte arrives once.
+comes back to it (its scrollback replayed); `close()` (and the end of a `with` block, unless it was detached
+in the block) hangs it up. A stream that drops is attached again after the last output received, so each
+byte arrives once.
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ class Terminal:
     Output, as the program wrote it (escape sequences included): `read`, `read_until`, iteration (chunks of
     bytes until the program ends), or the `on_output` callback (called from a thread of the SDK; then nothing
     is kept for `read`). `wait` returns the exit code. Used in a `with` block, the terminal is closed at its
-    end.
+    end, unless it was detached in the block (then it runs on, for `sb.terminals.attach`).
     """
 
     def __init__(
@@ -555,7 +556,9 @@ class Terminal:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.close()
+        # A terminal detached in the block runs on in the sandbox, as `detach` says; others are closed.
+        if not self._out.detached:
+            self.close()
 
 
 class Terminals:
