@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Removes what MentisSandbox runtimes on this machine created and left behind when they stopped
-# (`make clean-sandboxes`): sandbox and warm-pool containers, the egress gateway's container, workspace
-# volumes, the disk images of bounded workspaces with their loop devices, and the gateway's network with its
+# (`make clean-sandboxes`): sandbox and warm-pool containers, workspace volumes, the disk images of bounded workspaces with their loop devices, and the gateway's network with its
 # netfilter chains. A stop leaves them on purpose: the next runtime of the same instance (MENTIS_INSTANCE)
 # takes its sandboxes and pool members over (docs/SANDBOXES.md, "What outlives a stop").
 #

@@ -138,6 +138,7 @@ impl std::fmt::Debug for SandboxTools {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateSandboxArgs {
     /// A key of your choosing (for example this conversation's id): the sandbox made before with the same
     /// key is returned instead of a new one. Without a key, every call creates a new sandbox.
@@ -156,6 +157,7 @@ pub struct CreateSandboxArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RunShellArgs {
     /// The sandbox (from create_sandbox).
     pub sandbox_id: String,
@@ -174,6 +176,7 @@ pub struct RunShellArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RunPythonArgs {
     /// The sandbox (from create_sandbox).
     pub sandbox_id: String,
@@ -186,6 +189,7 @@ pub struct RunPythonArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ReadFileArgs {
     /// The sandbox (from create_sandbox).
     pub sandbox_id: String,
@@ -197,6 +201,7 @@ pub struct ReadFileArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct WriteFileArgs {
     /// The sandbox (from create_sandbox).
     pub sandbox_id: String,
@@ -207,6 +212,7 @@ pub struct WriteFileArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ListFilesArgs {
     /// The sandbox (from create_sandbox).
     pub sandbox_id: String,
@@ -219,6 +225,7 @@ pub struct ListFilesArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PreviewUrlArgs {
     /// The sandbox (from create_sandbox).
     pub sandbox_id: String,
@@ -230,6 +237,7 @@ pub struct PreviewUrlArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct DeleteSandboxArgs {
     /// The sandbox (from create_sandbox).
     pub sandbox_id: String,
