@@ -10,9 +10,9 @@ use mentis_proto::api::{
     self, action, connect_request, connect_response, execute_response, observation,
 };
 use tokio::io::AsyncReadExt as _;
+use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::client::{Conn, pairs};
 use crate::error::{Result, Status};
@@ -151,7 +151,11 @@ async fn execute(
         };
         cancels.spawn(async move {
             if let Err(s) = actions.cancel_action(cancel).await {
-                eprintln!("mentis: {}: {}", crate::error::code_name(s.code()), s.message());
+                eprintln!(
+                    "mentis: {}: {}",
+                    crate::error::code_name(s.code()),
+                    s.message()
+                );
             }
         });
     };
@@ -399,7 +403,11 @@ fn save_images(o: &api::Observation, out: &api::IPythonOutput, dir: Option<&std:
         };
         let path = dir.join(name);
         match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &bytes)) {
-            Ok(()) => eprintln!("mentis: saved {mime} ({} bytes) to {}", bytes.len(), path.display()),
+            Ok(()) => eprintln!(
+                "mentis: saved {mime} ({} bytes) to {}",
+                bytes.len(),
+                path.display()
+            ),
             Err(e) => eprintln!("mentis: saving {mime} to {}: {e}", path.display()),
         }
     }

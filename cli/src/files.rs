@@ -317,7 +317,9 @@ pub async fn run(conn: &Conn, cmd: FilesCommand, format: Format) -> Result<Statu
                 })
                 .await?;
             if format == Format::Json {
-                output::print_json(&json!({ "sandbox_id": sandbox, "path": path, "removed": true }));
+                output::print_json(
+                    &json!({ "sandbox_id": sandbox, "path": path, "removed": true }),
+                );
             }
             Ok(0)
         }

@@ -43,11 +43,13 @@ pub async fn ps(conn: &Conn, a: PsArgs, format: Format) -> Result<Status> {
         .filter(|p| a.all || !matches!(p.role.as_str(), "init" | "executor"))
         .collect();
     match format {
-        Format::Json => output::print_json(&Value::Array(
-            processes.iter().map(process_json).collect(),
-        )),
+        Format::Json => {
+            output::print_json(&Value::Array(processes.iter().map(process_json).collect()))
+        }
         Format::Text => output::table(
-            &["PID", "PPID", "USER", "%CPU", "RSS", "STAT", "STARTED", "COMMAND"],
+            &[
+                "PID", "PPID", "USER", "%CPU", "RSS", "STAT", "STARTED", "COMMAND",
+            ],
             &processes
                 .iter()
                 .map(|p| {

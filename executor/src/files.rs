@@ -120,7 +120,12 @@ impl Workspace {
 
     /// Moves or renames an entry in one rename(2): the destination's parent must exist; an existing
     /// destination is PathExists unless `overwrite`. Links are moved, not followed.
-    pub(crate) fn rename(&self, from: &WsPath, to: &WsPath, overwrite: bool) -> Result<FileInfo, Error> {
+    pub(crate) fn rename(
+        &self,
+        from: &WsPath,
+        to: &WsPath,
+        overwrite: bool,
+    ) -> Result<FileInfo, Error> {
         let (Some((from_parent, from_name)), Some((to_parent, to_name))) =
             (from.split_last(), to.split_last())
         else {
@@ -154,8 +159,14 @@ impl Workspace {
                     Err(Errno::ENOENT) => {}
                     Err(e) => return Err(errno_error(e, &to_dir.fd, to_name, &to_shown)),
                 }
-                renameat2(&from_dir.fd, from_name, &to_dir.fd, to_name, RenameFlags::empty())
-                    .map_err(|e| path::path_error(e, &to_shown))?;
+                renameat2(
+                    &from_dir.fd,
+                    from_name,
+                    &to_dir.fd,
+                    to_name,
+                    RenameFlags::empty(),
+                )
+                .map_err(|e| path::path_error(e, &to_shown))?;
             }
             Err(Errno::EEXIST) if !overwrite => {
                 return Err(Error::PathExists(format!(

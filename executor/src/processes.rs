@@ -241,8 +241,11 @@ mod tests {
         );
         let dir = tempfile::tempdir().unwrap();
         let passwd = dir.path().join("passwd");
-        std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/sh\nbad\n")
-            .unwrap();
+        std::fs::write(
+            &passwd,
+            "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/sh\nbad\n",
+        )
+        .unwrap();
         let u = users(&passwd);
         assert_eq!((u[&0].as_str(), u[&1000].as_str()), ("root", "user"));
         assert_eq!(u.len(), 2);
@@ -265,8 +268,17 @@ mod tests {
                 Err(Error::FailedPrecondition(_))
             ));
         }
-        assert!(matches!(signal(0, "TERM", roles), Err(Error::InvalidArgument(_))));
-        assert!(matches!(signal(me + 1_000_000, "", roles), Err(Error::ProcessNotFound(_))));
-        assert!(matches!(signal(2, "SEGV", roles), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            signal(0, "TERM", roles),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            signal(me + 1_000_000, "", roles),
+            Err(Error::ProcessNotFound(_))
+        ));
+        assert!(matches!(
+            signal(2, "SEGV", roles),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }

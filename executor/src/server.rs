@@ -18,9 +18,9 @@ use mentis_proto::executor::{
     AttachRequest, AttachResponse, CancelRequest, CancelResponse, CloseTerminalRequest,
     CloseTerminalResponse, GetUsageRequest, GetUsageResponse, InspectVariablesRequest,
     InspectVariablesResponse, ListProcessesRequest, ListProcessesResponse, ListTerminalsRequest,
-    ResetKernelRequest, ResetKernelResponse, SignalProcessRequest, SignalProcessResponse,
-    RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse, TerminalRequest,
-    WriteStdinRequest, WriteStdinResponse, attach_request,
+    ResetKernelRequest, ResetKernelResponse, RunRequest, RunResponse, SignalProcessRequest,
+    SignalProcessResponse, TakeSpansRequest, TakeSpansResponse, TerminalRequest, WriteStdinRequest,
+    WriteStdinResponse, attach_request,
 };
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;

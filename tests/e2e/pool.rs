@@ -289,7 +289,10 @@ async fn an_instance_clean_up_removes_what_a_stopped_runtime_left_and_nothing_of
     let bridge = {
         let nets = networks()?;
         anyhow::ensure!(nets.len() == 1, "the gateway's network: {nets:?}");
-        format!("br-{}", &docker(&["network", "inspect", "--format", "{{.Id}}", &nets[0]])?[..12])
+        format!(
+            "br-{}",
+            &docker(&["network", "inspect", "--format", "{{.Id}}", &nets[0]])?[..12]
+        )
     };
     let chains = |table: &str| -> anyhow::Result<String> {
         let out = std::process::Command::new("iptables")
@@ -313,9 +316,14 @@ async fn an_instance_clean_up_removes_what_a_stopped_runtime_left_and_nothing_of
     assert_eq!(networks()?.len(), 1);
     assert!(!chains("nat")?.is_empty());
     assert!(
-        !docker(&["ps", "-q", "--filter", &format!("label=io.mentis.sandbox-id={ruled}")])?
-            .trim()
-            .is_empty()
+        !docker(&[
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=io.mentis.sandbox-id={ruled}")
+        ])?
+        .trim()
+        .is_empty()
     );
 
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

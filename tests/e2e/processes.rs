@@ -10,8 +10,7 @@ use mentis_e2e::*;
 use mentis_proto::api;
 
 async fn list(h: &mut Harness, sandbox: &str) -> Result<Vec<api::ProcessInfo>> {
-    Ok(h
-        .actions
+    Ok(h.actions
         .list_processes(api::ListProcessesRequest {
             sandbox_id: sandbox.to_owned(),
         })
@@ -88,26 +87,37 @@ async fn processes_are_listed_like_ps_and_signalled_without_a_shell() -> Result<
         .find(|p| p.pid == sleeper)
         .context("the sleep is not listed")?;
     assert_eq!(sleep.command, ["sleep", "600"], "{sleep:?}");
-    assert_eq!((sleep.name.as_str(), sleep.user.as_str()), ("sleep", user.as_str()));
+    assert_eq!(
+        (sleep.name.as_str(), sleep.user.as_str()),
+        ("sleep", user.as_str())
+    );
     assert_eq!(sleep.role, "");
     assert!(sleep.memory_bytes > 0 && sleep.state == "S", "{sleep:?}");
-    let started: SystemTime = sleep
-        .start_time
-        .context("no start time")?
-        .try_into()?;
-    let age = SystemTime::now().duration_since(started).unwrap_or_default();
-    assert!(age < Duration::from_secs(120), "started {age:?} ago: {sleep:?}");
+    let started: SystemTime = sleep.start_time.context("no start time")?.try_into()?;
+    let age = SystemTime::now()
+        .duration_since(started)
+        .unwrap_or_default();
+    assert!(
+        age < Duration::from_secs(120),
+        "started {age:?} ago: {sleep:?}"
+    );
     // A busy loop shows its CPU.
-    let spin = all.iter().find(|p| p.pid == spinner).context("no spinner")?;
-    assert!(spin.cpu_percent > 10.0 && spin.cpu_seconds > 0.1, "{spin:?}");
+    let spin = all
+        .iter()
+        .find(|p| p.pid == spinner)
+        .context("no spinner")?;
+    assert!(
+        spin.cpu_percent > 10.0 && spin.cpu_seconds > 0.1,
+        "{spin:?}"
+    );
     // PID 1, the executor and the kernel carry their roles.
     for role in ["init", "executor", "ipython-kernel"] {
-        assert!(
-            all.iter().any(|p| p.role == role),
-            "no {role}: {all:#?}"
-        );
+        assert!(all.iter().any(|p| p.role == role), "no {role}: {all:#?}");
     }
-    assert_eq!(all.iter().find(|p| p.pid == 1).map(|p| p.role.as_str()), Some("init"));
+    assert_eq!(
+        all.iter().find(|p| p.pid == 1).map(|p| p.role.as_str()),
+        Some("init")
+    );
 
     // STOP and CONT, then TERM: the process stops, runs again, and is gone.
     signal(&mut h, &sb, sleeper, "STOP").await?;
@@ -126,9 +136,24 @@ async fn processes_are_listed_like_ps_and_signalled_without_a_shell() -> Result<
         .context("no executor")?
         .pid;
     for (pid, name, code, reason) in [
-        (1, "TERM", tonic::Code::FailedPrecondition, "FAILED_PRECONDITION"),
-        (executor, "KILL", tonic::Code::FailedPrecondition, "FAILED_PRECONDITION"),
-        (4_000_000, "TERM", tonic::Code::NotFound, "PROCESS_NOT_FOUND"),
+        (
+            1,
+            "TERM",
+            tonic::Code::FailedPrecondition,
+            "FAILED_PRECONDITION",
+        ),
+        (
+            executor,
+            "KILL",
+            tonic::Code::FailedPrecondition,
+            "FAILED_PRECONDITION",
+        ),
+        (
+            4_000_000,
+            "TERM",
+            tonic::Code::NotFound,
+            "PROCESS_NOT_FOUND",
+        ),
         (sleeper, "TERM", tonic::Code::NotFound, "PROCESS_NOT_FOUND"),
         (0, "TERM", tonic::Code::InvalidArgument, "INVALID_ARGUMENT"),
         (-1, "TERM", tonic::Code::InvalidArgument, "INVALID_ARGUMENT"),

@@ -27,7 +27,9 @@ async fn watch(
         .into_inner();
     match stream.message().await?.and_then(|m| m.kind) {
         Some(watch_files_response::Kind::Started(s)) => Ok((s.watch_id, s.last_seq, stream)),
-        other => Err(tonic::Status::internal(format!("expected started, got {other:?}"))),
+        other => Err(tonic::Status::internal(format!(
+            "expected started, got {other:?}"
+        ))),
     }
 }
 
@@ -96,7 +98,11 @@ async fn a_watch_reports_changes_live_and_resumes_after_a_cut() -> Result<()> {
     .await?;
     let seen = events_until(&mut stream, (Removed, "proj/g.txt")).await?;
     let seqs: Vec<u64> = seen.iter().map(|e| e.3).collect();
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{seen:?}");
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "{seen:?}"
+    );
     let s = short(&seen);
     for want in [
         "CREATED proj/sub/",
@@ -110,8 +116,14 @@ async fn a_watch_reports_changes_live_and_resumes_after_a_cut() -> Result<()> {
     }
     // In the order they happened.
     let at = |w: &str| s.iter().position(|x| x == w).unwrap_or(usize::MAX);
-    assert!(at("CREATED proj/sub/") < at("CREATED proj/sub/f.txt"), "{s:?}");
-    assert!(at("REMOVED proj/sub/f.txt") < at("CREATED proj/g.txt"), "{s:?}");
+    assert!(
+        at("CREATED proj/sub/") < at("CREATED proj/sub/f.txt"),
+        "{s:?}"
+    );
+    assert!(
+        at("REMOVED proj/sub/f.txt") < at("CREATED proj/g.txt"),
+        "{s:?}"
+    );
     let last = *seqs.last().context("no event")?;
 
     // The stream goes; the watch stays. Later changes come to a stream that resumes after the last seq.
@@ -202,35 +214,54 @@ async fn what_cannot_be_watched_is_refused_with_its_reason() -> Result<()> {
     let mut h = Harness::start().await?;
     let sb = h.create_default().await?.sandbox_id;
     h.sh(&sb, "echo x > file.txt && ln -s /etc link").await?;
-    let refused = |r: std::result::Result<(String, u64, Watch), tonic::Status>| refusal(r.map(drop));
+    let refused =
+        |r: std::result::Result<(String, u64, Watch), tonic::Status>| refusal(r.map(drop));
     for (req, code, reason) in [
         (
-            api::WatchFilesRequest { path: "file.txt".into(), ..Default::default() },
+            api::WatchFilesRequest {
+                path: "file.txt".into(),
+                ..Default::default()
+            },
             tonic::Code::InvalidArgument,
             "INVALID_ARGUMENT",
         ),
         (
-            api::WatchFilesRequest { path: "nothing".into(), ..Default::default() },
+            api::WatchFilesRequest {
+                path: "nothing".into(),
+                ..Default::default()
+            },
             tonic::Code::NotFound,
             "PATH_NOT_FOUND",
         ),
         (
-            api::WatchFilesRequest { path: "/etc".into(), ..Default::default() },
+            api::WatchFilesRequest {
+                path: "/etc".into(),
+                ..Default::default()
+            },
             tonic::Code::InvalidArgument,
             "INVALID_ARGUMENT",
         ),
         (
-            api::WatchFilesRequest { path: "link".into(), ..Default::default() },
+            api::WatchFilesRequest {
+                path: "link".into(),
+                ..Default::default()
+            },
             tonic::Code::InvalidArgument,
             "INVALID_ARGUMENT",
         ),
         (
-            api::WatchFilesRequest { watch_id: "watch-000000000000".into(), ..Default::default() },
+            api::WatchFilesRequest {
+                watch_id: "watch-000000000000".into(),
+                ..Default::default()
+            },
             tonic::Code::NotFound,
             "PATH_NOT_FOUND",
         ),
         (
-            api::WatchFilesRequest { watch_id: "not a watch".into(), ..Default::default() },
+            api::WatchFilesRequest {
+                watch_id: "not a watch".into(),
+                ..Default::default()
+            },
             tonic::Code::InvalidArgument,
             "INVALID_ARGUMENT",
         ),
@@ -253,7 +284,10 @@ async fn what_cannot_be_watched_is_refused_with_its_reason() -> Result<()> {
         )
         .await,
     );
-    assert_eq!((got, why.as_str()), (tonic::Code::OutOfRange, "SEQ_OUT_OF_RANGE"));
+    assert_eq!(
+        (got, why.as_str()),
+        (tonic::Code::OutOfRange, "SEQ_OUT_OF_RANGE")
+    );
     // 16 watches at most (the one above is the first).
     let mut kept = Vec::new();
     for _ in 0..15 {

@@ -9,8 +9,8 @@ use futures::Stream;
 use mentis_proto::executor::workspace_service_server::WorkspaceService;
 use mentis_proto::executor::{
     DeleteFileRequest, DeleteFileResponse, DownloadRequest, DownloadResponse, EditFileRequest,
-    EditFileResponse, ListFilesRequest, ListFilesResponse, MakeDirectoryRequest,
-    FileEvent, FileEventType, MakeDirectoryResponse, MoveFileRequest, MoveFileResponse,
+    EditFileResponse, FileEvent, FileEventType, ListFilesRequest, ListFilesResponse,
+    MakeDirectoryRequest, MakeDirectoryResponse, MoveFileRequest, MoveFileResponse,
     ReadFileRequest, ReadFileResponse, StatFileRequest, StatFileResponse, UploadRequest,
     UploadResponse, WatchFilesRequest, WatchFilesResponse, WriteFileRequest, WriteFileResponse,
     upload_request, watch_files_response, write_file_request,

@@ -27,8 +27,8 @@ use nix::errno::Errno;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::path::{self, WsPath};
 use super::Workspace;
+use super::path::{self, WsPath};
 use crate::error::Error;
 
 /// Watches one sandbox may have at once.
@@ -145,7 +145,8 @@ impl Watches {
         tree.follow(dir.fd, p.clone(), None)?;
         self.all().insert(id, Arc::clone(&watch));
         let owner = Arc::downgrade(self);
-        self.tasks.spawn(run(Arc::clone(&watch), tree, events, owner));
+        self.tasks
+            .spawn(run(Arc::clone(&watch), tree, events, owner));
         tracing::info!(watch_id = %watch.id, path = %p.display(), recursive, "watch started");
         Ok(watch)
     }
@@ -436,7 +437,8 @@ impl Tree {
             if is_dir && self.recursive {
                 match kind {
                     Kind::Created => {
-                        if let Ok(walked) = path::walk(&self.root, at.parts(), None, &at.display()) {
+                        if let Ok(walked) = path::walk(&self.root, at.parts(), None, &at.display())
+                        {
                             let _ = self.follow(walked.fd, at, Some(watch));
                         }
                     }

@@ -9,8 +9,8 @@ use mentis_proto::executor::FileType;
 use mentis_proto::executor::workspace_service_client::WorkspaceServiceClient;
 use mentis_proto::executor::{
     DeleteFileRequest, DownloadRequest, EditFileRequest, ListFilesRequest, MakeDirectoryRequest,
-    MoveFileRequest, ReadFileRequest, StatFileRequest, UploadHeader, UploadRequest, WriteFileHeader,
-    WriteFileRequest, upload_request, write_file_request,
+    MoveFileRequest, ReadFileRequest, StatFileRequest, UploadHeader, UploadRequest,
+    WriteFileHeader, WriteFileRequest, upload_request, write_file_request,
 };
 use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
@@ -755,7 +755,10 @@ async fn move_renames_files_links_and_directories_and_replaces_only_when_asked()
     assert_eq!((moved.path.as_str(), moved.size), ("c.txt", 1));
     assert!(!executor.path("a.txt").exists());
     // Onto an existing file: refused unless asked, then replaced.
-    let refused = client.move_file(mv("c.txt", "b.txt", false)).await.unwrap_err();
+    let refused = client
+        .move_file(mv("c.txt", "b.txt", false))
+        .await
+        .unwrap_err();
     assert_eq!(refused.code(), Code::AlreadyExists, "{refused:?}");
     assert_eq!(std::fs::read(executor.path("b.txt")).unwrap(), b"b");
     client.move_file(mv("c.txt", "b.txt", true)).await.unwrap();

@@ -10,8 +10,9 @@ use mentis_core::process::ProcessInfo;
 use mentis_core::{Action, ActionId, Endpoint, Error, Reason, VariableSummary};
 use mentis_proto::executor::{
     AttachRequest, AttachResponse, CancelRequest, GetUsageRequest, InspectVariablesRequest,
-    ListProcessesRequest, ResetKernelRequest, Resume, SignalProcessRequest, RunRequest, RunResponse, TakeSpansRequest, TakeSpansResponse,
-    WriteStdinRequest, attach_request, executor_service_client::ExecutorServiceClient,
+    ListProcessesRequest, ResetKernelRequest, Resume, RunRequest, RunResponse,
+    SignalProcessRequest, TakeSpansRequest, TakeSpansResponse, WriteStdinRequest, attach_request,
+    executor_service_client::ExecutorServiceClient,
     workspace_service_client::WorkspaceServiceClient,
 };
 use tokio::sync::mpsc;

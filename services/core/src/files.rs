@@ -117,7 +117,10 @@ pub struct FileEvent {
 #[derive(Debug, Clone, PartialEq)]
 pub enum WatchItem {
     /// First: the watch's id (to resume with) and its newest seq.
-    Started { watch_id: String, last_seq: u64 },
+    Started {
+        watch_id: String,
+        last_seq: u64,
+    },
     Event(FileEvent),
     /// Events after `after_seq` are gone; the stream goes on from `first_available_seq`.
     Gap {

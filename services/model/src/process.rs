@@ -19,7 +19,11 @@ pub fn signal_name(name: &str) -> Result<&'static str, Error> {
     SIGNALS.iter().copied().find(|s| *s == bare).ok_or_else(|| {
         Error::invalid(
             "signal",
-            format!("signal {} is not one of {}", quoted(name), SIGNALS.join(", ")),
+            format!(
+                "signal {} is not one of {}",
+                quoted(name),
+                SIGNALS.join(", ")
+            ),
         )
     })
 }

@@ -134,7 +134,8 @@ fn not_utf8(rpc: &str) -> Option<Vec<u8>> {
         "CreateSpace" | "UpdateSpace" => nested(1, 1),                   // space.space_id
         "ListSpaces" => s(2),                                            // page_token
         "Connect" | "WriteFile" | "Upload" | "Open" => nested(1, 1), // attach/header/start .sandbox_id
-        "ReadFile" | "ListFiles" | "StatFile" | "DeleteFile" | "MakeDirectory" | "MoveFile" | "Download" => s(2),
+        "ReadFile" | "ListFiles" | "StatFile" | "DeleteFile" | "MakeDirectory" | "MoveFile"
+        | "Download" => s(2),
         "EditFile" => s(3), // old_string
         _ => s(1),          // sandbox_id, space_id, name, key_id
     })

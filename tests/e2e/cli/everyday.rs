@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use tokio::io::AsyncBufReadExt as _;
 use mentis_e2e::*;
 use serde_json::Value;
+use tokio::io::AsyncBufReadExt as _;
 
 use super::Env;
 
@@ -37,7 +37,8 @@ async fn a_closed_stdout_ends_mentis_quietly_and_exec_stops_its_command() -> Res
     for script in [
         format!("$M logs {sb} | head -c 100 >/dev/null; echo \"status ${{PIPESTATUS[0]}}\" >&2"),
         "$M completions bash | head -1 >/dev/null; echo \"status ${PIPESTATUS[0]}\" >&2".to_owned(),
-        "$M completions zsh | head -c 10 >/dev/null; echo \"status ${PIPESTATUS[0]}\" >&2".to_owned(),
+        "$M completions zsh | head -c 10 >/dev/null; echo \"status ${PIPESTATUS[0]}\" >&2"
+            .to_owned(),
     ] {
         let out = sh(&e, &script).await?;
         // 141 is a death by SIGPIPE (what `seq 1 1000000 | head -1` shows), 0 when all was written
@@ -89,7 +90,8 @@ async fn a_closed_stdout_ends_mentis_quietly_and_exec_stops_its_command() -> Res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdin_reaches_exec_from_a_pipe_or_with_dash_i_and_ids_take_a_unique_prefix() -> Result<()> {
+async fn stdin_reaches_exec_from_a_pipe_or_with_dash_i_and_ids_take_a_unique_prefix() -> Result<()>
+{
     let mut e = Env::start().await?;
     let sb = e.sandbox().await?;
 
@@ -123,21 +125,36 @@ async fn stdin_reaches_exec_from_a_pipe_or_with_dash_i_and_ids_take_a_unique_pre
     assert_eq!(out.stdout, "done\n", "{out:?}");
     // A session's command reads no stdin: a pipe is not sent to it (and is no error).
     let out = e
-        .run_stdin(&["exec", "--session", "s1", &sb, "--", "echo in-session"], b"x")
+        .run_stdin(
+            &["exec", "--session", "s1", &sb, "--", "echo in-session"],
+            b"x",
+        )
         .await?;
-    assert_eq!((out.code, out.stdout.as_str()), (0, "in-session\n"), "{out:?}");
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "in-session\n"),
+        "{out:?}"
+    );
 
     // A unique prefix names the sandbox, as Docker takes one of a container's id.
     let prefix = &sb[..8];
-    assert_eq!(e.ok(&["exec", prefix, "--", "echo by-prefix"]).await?, "by-prefix\n");
+    assert_eq!(
+        e.ok(&["exec", prefix, "--", "echo by-prefix"]).await?,
+        "by-prefix\n"
+    );
     let got = e.json(&["sandbox", "get", &sb[..5]]).await?;
     assert_eq!(got["sandbox_id"], sb.as_str());
     // A prefix of no sandbox is NOT_FOUND, said as such.
-    let none = if sb.starts_with('0') { "fffffff" } else { "0000000" };
+    let none = if sb.starts_with('0') {
+        "fffffff"
+    } else {
+        "0000000"
+    };
     let out = e.run(&["exec", none, "--", "true"]).await?;
     assert_eq!(out.code, 1, "{out:?}");
     assert!(
-        out.stderr.starts_with("mentis: NOT_FOUND: no sandbox has an id starting with"),
+        out.stderr
+            .starts_with("mentis: NOT_FOUND: no sandbox has an id starting with"),
         "{out:?}"
     );
     // Something that is no id at all still gets the runtime's INVALID_ARGUMENT.
@@ -180,7 +197,10 @@ async fn delete_of_nothing_unreachable_runtimes_and_missing_keys_say_what_to_do(
         .env("MENTIS_DATA_DIR", nowhere.path());
     let out = e.run_with(c, None).await?;
     assert_eq!(out.code, 1, "{out:?}");
-    assert!(out.stderr.starts_with("mentis: UNAUTHENTICATED: "), "{out:?}");
+    assert!(
+        out.stderr.starts_with("mentis: UNAUTHENTICATED: "),
+        "{out:?}"
+    );
     assert!(
         out.stderr.contains("MENTIS_API_KEY")
             && out
@@ -231,7 +251,13 @@ async fn terminal_links_images_pause_resume_piped_shells_and_files_rm_mkdir() ->
     let images = dir.path().join("images");
     let out = e
         .run_stdin(
-            &["run-code", &sb, "-", "--images", images.to_str().context("path")?],
+            &[
+                "run-code",
+                &sb,
+                "-",
+                "--images",
+                images.to_str().context("path")?,
+            ],
             cell.as_bytes(),
         )
         .await?;
@@ -240,13 +266,18 @@ async fn terminal_links_images_pause_resume_piped_shells_and_files_rm_mkdir() ->
     assert_eq!(saved.len(), 1, "{out:?}");
     let png = std::fs::read(saved[0].path())?;
     use base64::Engine as _;
-    assert_eq!(png, base64::engine::general_purpose::STANDARD.decode(PNG_B64)?);
+    assert_eq!(
+        png,
+        base64::engine::general_purpose::STANDARD.decode(PNG_B64)?
+    );
     assert!(
         saved[0].file_name().to_string_lossy().ends_with(".png"),
         "{saved:?}"
     );
     assert!(out.stderr.contains("saved image/png"), "{out:?}");
-    let out = e.run_stdin(&["run-code", &sb, "-"], cell.as_bytes()).await?;
+    let out = e
+        .run_stdin(&["run-code", &sb, "-"], cell.as_bytes())
+        .await?;
     assert!(
         out.stderr.contains("displayed an image (image/png") && out.stderr.contains("--images"),
         "{out:?}"
@@ -264,31 +295,47 @@ async fn terminal_links_images_pause_resume_piped_shells_and_files_rm_mkdir() ->
 
     // A piped shell: the commands' output, without the input echoed back or readline's escape codes.
     let out = e
-        .run_stdin(&["shell", &sb], b"echo piped-$((2+3))\necho second-$((1+1))\nexit 5\n")
+        .run_stdin(
+            &["shell", &sb],
+            b"echo piped-$((2+3))\necho second-$((1+1))\nexit 5\n",
+        )
         .await?;
     assert_eq!(out.code, 5, "{out:?}");
     assert_eq!(out.stdout.matches("piped-5").count(), 1, "{out:?}");
     assert_eq!(out.stdout.matches("second-2").count(), 1, "{out:?}");
-    assert!(!out.stdout.contains("$((2+3))"), "the input echoed: {out:?}");
-    assert!(!out.stdout.contains("\x1b[?2004"), "bracketed paste: {out:?}");
+    assert!(
+        !out.stdout.contains("$((2+3))"),
+        "the input echoed: {out:?}"
+    );
+    assert!(
+        !out.stdout.contains("\x1b[?2004"),
+        "bracketed paste: {out:?}"
+    );
 
     // ps and kill: the sandbox's processes, and a signal to one of them.
     let pid = e
-        .ok(&["exec", &sb, "--", "nohup sleep 555 >/dev/null 2>&1 & echo $!"])
+        .ok(&[
+            "exec",
+            &sb,
+            "--",
+            "nohup sleep 555 >/dev/null 2>&1 & echo $!",
+        ])
         .await?;
     let pid = pid.trim();
     let ps = e.ok(&["ps", &sb]).await?;
     assert!(ps.starts_with("PID"), "{ps}");
     assert!(
-        ps.lines().any(|l| l.starts_with(&format!("{pid} ")) && l.ends_with("sleep 555")),
+        ps.lines()
+            .any(|l| l.starts_with(&format!("{pid} ")) && l.ends_with("sleep 555")),
         "{ps}"
     );
     assert!(!ps.contains("(executor)"), "without -a: {ps}");
     assert!(e.ok(&["ps", &sb, "-a"]).await?.contains("(executor)"));
     let v = e.json(&["ps", &sb]).await?;
     assert!(
-        v.as_array()
-            .is_some_and(|a| a.iter().any(|p| p["pid"] == pid.parse::<i64>().unwrap_or(-1) && p["command"][0] == "sleep")),
+        v.as_array().is_some_and(|a| a
+            .iter()
+            .any(|p| p["pid"] == pid.parse::<i64>().unwrap_or(-1) && p["command"][0] == "sleep")),
         "{v}"
     );
     e.ok(&["kill", &sb, pid, "-s", "KILL"]).await?;
@@ -301,7 +348,10 @@ async fn terminal_links_images_pause_resume_piped_shells_and_files_rm_mkdir() ->
     .await;
     ensure!(gone.is_ok(), "the sleep outlived its KILL");
     let out = e.run(&["kill", &sb, "1"]).await?;
-    assert!(out.stderr.starts_with("mentis: FAILED_PRECONDITION: "), "{out:?}");
+    assert!(
+        out.stderr.starts_with("mentis: FAILED_PRECONDITION: "),
+        "{out:?}"
+    );
 
     // files watch: a line per change as it happens, until stopped.
     e.ok(&["files", "mkdir", &sb, "watched"]).await?;
@@ -316,11 +366,18 @@ async fn terminal_links_images_pause_resume_piped_shells_and_files_rm_mkdir() ->
     // Started: it says so on stderr before any change is made.
     let started = tokio::time::timeout(Duration::from_secs(30), stderr.next_line()).await??;
     assert!(
-        started.as_deref().is_some_and(|l| l.starts_with("mentis: watching (watch id watch-")),
+        started
+            .as_deref()
+            .is_some_and(|l| l.starts_with("mentis: watching (watch id watch-")),
         "{started:?}"
     );
-    e.ok(&["exec", &sb, "--", "mkdir watched/a && echo x > watched/a/f.txt && rm watched/a/f.txt"])
-        .await?;
+    e.ok(&[
+        "exec",
+        &sb,
+        "--",
+        "mkdir watched/a && echo x > watched/a/f.txt && rm watched/a/f.txt",
+    ])
+    .await?;
     let mut got = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(line) = lines.next_line().await? {
@@ -335,36 +392,54 @@ async fn terminal_links_images_pause_resume_piped_shells_and_files_rm_mkdir() ->
     .await
     .with_context(|| format!("the watch printed only {got:?}"))??;
     assert_eq!(got[0], "CREATED  watched/a/", "{got:?}");
-    assert!(got.contains(&"CREATED  watched/a/f.txt".to_owned()), "{got:?}");
+    assert!(
+        got.contains(&"CREATED  watched/a/f.txt".to_owned()),
+        "{got:?}"
+    );
     child.kill().await?;
 
     // files mkdir (with the missing parents) and files rm (-r for a directory with things in it).
-    assert_eq!(
-        e.ok(&["files", "mkdir", &sb, "a/b/c"]).await?,
-        "a/b/c\n"
-    );
-    e.ok(&["exec", &sb, "--", "touch a/b/c/f && test -d a/b/c"]).await?;
+    assert_eq!(e.ok(&["files", "mkdir", &sb, "a/b/c"]).await?, "a/b/c\n");
+    e.ok(&["exec", &sb, "--", "touch a/b/c/f && test -d a/b/c"])
+        .await?;
     let out = e.run(&["files", "rm", &sb, "a"]).await?;
     assert_eq!(out.code, 1, "a non-empty directory without -r: {out:?}");
     // files mv: a rename; onto something only with -f.
-    e.ok(&["exec", &sb, "--", "echo one > one.txt && echo two > two.txt"]).await?;
+    e.ok(&[
+        "exec",
+        &sb,
+        "--",
+        "echo one > one.txt && echo two > two.txt",
+    ])
+    .await?;
     assert_eq!(
-        e.ok(&["files", "mv", &sb, "one.txt", "a/b/c/moved.txt"]).await?,
+        e.ok(&["files", "mv", &sb, "one.txt", "a/b/c/moved.txt"])
+            .await?,
         "a/b/c/moved.txt\n"
     );
-    let out = e.run(&["files", "mv", &sb, "two.txt", "a/b/c/moved.txt"]).await?;
+    let out = e
+        .run(&["files", "mv", &sb, "two.txt", "a/b/c/moved.txt"])
+        .await?;
     assert!(
         out.code == 1 && out.stderr.starts_with("mentis: ALREADY_EXISTS: "),
         "{out:?}"
     );
-    e.ok(&["files", "mv", &sb, "-f", "two.txt", "a/b/c/moved.txt"]).await?;
+    e.ok(&["files", "mv", &sb, "-f", "two.txt", "a/b/c/moved.txt"])
+        .await?;
     assert_eq!(
-        e.ok(&["exec", &sb, "--", "cat a/b/c/moved.txt; test -e two.txt || echo gone"]).await?,
+        e.ok(&[
+            "exec",
+            &sb,
+            "--",
+            "cat a/b/c/moved.txt; test -e two.txt || echo gone"
+        ])
+        .await?,
         "two\ngone\n"
     );
     e.ok(&["files", "rm", &sb, "-r", "a"]).await?;
     assert_eq!(
-        e.ok(&["exec", &sb, "--", "test -e a && echo there || echo gone"]).await?,
+        e.ok(&["exec", &sb, "--", "test -e a && echo there || echo gone"])
+            .await?,
         "gone\n"
     );
     Ok(())

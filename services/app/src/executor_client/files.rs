@@ -12,8 +12,9 @@ use mentis_core::files::{
 };
 use mentis_proto::executor::{
     self as wire, DeleteFileRequest, DownloadRequest, EditFileRequest, ListFilesRequest,
-    MakeDirectoryRequest, MoveFileRequest, ReadFileRequest, WatchFilesRequest, StatFileRequest, UploadHeader, UploadRequest,
-    WriteFileHeader, WriteFileRequest, upload_request, write_file_request,
+    MakeDirectoryRequest, MoveFileRequest, ReadFileRequest, StatFileRequest, UploadHeader,
+    UploadRequest, WatchFilesRequest, WriteFileHeader, WriteFileRequest, upload_request,
+    write_file_request,
 };
 
 use super::{ByteStream, ExecutorClient, status_to_error};

@@ -69,12 +69,10 @@ async fn reap(registry: &Registry, lifecycle: &Lifecycle, provisioner: &Arc<Prov
                 .pause(s.id, "idle timeout", Cause::IdleTimeout)
                 .await
                 .map(|_| ()),
-            IdlePolicy::Delete => {
-                provisioner
-                    .delete(s.id, "expired: idle timeout", Some(Cause::IdleTimeout))
-                    .await
-                    .map(drop)
-            }
+            IdlePolicy::Delete => provisioner
+                .delete(s.id, "expired: idle timeout", Some(Cause::IdleTimeout))
+                .await
+                .map(drop),
         };
         if let Err(e) = result {
             tracing::warn!(sandbox_id = %s.id, error = %e.chain(), "idle policy not applied this round");

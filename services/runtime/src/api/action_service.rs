@@ -211,10 +211,9 @@ impl ActionService for ActionApi {
         let caller = caller(&req)?;
         let r = req.into_inner();
         // A client's mistake is said here, before the sandbox is woken for it.
-        let pid = mentis_core::process::check_pid(r.pid)
-            .map_err(|e| to_status(Error::from(e)))?;
-        let signal = mentis_core::process::signal_name(&r.signal)
-            .map_err(|e| to_status(Error::from(e)))?;
+        let pid = mentis_core::process::check_pid(r.pid).map_err(|e| to_status(Error::from(e)))?;
+        let signal =
+            mentis_core::process::signal_name(&r.signal).map_err(|e| to_status(Error::from(e)))?;
         let sandbox = access::sandbox(&caller, &self.manager, &r.sandbox_id)?;
         self.manager
             .signal_process(sandbox, pid, signal.to_owned())

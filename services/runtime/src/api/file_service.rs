@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt as _};
 use mentis_core::files::{Chunk, Edit, FileEventKind, ListFiles, WatchFiles, WatchItem};
-use tokio_util::sync::CancellationToken;
 use mentis_core::{Error, quoted};
 use mentis_proto::api::{
     self, file_service_server::FileService, file_service_server::FileServiceServer,
 };
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::access::{self, caller};
@@ -346,10 +346,7 @@ impl FileService for FileApi {
                         crate::convert::timestamp(std::time::SystemTime::now()),
                     ),
                 };
-                Some((
-                    Ok(api::WatchFilesResponse { kind: Some(msg) }),
-                    Some(items),
-                ))
+                Some((Ok(api::WatchFilesResponse { kind: Some(msg) }), Some(items)))
             }
         });
         Ok(Response::new(Box::pin(stream)))

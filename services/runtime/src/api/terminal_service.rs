@@ -23,8 +23,8 @@ use super::outbound::{Guarded, Outbound, StreamPolicy};
 use super::status::to_status;
 use crate::auth::Caller;
 use crate::auth::link::{self, Link, Links};
-use crate::preview::Previews;
 use crate::convert::{terminal_info_to_proto, terminal_input_from_proto, terminal_output_to_proto};
+use crate::preview::Previews;
 use crate::sandboxes::{Manager, TerminalSession};
 
 /// Implementation of `mentis.v1.TerminalService`.
