@@ -30,6 +30,7 @@ mod processes;
 mod proxy;
 mod reattach;
 mod recovery;
+mod reflection;
 mod secrets;
 mod sessions;
 mod shell;
