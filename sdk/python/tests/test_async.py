@@ -51,6 +51,26 @@ def test_the_async_api_runs_commands_cells_and_files(env):
     assert asyncio.run(_state_of(sandbox_id)) == "terminated"
 
 
+def test_the_async_api_renames_files(env):
+    async def main():
+        async with AsyncSandbox.create() as sb:
+            await sb.files.write("one.txt", "1")
+            await sb.files.write("two.txt", "2")
+            moved = await sb.files.rename("one.txt", "first.txt")
+            assert (moved.path, moved.is_dir, moved.size) == ("first.txt", False, 1)
+            with pytest.raises(mentis.AlreadyExists) as exists:
+                await sb.files.rename("two.txt", "first.txt")
+            assert exists.value.reason == "PATH_EXISTS"
+            assert await sb.files.read_text("first.txt") == "1"
+            await sb.files.rename("two.txt", "first.txt", overwrite=True)
+            assert await sb.files.read_text("first.txt") == "2"
+            assert [f.path for f in await sb.files.list()] == ["first.txt"]
+            with pytest.raises(mentis.NotFound):
+                await sb.files.rename("two.txt", "three.txt")
+
+    asyncio.run(main())
+
+
 async def _state_of(sandbox_id: str) -> str:
     sb = await AsyncSandbox.connect(sandbox_id)
     await sb.close()

@@ -554,4 +554,11 @@ def test_the_guides_files_and_terminals_example_runs_as_written(env, capsys):
 
     (block,) = _python_blocks("docs/SDK.md", "files-terminals")
     exec(compile(block, "docs/SDK.md", "exec"), {})
-    assert capsys.readouterr().out.splitlines() == ["app", "hi from main", "done", "logs/today", "3"]
+    assert capsys.readouterr().out.splitlines() == [
+        "app",
+        "hi from main",
+        "done",
+        "logs/today",
+        "logs/2026-01-31",
+        "3",
+    ]

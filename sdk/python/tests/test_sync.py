@@ -106,6 +106,53 @@ def test_directories_are_made_and_files_links_and_trees_removed(sb):
     assert sb.run("ls -d empty link 2>/dev/null; cat target.txt").stdout == "kept\n"
 
 
+def test_rename_moves_files_links_and_directories_and_replaces_only_when_asked(sb):
+    sb.run("mkdir -p mv/dir/inner mv/empty mv/full && echo a > mv/a.txt && echo b > mv/b.txt")
+    sb.run("ln -s a.txt mv/link && touch mv/full/kept")
+    moved = sb.files.rename("mv/a.txt", "mv/dir/renamed.txt")
+    assert isinstance(moved, mentis.FileInfo)
+    assert (moved.path, moved.is_dir, moved.size) == ("mv/dir/renamed.txt", False, 2)
+    assert sb.files.read_text("mv/dir/renamed.txt") == "a\n"
+    with pytest.raises(mentis.NotFound):
+        sb.files.stat("mv/a.txt")
+
+    # Something at the destination: refused, typed, and both left as they were; replaced with `overwrite`.
+    with pytest.raises(mentis.AlreadyExists) as exists:
+        sb.files.rename("mv/b.txt", "mv/dir/renamed.txt")
+    assert exists.value.reason == "PATH_EXISTS"
+    assert (sb.files.read_text("mv/b.txt"), sb.files.read_text("mv/dir/renamed.txt")) == ("b\n", "a\n")
+    assert sb.files.rename("mv/b.txt", "mv/dir/renamed.txt", overwrite=True).path == "mv/dir/renamed.txt"
+    assert sb.files.read_text("mv/dir/renamed.txt") == "b\n"
+    assert sb.run("ls mv").stdout.split() == ["dir", "empty", "full", "link"]
+
+    # A link moves as a link (what it points to stays); a directory with everything in it.
+    link = sb.files.rename("mv/link", "mv/link2")
+    assert (link.path, link.symlink_target) == ("mv/link2", "a.txt")
+    tree = sb.files.rename("mv/dir", "mv/tree")
+    assert (tree.path, tree.is_dir) == ("mv/tree", True)
+    assert sb.files.read_text("mv/tree/renamed.txt") == "b\n" and sb.files.stat("mv/tree/inner").is_dir
+    # A directory replaces only an empty one, and only with `overwrite`; it never goes into itself.
+    with pytest.raises(mentis.AlreadyExists):
+        sb.files.rename("mv/tree", "mv/empty")
+    with pytest.raises(mentis.FailedPrecondition):
+        sb.files.rename("mv/tree", "mv/full", overwrite=True)
+    with pytest.raises(mentis.InvalidArgument):
+        sb.files.rename("mv/tree", "mv/tree/inner/self")
+    assert sb.files.rename("mv/tree", "mv/empty", overwrite=True).is_dir
+    assert sb.files.read_text("mv/empty/renamed.txt") == "b\n"
+
+    with pytest.raises(mentis.NotFound) as missing:
+        sb.files.rename("mv/nothing", "mv/x")
+    assert missing.value.reason == "PATH_NOT_FOUND"
+    with pytest.raises(mentis.NotFound):
+        sb.files.rename("mv/full/kept", "mv/no/such/dir/kept")  # the destination's parent must exist
+    with pytest.raises(mentis.InvalidArgument):
+        sb.files.rename("mv/full/kept", "../outside")
+    # What was refused changed nothing.
+    listing = sb.run("cd mv && find . -mindepth 1 | sort").stdout.split()
+    assert listing == ["./empty", "./empty/inner", "./empty/renamed.txt", "./full", "./full/kept", "./link2"]
+
+
 def test_list_finds_sandboxes_by_space_labels_and_state_across_pages(env):
     from mentis.v1 import space_pb2
 

@@ -1032,6 +1032,14 @@ class AsyncFiles:
         request = file_pb2.DeleteFileRequest(sandbox_id=self._sb.id, path=path, recursive=recursive)
         await conn.call(conn.files.DeleteFile, request)
 
+    async def rename(self, source: str, destination: str, *, overwrite: bool = False) -> FileInfo:
+        """See `Files.rename`."""
+        conn = self._sb._conn
+        request = file_pb2.MoveFileRequest(
+            sandbox_id=self._sb.id, source=source, destination=destination, overwrite=overwrite
+        )
+        return _file_info((await conn.call(conn.files.MoveFile, request)).file)
+
     async def _is_dir(self, path: str) -> bool:
         try:
             return (await self.stat(path)).is_dir

@@ -1005,6 +1005,20 @@ class Files:
         request = file_pb2.DeleteFileRequest(sandbox_id=self._sb.id, path=path, recursive=recursive)
         _call(conn.files.DeleteFile, request)
 
+    def rename(self, source: str, destination: str, *, overwrite: bool = False) -> FileInfo:
+        """Moves or renames a file, a symbolic link (not its target) or a directory within the workspace in
+        one step (rename(2): readers see it at the old path or the new one) and returns what is at
+        `destination` now. The destination's parent directory must exist. Something already at `destination`
+        is AlreadyExists (reason `PATH_EXISTS`) unless `overwrite`, which replaces a file or link with a file
+        or link and an empty directory with a directory (a directory that is not empty: FailedPrecondition; a
+        file over a directory or the reverse: InvalidArgument). A directory into itself is InvalidArgument; a
+        missing `source` (or parent of `destination`) is NotFound (reason `PATH_NOT_FOUND`)."""
+        conn = self._sb._conn
+        request = file_pb2.MoveFileRequest(
+            sandbox_id=self._sb.id, source=source, destination=destination, overwrite=overwrite
+        )
+        return _file_info(_call(conn.files.MoveFile, request).file)
+
     def _is_dir(self, path: str) -> bool:
         try:
             return self.stat(path).is_dir
