@@ -1,6 +1,6 @@
 """MentisSandbox's Python client: sandboxes for AI agents, with shell commands, stateful IPython cells,
-files, terminals, snapshots of workspaces, preview URLs, templates with images of your own, and egress rules
-with secrets the sandbox never sees, over the runtime's gRPC API.
+files, terminals, processes, snapshots of workspaces, preview URLs, templates with images of your own, and
+egress rules with secrets the sandbox never sees, over the runtime's gRPC API.
 
     from mentis import Sandbox
 
@@ -15,6 +15,7 @@ from ._client import Settings
 from .aio import (
     AsyncCommandHandle,
     AsyncFiles,
+    AsyncProcesses,
     AsyncSandbox,
     AsyncSecrets,
     AsyncSnapshots,
@@ -40,6 +41,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
+from .processes import Processes, ProcessInfo
 from .sandbox import (
     CellError,
     CellResult,
@@ -62,6 +64,7 @@ __all__ = [
     "AlreadyExists",
     "AsyncCommandHandle",
     "AsyncFiles",
+    "AsyncProcesses",
     "AsyncSandbox",
     "AsyncSecrets",
     "AsyncSnapshots",
@@ -88,6 +91,8 @@ __all__ = [
     "OutOfRange",
     "PermissionDenied",
     "PreviewUrl",
+    "ProcessInfo",
+    "Processes",
     "ResourceExhausted",
     "Sandbox",
     "SandboxInfo",

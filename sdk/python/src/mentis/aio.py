@@ -39,6 +39,7 @@ from .egress import (
     _update_rules_request,
 )
 from .errors import AlreadyExists, Cancelled, MentisError, NotFound, from_rejection, from_rpc_error
+from .processes import ProcessInfo, _process_info, _process_signal_request
 from .sandbox import (
     _CHUNK,
     _RESUMABLE,
@@ -113,6 +114,7 @@ from .v1 import (
 __all__ = [
     "AsyncCommandHandle",
     "AsyncFiles",
+    "AsyncProcesses",
     "AsyncSandbox",
     "AsyncSecrets",
     "AsyncSnapshots",
@@ -398,6 +400,7 @@ class AsyncSandbox:
         self._keep = keep
         self.files = AsyncFiles(self)
         self.terminals = AsyncTerminals(self)
+        self.processes = AsyncProcesses(self)
         # Terminals and background commands with a stream on this sandbox's connection, detached when it
         # closes.
         self._open_terminals: weakref.WeakSet = weakref.WeakSet()
@@ -1132,6 +1135,28 @@ async def _send(
     except BaseException:
         call.cancel()
         raise
+
+
+class AsyncProcesses:
+    """See `mentis.Processes` (the same names, awaited)."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sb = sandbox
+
+    async def list(self) -> builtins.list[ProcessInfo]:
+        """See `Processes.list`."""
+        conn = self._sb._conn
+        request = action_pb2.ListProcessesRequest(sandbox_id=self._sb.id)
+        return [_process_info(p) for p in (await conn.call(conn.actions.ListProcesses, request)).processes]
+
+    async def send_signal(self, pid: int, signal: str) -> None:
+        """See `Processes.send_signal`."""
+        conn = self._sb._conn
+        await conn.call(conn.actions.SignalProcess, _process_signal_request(self._sb.id, pid, signal))
+
+    async def kill(self, pid: int) -> None:
+        """See `Processes.kill`."""
+        await self.send_signal(pid, "KILL")
 
 
 class AsyncTerminal:

@@ -56,6 +56,7 @@ from .errors import (
     from_rejection,
     from_rpc_error,
 )
+from .processes import Processes
 from .snapshot import Snapshot, Snapshots
 from .terminal import Terminals, _time, _until_none
 from .v1 import action_pb2, file_pb2, observation_pb2, sandbox_pb2
@@ -551,6 +552,7 @@ class Sandbox:
         self._keep = keep
         self.files = Files(self)
         self.terminals = Terminals(self)
+        self.processes = Processes(self)
         # Terminals and background commands with a stream on this sandbox's connection, detached when it
         # closes.
         self._open_terminals: weakref.WeakSet = weakref.WeakSet()
