@@ -1,6 +1,6 @@
 """MentisSandbox's Python client: sandboxes for AI agents, with shell commands, stateful IPython cells,
-files, terminals, processes, snapshots of workspaces, preview URLs, templates with images of your own, and
-egress rules with secrets the sandbox never sees, over the runtime's gRPC API.
+files and watches of them, terminals, processes, snapshots of workspaces, preview URLs, templates with images
+of your own, and egress rules with secrets the sandbox never sees, over the runtime's gRPC API.
 
     from mentis import Sandbox
 
@@ -15,6 +15,7 @@ from ._client import Settings
 from .aio import (
     AsyncCommandHandle,
     AsyncFiles,
+    AsyncFileWatch,
     AsyncProcesses,
     AsyncSandbox,
     AsyncSecrets,
@@ -56,6 +57,7 @@ from .sandbox import (
 from .snapshot import Snapshot, Snapshots
 from .template import BuiltImage, Template, Templates
 from .terminal import Terminal, TerminalInfo, TerminalLink, Terminals
+from .watch import FileEvent, FileWatch
 
 __version__ = "0.1.0"
 
@@ -63,6 +65,7 @@ __all__ = [
     "Aborted",
     "AlreadyExists",
     "AsyncCommandHandle",
+    "AsyncFileWatch",
     "AsyncFiles",
     "AsyncProcesses",
     "AsyncSandbox",
@@ -82,7 +85,9 @@ __all__ = [
     "EgressDenial",
     "EgressRule",
     "FailedPrecondition",
+    "FileEvent",
     "FileInfo",
+    "FileWatch",
     "Files",
     "Internal",
     "InvalidArgument",

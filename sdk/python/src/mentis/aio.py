@@ -110,9 +110,11 @@ from .v1 import (
     terminal_pb2,
     terminal_pb2_grpc,
 )
+from .watch import FileEvent, _attach_watch_request, _Events, _watch_request
 
 __all__ = [
     "AsyncCommandHandle",
+    "AsyncFileWatch",
     "AsyncFiles",
     "AsyncProcesses",
     "AsyncSandbox",
@@ -402,9 +404,10 @@ class AsyncSandbox:
         self.terminals = AsyncTerminals(self)
         self.processes = AsyncProcesses(self)
         # Terminals and background commands with a stream on this sandbox's connection, detached when it
-        # closes.
+        # closes, and watches, closed then.
         self._open_terminals: weakref.WeakSet = weakref.WeakSet()
         self._open_commands: weakref.WeakSet = weakref.WeakSet()
+        self._open_watches: weakref.WeakSet = weakref.WeakSet()
 
     @classmethod
     def create(
@@ -620,11 +623,13 @@ class AsyncSandbox:
             )
 
     async def close(self) -> None:
-        """Closes the connection (the sandbox stays, and so do its terminals and background commands: they
-        are detached)."""
+        """Closes the connection (the sandbox stays, and so do its terminals, background commands and file
+        watches: they are detached, and the watches' readers closed)."""
         try:
             for follower in [*self._open_terminals, *self._open_commands]:
                 await follower.detach()
+            for watch in [*self._open_watches]:
+                await watch.close()
         finally:
             await self._conn.close()
 
@@ -1043,6 +1048,35 @@ class AsyncFiles:
         )
         return _file_info((await conn.call(conn.files.MoveFile, request)).file)
 
+    def watch(
+        self,
+        path: str = "",
+        *,
+        recursive: bool = False,
+        on_event: Callable[[FileEvent], None] | None = None,
+    ) -> _Pending[AsyncFileWatch]:
+        """See `Files.watch`: awaited, or used in `async with` (closed at the end)."""
+        request = _watch_request(self._sb.id, path, recursive)
+        return _Pending(lambda: self._track(request, on_event))
+
+    def attach_watch(
+        self,
+        watch_id: str,
+        *,
+        after_seq: int = 0,
+        on_event: Callable[[FileEvent], None] | None = None,
+    ) -> _Pending[AsyncFileWatch]:
+        """See `Files.attach_watch`: awaited, or used in `async with`."""
+        request = _attach_watch_request(self._sb.id, watch_id, after_seq)
+        return _Pending(lambda: self._track(request, on_event))
+
+    async def _track(
+        self, request: file_pb2.WatchFilesRequest, on_event: Callable[[FileEvent], None] | None
+    ) -> AsyncFileWatch:
+        watch = await AsyncFileWatch(self._sb._conn, self._sb.id, request, on_event)._start()
+        self._sb._open_watches.add(watch)
+        return watch
+
     async def _is_dir(self, path: str) -> bool:
         try:
             return (await self.stat(path)).is_dir
@@ -1135,6 +1169,210 @@ async def _send(
     except BaseException:
         call.cancel()
         raise
+
+
+class AsyncFileWatch:
+    """The asyncio twin of `mentis.FileWatch`: the same names, awaited (`async for` gives the events as they
+    come, `async with` closes it at the end). A task of the watch reads its stream and opens it again after a
+    drop; `on_event` is called on the event loop. `close()` (and the sandbox's) cancels the task and awaits
+    it."""
+
+    def __init__(
+        self,
+        conn: _AsyncConnection,
+        sandbox_id: str,
+        request: file_pb2.WatchFilesRequest,
+        on_event: Callable[[FileEvent], None] | None = None,
+    ) -> None:
+        self._conn = conn
+        self._sandbox_id = sandbox_id
+        self._request = request
+        self._events = _Events(on_event, request.after_seq)
+        self._changed = asyncio.Event()
+        self._call: Any = None
+        self._task: asyncio.Task | None = None
+        self.watch_id = ""
+
+    async def _start(self) -> AsyncFileWatch:
+        self.watch_id = (await self._open(self._request)).watch_id
+        self._task = asyncio.get_running_loop().create_task(self._read_stream())
+        return self
+
+    def _notify(self) -> None:
+        old, self._changed = self._changed, asyncio.Event()
+        old.set()
+
+    async def _until(self, ready: Callable[[], Any], timeout: float | None) -> bool:
+        """Waits until `ready()` (False when `timeout` seconds passed first)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not ready():
+            changed = self._changed
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
+        return True
+
+    # --- the stream
+
+    async def _open(self, request: file_pb2.WatchFilesRequest) -> file_pb2.WatchFilesResponse.Started:
+        call = self._conn.files.WatchFiles(request, metadata=self._conn.metadata)
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    raise MentisError("the watch's stream ended before it started")
+                if response.HasField("started"):
+                    break
+        except grpc.aio.AioRpcError as e:
+            call.cancel()
+            raise from_rpc_error(e) from None
+        except BaseException:
+            call.cancel()
+            raise
+        self._call = call
+        return response.started
+
+    async def _read_stream(self) -> None:
+        """The reading task (see `FileWatch._read_stream`)."""
+        try:
+            await self._follow()
+        except asyncio.CancelledError:
+            self._end(None if self._events.closed else Cancelled(f"watch {self.watch_id} was cancelled"))
+            raise
+        finally:
+            self._call.cancel()
+
+    async def _follow(self) -> None:
+        deadline: float | None = None
+        while True:
+            generation = self._conn.generation
+            failure: MentisError
+            try:
+                while True:
+                    response = await self._call.read()
+                    if response is grpc.aio.EOF or self._events.closed:
+                        break
+                    event = self._events.feed(response)
+                    if event is not None:
+                        deadline = None
+                        self._notify()
+                        if self._events.on_event is not None:
+                            self._events.on_event(event)
+                self._end()  # closed, or the runtime ended the stream: the watch ended
+                return
+            except grpc.aio.AioRpcError as e:
+                if self._events.closed:
+                    self._end()
+                    return
+                if e.code() not in _RESUMABLE:
+                    self._end(from_rpc_error(e))
+                    return
+                failure = from_rpc_error(e)
+                await self._conn.reconnect(generation)
+            except asyncio.CancelledError:
+                # As in `_observations`: a channel closed under the call, or this task being cancelled (by
+                # `close`, or from outside).
+                task = asyncio.current_task()
+                ours = task is None or not hasattr(task, "cancelling") or task.cancelling()
+                if ours or self._events.closed:
+                    raise
+                failure = Cancelled("the channel was closed during the call")
+                await self._conn.reconnect(generation)
+            except Exception as e:  # on_event's error: the watch's failure
+                self._end(e)
+                return
+            while True:
+                now = time.monotonic()
+                deadline = deadline or now + _RESUME_FOR
+                if self._events.closed:
+                    self._end()
+                    return
+                if now > deadline:
+                    self._end(failure)
+                    return
+                await asyncio.sleep(0.05)
+                request = _attach_watch_request(self._sandbox_id, self.watch_id, self._events.last_seq)
+                try:
+                    await self._open(request)
+                except MentisError as e:
+                    if e.code not in ("UNAVAILABLE", "CANCELLED"):
+                        self._end(e)
+                        return
+                    failure = e
+                    continue
+                deadline = None
+                break
+
+    def _end(self, failure: BaseException | None = None) -> None:
+        self._events.end(failure)
+        self._notify()
+
+    # --- what it is
+
+    @property
+    def last_seq(self) -> int:
+        """See `FileWatch.last_seq`."""
+        return self._events.last_seq
+
+    def __repr__(self) -> str:
+        return f"AsyncFileWatch({self.watch_id!r}, last_seq={self.last_seq!r})"
+
+    # --- its events
+
+    async def read(self, timeout: float | None = None) -> builtins.list[FileEvent]:
+        """See `FileWatch.read`."""
+        self._events.check_readable()
+        await self._until(lambda: self._events.buffer or self._events.done, timeout)
+        if self._events.buffer:
+            return self._events.take()
+        if self._events.failure is not None:
+            raise self._events.failure
+        return []
+
+    def __aiter__(self) -> AsyncIterator[FileEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[FileEvent]:
+        """See `FileWatch.__iter__`."""
+        while True:
+            self._events.check_readable()
+            await self._until(lambda: self._events.buffer or self._events.done, None)
+            if not self._events.buffer:
+                if self._events.failure is not None:
+                    raise self._events.failure
+                return
+            yield self._events.buffer.pop(0)
+
+    async def wait(self, timeout: float | None = None) -> None:
+        """See `FileWatch.wait`."""
+        if not await self._until(lambda: self._events.done, timeout):
+            raise TimeoutError(f"watch {self.watch_id} still runs after {timeout} s")
+        if self._events.failure is not None:
+            raise self._events.failure
+
+    # --- the end
+
+    async def close(self) -> None:
+        """See `FileWatch.close`: its task is cancelled and awaited."""
+        self._events.closed = True
+        if self._call is not None:
+            self._call.cancel()
+        task = self._task
+        if task is None or task is asyncio.current_task():
+            return
+        if task.done():
+            return
+        task.cancel()
+        await asyncio.wait({task})  # the caller's own cancellation is raised here, the task's is not
+
+    async def __aenter__(self) -> AsyncFileWatch:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
 
 
 class AsyncProcesses:

@@ -60,6 +60,7 @@ from .processes import Processes
 from .snapshot import Snapshot, Snapshots
 from .terminal import Terminals, _time, _until_none
 from .v1 import action_pb2, file_pb2, observation_pb2, sandbox_pb2
+from .watch import FileEvent, FileWatch, _attach_watch_request, _watch_request
 
 __all__ = [
     "CellError",
@@ -554,9 +555,10 @@ class Sandbox:
         self.terminals = Terminals(self)
         self.processes = Processes(self)
         # Terminals and background commands with a stream on this sandbox's connection, detached when it
-        # closes.
+        # closes, and watches, closed then.
         self._open_terminals: weakref.WeakSet = weakref.WeakSet()
         self._open_commands: weakref.WeakSet = weakref.WeakSet()
+        self._open_watches: weakref.WeakSet = weakref.WeakSet()
 
     # --- making one
 
@@ -815,11 +817,13 @@ class Sandbox:
             _call(self._conn.sandboxes.DeleteSandbox, sandbox_pb2.DeleteSandboxRequest(sandbox_id=self.id))
 
     def close(self) -> None:
-        """Closes the connection (the sandbox stays, and so do its terminals and background commands: they
-        are detached)."""
+        """Closes the connection (the sandbox stays, and so do its terminals, background commands and file
+        watches: they are detached, and the watches' readers closed)."""
         try:
             for follower in [*self._open_terminals, *self._open_commands]:
                 follower.detach()
+            for watch in [*self._open_watches]:
+                watch.close()
         finally:
             self._conn.close()
 
@@ -1020,6 +1024,41 @@ class Files:
             sandbox_id=self._sb.id, source=source, destination=destination, overwrite=overwrite
         )
         return _file_info(_call(conn.files.MoveFile, request).file)
+
+    def watch(
+        self,
+        path: str = "",
+        *,
+        recursive: bool = False,
+        on_event: Callable[[FileEvent], None] | None = None,
+    ) -> FileWatch:
+        """Starts watching the directory `path` ("" is the workspace) and, with `recursive`, every directory
+        under it, also those made later (at most 4096 directories). Every change from when this returns is
+        reported, as a `FileEvent`: iterate over the `FileWatch`, `read` it, or pass `on_event` (called from
+        the watch's thread). A path that is not a directory is InvalidArgument, a missing one NotFound
+        (`PATH_NOT_FOUND`); a sandbox with 16 watches is FailedPrecondition (a watch nobody reads ends after 5
+        minutes)."""
+        request = _watch_request(self._sb.id, path, recursive)
+        return self._track(FileWatch(self._sb._conn, self._sb.id, request, on_event))
+
+    def attach_watch(
+        self,
+        watch_id: str,
+        *,
+        after_seq: int = 0,
+        on_event: Callable[[FileEvent], None] | None = None,
+    ) -> FileWatch:
+        """Reads a watch of this sandbox again by its id (`FileWatch.watch_id`), from this process or another:
+        its events after `after_seq` (`FileWatch.last_seq` of the reader before; 0: every event still kept)
+        first, a `gap` event first when some of them are gone, then live ones. NotFound (`PATH_NOT_FOUND`) for
+        a watch that ended (nobody read it for 5 minutes, or the sandbox restarted), OutOfRange
+        (`SEQ_OUT_OF_RANGE`) for an `after_seq` beyond its newest event."""
+        request = _attach_watch_request(self._sb.id, watch_id, after_seq)
+        return self._track(FileWatch(self._sb._conn, self._sb.id, request, on_event))
+
+    def _track(self, watch: FileWatch) -> FileWatch:
+        self._sb._open_watches.add(watch)
+        return watch
 
     def _is_dir(self, path: str) -> bool:
         try:
