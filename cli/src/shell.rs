@@ -147,7 +147,15 @@ pub async fn run(conn: &Conn, mut a: ShellArgs) -> Result<Status> {
     }
     // stdin is read by a thread of its own (a blocking read); it is simply left behind at the end.
     let keys = tx.clone();
+    // The piped shell turns the terminal's echo off first (PIPED_COMMAND): input sent before that would be
+    // echoed back, so it waits for the first output (the prompt, printed after `stty -echo`), 5 s at most.
+    let piped = a.command.is_empty() && !tty && a.attach.is_none();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let mut ready_tx = piped.then_some(ready_tx);
     std::thread::spawn(move || {
+        if piped {
+            let _ = ready_rx.recv_timeout(std::time::Duration::from_secs(5));
+        }
         let mut stdin = std::io::stdin().lock();
         let mut buf = [0u8; 4096];
         loop {
@@ -176,6 +184,9 @@ pub async fn run(conn: &Conn, mut a: ShellArgs) -> Result<Status> {
         tokio::select! {
             msg = stream.message() => match msg? {
                 Some(api::OpenResponse { kind: Some(open_response::Kind::Output(out)) }) => {
+                    if let Some(ready) = ready_tx.take() {
+                        let _ = ready.send(());
+                    }
                     stdout.write_all(&out.data)?;
                     stdout.flush()?;
                 }

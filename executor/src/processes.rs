@@ -114,8 +114,8 @@ struct Clock {
     page_size: u64,
     /// Seconds since boot, now.
     uptime: f64,
-    /// The boot's time, seconds since the Unix epoch.
-    boot_time: f64,
+    /// Now, seconds since the Unix epoch (read with `uptime`).
+    now: f64,
 }
 
 impl Clock {
@@ -134,19 +134,14 @@ impl Clock {
             .ok()
             .and_then(|s| s.split_whitespace().next()?.parse().ok())
             .unwrap_or(0.0);
-        let boot_time = std::fs::read_to_string(proc.join("stat"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("btime "))
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or(0.0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         Self {
             ticks,
             page_size,
             uptime,
-            boot_time,
+            now,
         }
     }
 }
@@ -164,6 +159,7 @@ fn parse_stat(pid: i32, stat: &str, clock: &Clock) -> Option<ProcessInfo> {
     let cpu_seconds = cpu_ticks / clock.ticks;
     let started = start_ticks / clock.ticks;
     let alive = (clock.uptime - started).max(0.0);
+    // From now back by its age: the boot time the kernel gives is in whole seconds, the age is not.
     let cpu_percent = if alive > 0.0 {
         (cpu_seconds / alive * 100.0 * 10.0).round() / 10.0
     } else {
@@ -179,7 +175,7 @@ fn parse_stat(pid: i32, stat: &str, clock: &Clock) -> Option<ProcessInfo> {
         cpu_seconds,
         cpu_percent,
         memory_bytes: rss_pages.saturating_mul(clock.page_size),
-        start_time: clock.boot_time + started,
+        start_time: clock.now - alive,
         ..Default::default()
     })
 }
@@ -218,7 +214,7 @@ mod tests {
             ticks: 100.0,
             page_size: 4096,
             uptime: 1000.0,
-            boot_time: 1_700_000_000.0,
+            now: 1_700_001_000.0,
         };
         let stat = "42 (a (weird) name) S 7 42 42 0 -1 4194560 10 0 0 0 150 50 0 0 20 0 1 0 50000 1000 256 \
                     18446744073709551615";

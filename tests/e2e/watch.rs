@@ -159,6 +159,66 @@ async fn a_watch_reports_changes_live_and_resumes_after_a_cut() -> Result<()> {
     assert_eq!(short(&all[..seen.len()]), s);
     drop(stream);
 
+    // A burst of writes to one file: one MODIFIED at once and one when 50 ms are over, never one a write;
+    // a file replaced whole through WriteFile is CREATED, without the executor's temporary file.
+    let (_, _, mut burst) = watch(
+        &h,
+        &sb,
+        api::WatchFilesRequest {
+            watch_id: id.clone(),
+            after_seq: all.last().map_or(0, |e| e.3),
+            ..Default::default()
+        },
+    )
+    .await?;
+    h.sh(
+        &sb,
+        "for i in $(seq 1 200); do echo $i >> proj/burst.txt; done; sleep 0.3; touch proj/after-burst",
+    )
+    .await?;
+    let seen = events_until(&mut burst, (Created, "proj/after-burst")).await?;
+    let modified = seen
+        .iter()
+        .filter(|e| e.0 == Modified && e.1 == "proj/burst.txt")
+        .count();
+    assert!(
+        (2..=40).contains(&modified),
+        "{modified}: {:?}",
+        short(&seen)
+    );
+    let mut files = FileServiceClient::new(h.channel.clone());
+    for content in ["one", "two"] {
+        files
+            .write_file(futures::stream::iter([
+                api::WriteFileRequest {
+                    kind: Some(api::write_file_request::Kind::Header(
+                        api::WriteFileHeader {
+                            sandbox_id: sb.clone(),
+                            path: "proj/written.txt".into(),
+                            mode: 0,
+                        },
+                    )),
+                },
+                api::WriteFileRequest {
+                    kind: Some(api::write_file_request::Kind::Data(
+                        content.as_bytes().to_vec().into(),
+                    )),
+                },
+            ]))
+            .await?;
+    }
+    h.sh(&sb, "touch proj/after-writes").await?;
+    let seen = events_until(&mut burst, (Created, "proj/after-writes")).await?;
+    assert_eq!(
+        short(&seen),
+        [
+            "CREATED proj/written.txt",
+            "CREATED proj/written.txt",
+            "CREATED proj/after-writes"
+        ],
+    );
+    drop(burst);
+
     // A watch that is not recursive: its own directory's entries only.
     let (_, _, mut flat) = watch(
         &h,
@@ -271,13 +331,13 @@ async fn what_cannot_be_watched_is_refused_with_its_reason() -> Result<()> {
         assert_eq!((got, why.as_str()), (code, reason), "{shown}");
     }
     // after_seq beyond the newest event.
-    let (id, _, _s) = watch(&h, &sb, api::WatchFilesRequest::default()).await?;
+    let (id, _, first) = watch(&h, &sb, api::WatchFilesRequest::default()).await?;
     let (got, why, _) = refused(
         watch(
             &h,
             &sb,
             api::WatchFilesRequest {
-                watch_id: id,
+                watch_id: id.clone(),
                 after_seq: 10,
                 ..Default::default()
             },
@@ -288,13 +348,62 @@ async fn what_cannot_be_watched_is_refused_with_its_reason() -> Result<()> {
         (got, why.as_str()),
         (tonic::Code::OutOfRange, "SEQ_OUT_OF_RANGE")
     );
-    // 16 watches at most (the one above is the first).
-    let mut kept = Vec::new();
+    // 16 watches at most (the one above is the first): while each has a reader, a 17th is refused.
+    let mut kept = vec![(id, first)];
     for _ in 0..15 {
-        kept.push(watch(&h, &sb, api::WatchFilesRequest::default()).await?);
+        let (id, _, s) = watch(&h, &sb, api::WatchFilesRequest::default()).await?;
+        kept.push((id, s));
     }
     let (got, _, _) = refused(watch(&h, &sb, api::WatchFilesRequest::default()).await);
     assert_eq!(got, tonic::Code::FailedPrecondition);
-    drop(kept);
+    // Readers gone, the watches stay; a new one takes the place of the one read least recently.
+    let ids: Vec<String> = kept.iter().map(|(id, _)| id.clone()).collect();
+    for (_, stream) in kept {
+        drop(stream);
+        // Apart, so that their readers' ends are in order.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let _newest = loop {
+        match watch(&h, &sb, api::WatchFilesRequest::default()).await {
+            Ok(w) => break w,
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "no place for a new watch: {s:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(s) => bail!("{s:?}"),
+        }
+    };
+    let (got, why, _) = refused(
+        watch(
+            &h,
+            &sb,
+            api::WatchFilesRequest {
+                watch_id: ids[0].clone(),
+                ..Default::default()
+            },
+        )
+        .await,
+    );
+    assert_eq!(
+        (got, why.as_str()),
+        (tonic::Code::NotFound, "PATH_NOT_FOUND"),
+        "the watch read least recently ended"
+    );
+    for id in &ids[1..] {
+        let (_, _, s) = watch(
+            &h,
+            &sb,
+            api::WatchFilesRequest {
+                watch_id: id.clone(),
+                ..Default::default()
+            },
+        )
+        .await?;
+        drop(s);
+    }
     Ok(())
 }

@@ -4,9 +4,10 @@
 //! A watch lives in the executor, apart from the streams that read it: a stream that ends (the client or
 //! the control plane went away) leaves it running, its events kept (the newest [`MAX_EVENTS`]), and a new
 //! stream with its id and the seq of the last event received gets the rest, then live ones; a reader too
-//! far behind is told which events are gone (a gap). A watch nobody reads for [`LINGER`] ends. Everything is
-//! bounded: [`MAX_WATCHES`] watches, [`MAX_DIRS`] directories each (a recursive watch follows the
-//! directories made under it), and bursts of writes to one file coalesce.
+//! far behind is told which events are gone (a gap). A watch nobody reads for [`LINGER`] ends, and so does
+//! the one read least recently when a sandbox with [`MAX_WATCHES`] starts another. Everything is bounded:
+//! watches, [`MAX_DIRS`] directories each (a recursive watch follows the directories made under it), and
+//! writes to one file (one MODIFIED at once, then at most one per [`COALESCE`] while they go on).
 //!
 //! Directories are watched through their descriptor (`/proc/self/fd/N` of a directory reached by the same
 //! walk as every file call, see `path`): a symbolic link swapped in by a command never leads a watch out of
@@ -105,12 +106,25 @@ impl Watches {
         if self.shutdown.is_cancelled() {
             return Err(Error::ShuttingDown);
         }
-        if self.all().len() >= MAX_WATCHES {
-            return Err(Error::FailedPrecondition(format!(
-                "this sandbox has {MAX_WATCHES} watches already; end one (a watch nobody reads ends \
-                 after {} s)",
-                LINGER.as_secs()
-            )));
+        {
+            let mut all = self.all();
+            if all.len() >= MAX_WATCHES {
+                // The one nobody has read for longest makes room; when every one has a reader, none.
+                let idle = all
+                    .values()
+                    .filter(|w| w.readers.load(Ordering::SeqCst) == 0)
+                    .min_by_key(|w| *w.idle_since.lock().unwrap_or_else(PoisonError::into_inner))
+                    .map(|w| w.id.clone());
+                let Some(idle) = idle else {
+                    return Err(Error::FailedPrecondition(format!(
+                        "this sandbox has {MAX_WATCHES} watches, each with a reader; close one first"
+                    )));
+                };
+                if let Some(w) = all.remove(&idle) {
+                    w.cancel.cancel();
+                    tracing::info!(watch_id = %w.id, "watch ended: a new one needed its place");
+                }
+            }
         }
         let root = ws.open_root()?;
         let dir = path::walk(&root, p.parts(), None, &p.display())?;
@@ -191,6 +205,31 @@ struct Ring {
     events: VecDeque<Event>,
     /// The seq of the newest event (0: none yet).
     last: u64,
+    /// Files written to lately: when their last MODIFIED went out, and whether a write came after it
+    /// (sent when [`COALESCE`] is over, so the last write of a burst is always reported).
+    written: HashMap<String, Written>,
+}
+
+struct Written {
+    at: Instant,
+    is_dir: bool,
+    pending: bool,
+}
+
+impl Ring {
+    fn append(&mut self, kind: Kind, path: String, is_dir: bool) {
+        self.last += 1;
+        self.events.push_back(Event {
+            seq: self.last,
+            kind,
+            path,
+            is_dir,
+            time: SystemTime::now(),
+        });
+        if self.events.len() > MAX_EVENTS {
+            self.events.pop_front();
+        }
+    }
 }
 
 impl Watch {
@@ -203,31 +242,71 @@ impl Watch {
         self.ring.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Records an event. Writes to one file are throttled: the first goes out at once, those within
+    /// [`COALESCE`] after it become one MODIFIED when that time is over ([`Watch::flush`]); any other event
+    /// of the file sends a held MODIFIED first, so the order stays true.
     fn push(&self, kind: Kind, path: String, is_dir: bool) {
-        let now = SystemTime::now();
+        let now = Instant::now();
         let last = {
             let mut ring = self.ring();
-            if kind == Kind::Modified
-                && let Some(tail) = ring.events.back()
-                && tail.kind == Kind::Modified
-                && tail.path == path
-                && now.duration_since(tail.time).unwrap_or_default() < COALESCE
+            if kind == Kind::Modified {
+                match ring.written.get_mut(&path) {
+                    Some(w) if now.duration_since(w.at) < COALESCE => {
+                        w.pending = true;
+                        return;
+                    }
+                    _ => {
+                        ring.written.insert(
+                            path.clone(),
+                            Written {
+                                at: now,
+                                is_dir,
+                                pending: false,
+                            },
+                        );
+                    }
+                }
+            } else if let Some(w) = ring.written.remove(&path)
+                && w.pending
             {
+                ring.append(Kind::Modified, path.clone(), w.is_dir);
+            }
+            ring.append(kind, path, is_dir);
+            ring.last
+        };
+        self.notify.send_replace(last);
+    }
+
+    /// Whether writes are held for their MODIFIED.
+    fn holds_writes(&self) -> bool {
+        self.ring().written.values().any(|w| w.pending)
+    }
+
+    /// Sends the MODIFIED of files whose writes were held and whose [`COALESCE`] is over, and forgets
+    /// files not written to lately (the map stays as small as the burst).
+    fn flush(&self) {
+        let now = Instant::now();
+        let last = {
+            let mut ring = self.ring();
+            let due: Vec<(String, bool)> = ring
+                .written
+                .iter()
+                .filter(|(_, w)| w.pending && now.duration_since(w.at) >= COALESCE)
+                .map(|(p, w)| (p.clone(), w.is_dir))
+                .collect();
+            for (path, is_dir) in &due {
+                if let Some(w) = ring.written.get_mut(path) {
+                    w.at = now;
+                    w.pending = false;
+                }
+                ring.append(Kind::Modified, path.clone(), *is_dir);
+            }
+            ring.written
+                .retain(|_, w| w.pending || now.duration_since(w.at) < COALESCE);
+            if due.is_empty() {
                 return;
             }
-            ring.last += 1;
-            let seq = ring.last;
-            ring.events.push_back(Event {
-                seq,
-                kind,
-                path,
-                is_dir,
-                time: now,
-            });
-            if ring.events.len() > MAX_EVENTS {
-                ring.events.pop_front();
-            }
-            seq
+            ring.last
         };
         self.notify.send_replace(last);
     }
@@ -424,6 +503,11 @@ impl Tree {
             let (Some(dir), Some(name)) = (self.dirs.get(&e.wd).cloned(), e.name) else {
                 return;
             };
+            // The executor's own temporary files (a write lands in one, renamed over its target): the
+            // rename is the target's CREATED, the rest is not the sandbox's doing.
+            if is_temporary(&name) {
+                return;
+            }
             let at = dir.join(&name);
             let is_dir = e.mask.contains(EventMask::ISDIR);
             let kind = if e.mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
@@ -450,6 +534,15 @@ impl Tree {
     }
 }
 
+/// Whether `name` is one of the executor's temporary files (`write::temp_name`).
+fn is_temporary(name: &std::ffi::OsStr) -> bool {
+    let b = name.as_bytes();
+    b.first() == Some(&b'.')
+        && b.len() > 44
+        && b[b.len() - 44..].starts_with(b".mentis-tmp-")
+        && b[b.len() - 32..].iter().all(u8::is_ascii_hexdigit)
+}
+
 /// A watch's task: reads inotify until the watch ends (the executor stops, or nobody read it for
 /// [`LINGER`]), then forgets it.
 async fn run(
@@ -460,8 +553,10 @@ async fn run(
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
+        let holding = watch.holds_writes();
         tokio::select! {
             () = watch.cancel.cancelled() => break,
+            () = tokio::time::sleep(COALESCE), if holding => watch.flush(),
             _ = tick.tick() => {
                 let idle = *watch.idle_since.lock().unwrap_or_else(PoisonError::into_inner);
                 if watch.readers.load(Ordering::SeqCst) == 0 && idle.elapsed() >= LINGER {

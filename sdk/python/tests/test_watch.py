@@ -260,13 +260,28 @@ def test_watch_mistakes_are_typed_errors_raised_at_once(runtime, sb):
             sb.files.attach_watch(watch_id, after_seq=after_seq)  # type: ignore[arg-type]
         assert local.value.field in ("watch_id", "after_seq")
 
-    # A sandbox has at most 16 watches (one nobody reads lasts 5 minutes).
+    # A sandbox keeps at most 16 watches: while each has a reader a 17th is refused; once they are closed,
+    # a new one ends the one read least recently.
     with Sandbox.create(addr=runtime.addr, api_key=runtime.key) as full:
         watches = [full.files.watch() for _ in range(16)]
         with pytest.raises(mentis.FailedPrecondition):
             full.files.watch()
         for w in watches:
             w.close()
+            time.sleep(0.05)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                newest = full.files.watch()
+                break
+            except mentis.FailedPrecondition:
+                assert time.monotonic() < deadline, "no place for a new watch after closing 16"
+                time.sleep(0.2)
+        newest.close()
+        with pytest.raises(mentis.NotFound):
+            full.files.attach_watch(watches[0].watch_id)
+        with full.files.attach_watch(watches[1].watch_id):
+            pass
     assert _watch_threads() == []
 
 

@@ -1036,8 +1036,9 @@ class Files:
         under it, also those made later (at most 4096 directories). Every change from when this returns is
         reported, as a `FileEvent`: iterate over the `FileWatch`, `read` it, or pass `on_event` (called from
         the watch's thread). A path that is not a directory is InvalidArgument, a missing one NotFound
-        (`PATH_NOT_FOUND`); a sandbox with 16 watches is FailedPrecondition (a watch nobody reads ends after 5
-        minutes)."""
+        (`PATH_NOT_FOUND`). A sandbox keeps 16 watches: a new one ends the one read least recently that has
+        no reader (a watch nobody reads also ends after 5 minutes), and is FailedPrecondition when all 16
+        have one."""
         request = _watch_request(self._sb.id, path, recursive)
         return self._track(FileWatch(self._sb._conn, self._sb.id, request, on_event))
 
