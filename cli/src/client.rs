@@ -101,7 +101,7 @@ impl Conn {
             // A whole id, or something that is no id at all: the runtime says what is wrong with it.
             return Ok(typed.to_owned());
         }
-        let mut found = Vec::new();
+        let mut ids = Vec::new();
         let mut page_token = String::new();
         loop {
             let page = self
@@ -113,28 +113,13 @@ impl Conn {
                 })
                 .await?
                 .into_inner();
-            found.extend(
-                page.sandboxes
-                    .into_iter()
-                    .map(|s| s.sandbox_id)
-                    .filter(|id| id.starts_with(&prefix)),
-            );
+            ids.extend(page.sandboxes.into_iter().map(|s| s.sandbox_id));
             if page.next_page_token.is_empty() {
                 break;
             }
             page_token = page.next_page_token;
         }
-        match found.len() {
-            0 => Err(tonic::Status::not_found(format!(
-                "no sandbox has an id starting with {typed:?} (`mentis sandbox list` lists them)"
-            ))
-            .into()),
-            1 => Ok(found.remove(0)),
-            n => Err(crate::error::Failure::Usage(format!(
-                "{typed:?} is the start of {n} sandboxes' ids ({}): type more of it",
-                found.join(", ")
-            ))),
-        }
+        pick(typed, ids)
     }
 
     pub fn sandboxes(&self) -> SandboxServiceClient<Api> {
@@ -168,6 +153,27 @@ impl Conn {
 
     pub fn spaces(&self) -> SpaceServiceClient<Api> {
         SpaceServiceClient::new(self.channel.clone())
+    }
+}
+
+/// The one of `ids` that starts with `typed` (any case): NOT_FOUND for none, a usage error listing them
+/// for several.
+fn pick(typed: &str, ids: Vec<String>) -> crate::error::Result<String> {
+    let prefix = typed.to_ascii_lowercase();
+    let mut found: Vec<String> = ids
+        .into_iter()
+        .filter(|id| id.starts_with(&prefix))
+        .collect();
+    match found.len() {
+        0 => Err(tonic::Status::not_found(format!(
+            "no sandbox has an id starting with {typed:?} (`mentis sandbox list` lists them)"
+        ))
+        .into()),
+        1 => Ok(found.remove(0)),
+        n => Err(crate::error::Failure::Usage(format!(
+            "{typed:?} is the start of {n} sandboxes' ids ({}): type more of it",
+            found.join(", ")
+        ))),
     }
 }
 
@@ -277,4 +283,38 @@ pub fn pairs(
                 .with_context(|| format!("{what} {kv:?} is not KEY=VALUE"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Failure;
+
+    #[test]
+    fn a_prefix_names_the_one_sandbox_it_starts_and_says_when_it_starts_none_or_several() {
+        let ids = || {
+            [
+                "8fe0d6af-1111-4000-8000-000000000001",
+                "8fe0d6af-2222-4000-8000-000000000002",
+                "3c2b0000-3333-4000-8000-000000000003",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        };
+        assert!(matches!(pick("3c", ids()), Ok(id) if id.starts_with("3c2b")));
+        assert!(matches!(pick("8FE0D6AF-2", ids()), Ok(id) if id.contains("-2222-")));
+        match pick("8fe0d6af", ids()) {
+            Err(Failure::Usage(m)) => {
+                assert!(
+                    m.contains("2 sandboxes") && m.contains("-1111-") && m.contains("-2222-"),
+                    "{m}"
+                )
+            }
+            other => panic!("not ambiguous: {other:?}"),
+        }
+        match pick("ab", ids()) {
+            Err(Failure::Rpc(s)) => assert_eq!(s.code(), tonic::Code::NotFound),
+            other => panic!("found: {other:?}"),
+        }
+    }
 }

@@ -48,12 +48,13 @@ class FileEvent:
     """One change under a watched directory, or a mark where events were lost.
 
     `type` is `"created"` (made, or moved in, or replaced whole), `"modified"` (written to: a burst of writes
-    to one file is one event at once and one more 50 ms later, so the last write is always reported), `"removed"` (deleted, or moved away; a move is `removed` at the old path and
-    `created` at the new one), `"overflow"` (events were lost in the sandbox's kernel, or the directory at
-    `path` could not be followed; `path` is empty for the whole watch) or `"gap"` (this reader fell behind
-    what the watch keeps, its newest 4096 events: the `missed` events up to `seq` are gone). After an
-    `overflow` or a `gap`, list the directory to catch up. `path` is relative to /workspace, as
-    `FileInfo.path`; `seq` numbers the watch's events from 1; `time` is when the change was seen."""
+    to one file is one event at once and one more 50 ms later, so the last write is always reported),
+    `"removed"` (deleted, or moved away; a move is `removed` at the old path and `created` at the new one),
+    `"overflow"` (events were lost in the sandbox's kernel, or the directory at `path` could not be followed;
+    `path` is empty for the whole watch) or `"gap"` (this reader fell behind what the watch keeps, its newest
+    4096 events: the `missed` events up to `seq` are gone). After an `overflow` or a `gap`, list the directory
+    to catch up. `path` is relative to /workspace, as `FileInfo.path`; `seq` numbers the watch's events from
+    1; `time` is when the change was seen."""
 
     seq: int
     type: str
