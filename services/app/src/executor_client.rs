@@ -26,7 +26,11 @@ use convert::{action_to_wire, summary_from_wire};
 
 mod convert;
 mod files;
-pub use files::WatchStream;
+
+/// What a watch's stream carries, as the executor says it (`ExecutorClient::watch_files`).
+pub type WatchStream = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<mentis_core::files::WatchItem, Error>> + Send + 'static>,
+>;
 mod terminals;
 
 pub(crate) use convert::kind_from_wire;

@@ -17,7 +17,7 @@ use mentis_proto::executor::{
     write_file_request,
 };
 
-use super::{ByteStream, ExecutorClient, status_to_error};
+use super::{ByteStream, ExecutorClient, WatchStream, status_to_error};
 
 impl ExecutorClient {
     /// Starts reading `length` bytes (0: to the end) of a file from `offset`.
@@ -207,10 +207,6 @@ impl ExecutorClient {
         ))
     }
 }
-
-/// What a watch's stream carries, as the executor says it.
-pub type WatchStream =
-    std::pin::Pin<Box<dyn futures::Stream<Item = Result<WatchItem, Error>> + Send + 'static>>;
 
 impl ExecutorClient {
     /// Starts a watch (no `watch_id`), or reads one again after `after_seq`.
