@@ -92,7 +92,7 @@ async fn a_watch_reports_changes_live_and_resumes_after_a_cut() -> Result<()> {
 
     h.sh(
         &sb,
-        "mkdir proj/sub && echo a > proj/sub/f.txt && sleep 0.1 && echo b >> proj/sub/f.txt && \
+        "mkdir proj/sub && sleep 0.5 && echo a > proj/sub/f.txt && sleep 0.1 && echo b >> proj/sub/f.txt && \
          mv proj/sub/f.txt proj/g.txt && rm proj/g.txt",
     )
     .await?;
