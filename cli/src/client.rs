@@ -244,12 +244,7 @@ impl Reach {
 
 /// Whether a call failed because no connection could be made (the address, not the call).
 fn is_connect_failure(status: &tonic::Status) -> bool {
-    let mut text = status.message().to_owned();
-    let mut source = std::error::Error::source(status);
-    while let Some(e) = source {
-        text.push_str(&format!(": {e}"));
-        source = e.source();
-    }
+    let text = format!("{}{}", status.message(), causes(status));
     text.contains("tcp connect error")
         || text.contains("Connection refused")
         || text.contains("dns error")

@@ -351,6 +351,11 @@ async fn serve(
         sessions.clone(),
         manager.config().stream,
     );
+    let file_api = FileApi::new(
+        Arc::clone(&manager),
+        shutdown.clone(),
+        manager.config().stream.keepalive,
+    );
     let terminal_api = TerminalApi::new(
         Arc::clone(&manager),
         shutdown.clone(),
@@ -365,14 +370,7 @@ async fn serve(
         let max = manager.config().max_message_bytes;
         let api = tonic::service::Routes::new(SandboxServiceServer::new(sandbox_api.clone()))
             .add_service(ActionServiceServer::new(action_api.clone()))
-            .add_service(
-                FileApi::new(
-                    Arc::clone(&manager),
-                    shutdown.clone(),
-                    manager.config().stream.keepalive,
-                )
-                .into_service(max),
-            );
+            .add_service(file_api.clone().into_service(max));
         let api = tower::ServiceBuilder::new()
             .layer(AuthLayer::new(Arc::clone(&keyring)))
             .service(api);
@@ -453,14 +451,7 @@ async fn serve(
                 .max_decoding_message_size(max.max(MAX_REQUEST_BYTES))
                 .accept_compressed(gzip),
         )
-        .add_service(
-            FileApi::new(
-                Arc::clone(&manager),
-                shutdown.clone(),
-                manager.config().stream.keepalive,
-            )
-            .into_service(max),
-        )
+        .add_service(file_api.into_service(max))
         .add_service(
             KeyServiceServer::new(KeyApi::new(Arc::clone(&manager), keyring))
                 .max_decoding_message_size(max)

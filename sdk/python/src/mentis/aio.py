@@ -1171,7 +1171,31 @@ async def _send(
         raise
 
 
-class AsyncFileWatch:
+class _Changes:
+    """Waiting for a stream's reader task to change something: `_notify` wakes every `_until`. The class sets
+    `self._changed = asyncio.Event()` in its constructor."""
+
+    _changed: asyncio.Event
+
+    def _notify(self) -> None:
+        old, self._changed = self._changed, asyncio.Event()
+        old.set()
+
+    async def _until(self, ready: Callable[[], Any], timeout: float | None) -> bool:
+        """Waits until `ready()` (False when `timeout` seconds passed first)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not ready():
+            changed = self._changed
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
+        return True
+
+
+class AsyncFileWatch(_Changes):
     """The asyncio twin of `mentis.FileWatch`: the same names, awaited (`async for` gives the events as they
     come, `async with` closes it at the end). A task of the watch reads its stream and opens it again after a
     drop; `on_event` is called on the event loop. `close()` (and the sandbox's) cancels the task and awaits
@@ -1197,23 +1221,6 @@ class AsyncFileWatch:
         self.watch_id = (await self._open(self._request)).watch_id
         self._task = asyncio.get_running_loop().create_task(self._read_stream())
         return self
-
-    def _notify(self) -> None:
-        old, self._changed = self._changed, asyncio.Event()
-        old.set()
-
-    async def _until(self, ready: Callable[[], Any], timeout: float | None) -> bool:
-        """Waits until `ready()` (False when `timeout` seconds passed first)."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not ready():
-            changed = self._changed
-            left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                return False
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
-        return True
 
     # --- the stream
 
@@ -1397,7 +1404,7 @@ class AsyncProcesses:
         await self.send_signal(pid, "KILL")
 
 
-class AsyncTerminal:
+class AsyncTerminal(_Changes):
     """The asyncio twin of `mentis.Terminal`: the same names, awaited (`async for` reads the output, `async
     with` closes it at the end). The `on_output` callback is called on the event loop."""
 
@@ -1421,23 +1428,6 @@ class AsyncTerminal:
         self._rows, self._cols = started.rows, started.cols
         self._task = asyncio.get_running_loop().create_task(self._read_stream())
         return self
-
-    def _notify(self) -> None:
-        old, self._changed = self._changed, asyncio.Event()
-        old.set()
-
-    async def _until(self, ready: Callable[[], Any], timeout: float | None) -> bool:
-        """Waits until `ready()` (False when `timeout` seconds passed first)."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not ready():
-            changed = self._changed
-            left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                return False
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
-        return True
 
     # --- the stream
 
