@@ -50,6 +50,6 @@ export {
   type SandboxInfo,
   type SandboxStateName,
 } from "./sandbox.js";
-export { Files } from "./files.js";
+export { type FileInfo, Files, type WriteData } from "./files.js";
 export { Processes } from "./processes.js";
 export { Terminals } from "./terminals.js";
