@@ -177,11 +177,20 @@ export function cellAction(code: string, options: RunCodeOptions): Action {
   });
 }
 
-/** A failure a resumed stream gets past: the connection broke, or the runtime is restarting. */
-function resumable(e: unknown, signal: AbortSignal | undefined): boolean {
+/**
+ * A failure a resumed stream gets past: the connection broke, or the runtime is restarting. The runtime's own
+ * statuses are UNAVAILABLE (draining, restarting) and CANCELLED; a connection that broke under a call is one of
+ * Connect-node's own errors, with the Node error beneath it (ECONNRESET, ERR_STREAM_DESTROYED, ERR_HTTP2_...)
+ * or the HTTP/2 stream's reset, whatever code it was given (ABORTED, INTERNAL).
+ */
+export function resumable(e: unknown, signal: AbortSignal | undefined): boolean {
   if (signal?.aborted) return false;
-  const err = e instanceof ConnectError ? e : ConnectError.from(e);
-  return err.code === Code.Unavailable || err.code === Code.Canceled;
+  if (e instanceof MentisError) return e.code === "UNAVAILABLE";
+  const err = ConnectError.from(e);
+  if (err.code === Code.Unavailable || err.code === Code.Canceled) return true;
+  const cause: unknown = err.cause;
+  if (cause instanceof Error && typeof (cause as NodeJS.ErrnoException).code === "string") return true;
+  return err.rawMessage.startsWith("http/2 stream closed with error code");
 }
 
 function sleep(ms: number): Promise<void> {

@@ -139,12 +139,18 @@ export class Runtime {
 
 let shared: Promise<Runtime> | undefined;
 
+// Registered when a test file imports this module: its runtime stops after all of the file's tests (an `after`
+// registered inside a test or hook would run when that one ends).
+after(async () => {
+  const rt = await shared?.catch(() => undefined);
+  await rt?.stop();
+});
+
 /** This test file's runtime (one per file: node --test runs each file in a process of its own), with
  * MENTIS_ADDR / MENTIS_API_KEY pointing at it; stopped after the file's tests. */
 export function runtime(): Promise<Runtime> {
   shared ??= (async () => {
     const rt = new Runtime();
-    after(() => rt.stop());
     await rt.start();
     rt.useEnv();
     return rt;
@@ -159,6 +165,7 @@ export class CuttableProxy {
   private open = new Set<Socket>();
   cuts = 0;
   addr = "";
+  private holding = false;
 
   private constructor(private readonly targetPort: number) {
     this.server = createServer((client) => {
@@ -166,7 +173,11 @@ export class CuttableProxy {
       this.open.add(client);
       this.open.add(upstream);
       client.pipe(upstream);
-      upstream.pipe(client);
+      // The runtime's bytes reach the client unless they are held back (then they are dropped, as a network
+      // that lost them would).
+      upstream.on("data", (chunk: Buffer) => {
+        if (!this.holding) client.write(chunk);
+      });
       const drop = () => {
         client.destroy();
         upstream.destroy();
@@ -187,9 +198,16 @@ export class CuttableProxy {
     return p;
   }
 
-  /** Resets every open connection (RST, as a dropped network ends them). */
+  /** From now until the next cut, what the runtime sends is lost: the client's calls reach it, their answers
+   * never come back. */
+  holdReplies(): void {
+    this.holding = true;
+  }
+
+  /** Resets every open connection (RST, as a dropped network ends them); replies flow again. */
   cut(): void {
     this.cuts++;
+    this.holding = false;
     for (const s of this.open) s.resetAndDestroy();
     this.open.clear();
   }
