@@ -15,7 +15,7 @@ TOOLS := $(CURDIR)/.tools/bin
 RELEASE_BINS := $(CARGO) build --release -p mentis-runtime -p mentis-cli
 DEBUG_BINS := $(CARGO) build -p mentis-runtime -p mentis-cli
 
-.PHONY: help setup machine-tools tools web executor image service-images bundle run demo bench bench-scale soak sdk test test-unit test-e2e test-sdk test-deploy lint fmt clean-sandboxes
+.PHONY: help setup machine-tools tools web executor image service-images bundle run demo bench bench-scale soak sdk sdk-ts test test-unit test-e2e test-sdk test-deploy lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
@@ -28,6 +28,7 @@ help:
 	@echo "              Kubernetes' schemas (offline), import cycles, detached spawns, ARCHITECTURE.md's names"
 	@echo "make image  - build the base and executor images ($(MENTIS_EXECUTOR_IMAGE))"
 	@echo "make sdk    - build the Python SDK's wheel (sdk/python, stubs generated from proto/) into target/sdk"
+	@echo "make sdk-ts - build and pack the TypeScript SDK (sdk/typescript, code generated from proto/) into target/sdk-ts"
 	@echo "make service-images - build the runtime and Docker-in-Docker images (mentis/runtime, mentis/dind; docs/DEPLOY.md)"
 	@echo "make tools  - the machine tools in .tools/ and the mentis command line (target/release/mentis, docs/CLI.md)"
 	@echo "make bundle - the offline bundle: images, binaries, Compose, the chart and install.sh in one tarball"
@@ -127,10 +128,17 @@ sdk: tools
 # The SDK's tests (pytest) from a fresh virtual environment holding only the wheel and pytest, against a real runtime;
 # then its agent-framework tools (LangGraph, CrewAI) from another one with the wheel and the pinned frameworks, and the
 # MCP server (`mentis mcp` and /mcp) from a third with the wheel and the pinned Python MCP client (CrewAI needs mcp<2).
+# The TypeScript SDK: the npm package with the code generated from proto/ at build time (docs/SDK-TS.md).
+sdk-ts:
+	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
+	mkdir -p target/sdk-ts && rm -f target/sdk-ts/mentis-sandbox-*.tgz
+	cd sdk/typescript && npm pack --silent --pack-destination ../../target/sdk-ts
+
 test-sdk: image sdk
 	$(DEBUG_BINS)
 	@tests/sdk-check.sh
 	@tests/sdk-integrations-check.sh
+	@tests/sdk-ts-check.sh
 
 # The Helm chart rendered, linted and validated offline (also in make lint); the walk-through against the runtime
 # image under Compose, in both modes (each also upgrades the runtime in place), then installed from the offline
