@@ -138,13 +138,18 @@ export class Runtime {
 }
 
 let shared: Promise<Runtime> | undefined;
+let started: Runtime | undefined;
+
+// Registered when the file imports this module, outside any test: an `after` called inside a test would run
+// when that test ends, stopping the runtime under the file's next tests.
+after(() => started?.stop());
 
 /** This test file's runtime (one per file: node --test runs each file in a process of its own), with
  * MENTIS_ADDR / MENTIS_API_KEY pointing at it; stopped after the file's tests. */
 export function runtime(): Promise<Runtime> {
   shared ??= (async () => {
     const rt = new Runtime();
-    after(() => rt.stop());
+    started = rt;
     await rt.start();
     rt.useEnv();
     return rt;
