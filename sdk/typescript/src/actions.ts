@@ -56,12 +56,12 @@ export class CommandResult {
 
   /** stdout as UTF-8 (invalid sequences replaced). */
   get stdout(): string {
-    return new TextDecoder().decode(this.stdoutBytes);
+    return new TextDecoder("utf-8", { ignoreBOM: true }).decode(this.stdoutBytes);
   }
 
   /** stderr as UTF-8 (invalid sequences replaced). */
   get stderr(): string {
-    return new TextDecoder().decode(this.stderrBytes);
+    return new TextDecoder("utf-8", { ignoreBOM: true }).decode(this.stderrBytes);
   }
 
   /** Exited with 0. */
@@ -321,8 +321,8 @@ function concat(chunks: Uint8Array[]): Uint8Array {
 export class CommandCollector {
   private readonly out: Uint8Array[] = [];
   private readonly err: Uint8Array[] = [];
-  private readonly outText = new TextDecoder();
-  private readonly errText = new TextDecoder();
+  private readonly outText = new TextDecoder("utf-8", { ignoreBOM: true });
+  private readonly errText = new TextDecoder("utf-8", { ignoreBOM: true });
   private end: CmdEnd | undefined;
 
   constructor(

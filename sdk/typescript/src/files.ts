@@ -73,9 +73,9 @@ export class Files {
     return Buffer.concat(chunks);
   }
 
-  /** A file's text (UTF-8). */
+  /** A file's text (UTF-8; invalid sequences replaced, a byte-order mark kept). */
   async readText(path: string): Promise<string> {
-    return new TextDecoder().decode(await this.read(path));
+    return new TextDecoder("utf-8", { ignoreBOM: true }).decode(await this.read(path));
   }
 
   /** Writes a file (made, or replaced), its missing parent folders made; `mode` its permission bits. */
