@@ -83,6 +83,11 @@ function describe(value: unknown): string {
   return typeof value === "object" && value !== null ? (value.constructor?.name ?? "an object") : String(value);
 }
 
+/** Permission bits as the request carries them (a uint32; the runtime judges which bits it takes). */
+function mode(value: unknown): number {
+  return whole(value ?? 0, "mode", 0xffff_ffff);
+}
+
 function flag(value: unknown, field: string): boolean {
   if (value !== undefined && typeof value !== "boolean") {
     throw new InvalidArgument(`${field} must be true or false, not ${describe(value)}`, { field });
@@ -165,15 +170,20 @@ export class Files {
    * is thrown here) or an abort leaves the old file as it was.
    */
   async write(path: string, data: WriteData, options: { mode?: number; signal?: AbortSignal } = {}): Promise<FileInfo> {
-    const header = { sandboxId: this.sandbox.id, path: text(path, "path"), mode: whole(options.mode ?? 0, "mode", 0xffff_ffff) };
+    const header = { sandboxId: this.sandbox.id, path: text(path, "path"), mode: mode(options.mode) };
     let pieces: AsyncIterable<Uint8Array | string> | Iterable<Uint8Array | string>;
     if (typeof data === "string" || data instanceof Uint8Array) pieces = [data];
     else if (data && typeof (data as AsyncIterable<unknown>)[Symbol.asyncIterator] === "function") pieces = data;
-    else throw new InvalidArgument(`data must be a string, bytes or an async iterable of them, not ${describe(data)}`, { field: "data" });
+    else {
+      const wrong = `data must be a string, bytes or an async iterable of them, not ${describe(data)}`;
+      throw new InvalidArgument(wrong, { field: "data" });
+    }
     async function* chunks() {
       for await (const piece of pieces) {
         const bytes = typeof piece === "string" ? new TextEncoder().encode(piece) : piece;
-        if (!(bytes instanceof Uint8Array)) throw new InvalidArgument(`data gave ${describe(piece)}, not bytes or a string`, { field: "data" });
+        if (!(bytes instanceof Uint8Array)) {
+          throw new InvalidArgument(`data gave ${describe(piece)}, not bytes or a string`, { field: "data" });
+        }
         for (let at = 0; at < bytes.length; at += CHUNK) yield bytes.subarray(at, at + CHUNK);
       }
     }
@@ -261,7 +271,7 @@ export class Files {
   /** Makes the directory `path` and its missing parents (`mode`: their permission bits; 0 is 0755) and returns
    * it; an existing directory is no error, an existing file is (InvalidArgument). */
   async mkdir(path: string, options: { mode?: number } = {}): Promise<FileInfo> {
-    const request = { sandboxId: this.sandbox.id, path: text(path, "path"), mode: whole(options.mode ?? 0, "mode", 0xffff_ffff) };
+    const request = { sandboxId: this.sandbox.id, path: text(path, "path"), mode: mode(options.mode) };
     const r = await this.conn.call(() => this.conn.files.makeDirectory(request));
     return fileInfo(r.directory);
   }
@@ -269,7 +279,8 @@ export class Files {
   /** Removes a file, a symbolic link (not what it points to) or an empty directory; with `recursive` also a
    * directory with everything in it (FailedPrecondition without). NotFound when `path` is missing. */
   async remove(path: string, options: { recursive?: boolean } = {}): Promise<void> {
-    const request = { sandboxId: this.sandbox.id, path: text(path, "path"), recursive: flag(options.recursive, "recursive") };
+    const recursive = flag(options.recursive, "recursive");
+    const request = { sandboxId: this.sandbox.id, path: text(path, "path"), recursive };
     await this.conn.call(() => this.conn.files.deleteFile(request));
   }
 
@@ -297,7 +308,12 @@ export class Files {
    * one). `oldString` must occur exactly once, or at least once with `replaceAll` (which replaces each):
    * otherwise FailedPrecondition, and the file is left as it was. An empty `oldString` is InvalidArgument.
    */
-  async edit(path: string, oldString: string, newString: string, options: { replaceAll?: boolean } = {}): Promise<EditResult> {
+  async edit(
+    path: string,
+    oldString: string,
+    newString: string,
+    options: { replaceAll?: boolean } = {},
+  ): Promise<EditResult> {
     const request = {
       sandboxId: this.sandbox.id,
       path: text(path, "path"),
@@ -342,13 +358,15 @@ export class Files {
     const sandboxId = this.sandbox.id;
     if (st.isDirectory()) {
       const path = remoteDirDestination(localPath, remotePath, remoteIsDir);
-      await this.send((requests, o) => this.conn.files.upload(requests, o), { sandboxId, path }, tarChunks(localPath, CHUNK), options.signal);
+      const archive = tarChunks(localPath, CHUNK);
+      await this.send((requests, o) => this.conn.files.upload(requests, o), { sandboxId, path }, archive, options.signal);
       return path;
     }
     const path = remoteFileDestination(localPath, remotePath, remoteIsDir);
     // Set-id bits make no sense in a sandbox (the runtime refuses them): permission bits and sticky only.
     const header = { sandboxId, path, mode: st.mode & 0o1777 };
-    await this.send((requests, o) => this.conn.files.writeFile(requests, o), header, fileChunks(localPath, CHUNK), options.signal);
+    const chunks = fileChunks(localPath, CHUNK);
+    await this.send((requests, o) => this.conn.files.writeFile(requests, o), header, chunks, options.signal);
     return path;
   }
 
@@ -400,7 +418,8 @@ export class Files {
    * one. `await using w = await sb.files.watch(...)` closes it at the block's end.
    */
   async watch(path = "", options: { recursive?: boolean; onEvent?: (event: FileEvent) => void } = {}): Promise<FileWatch> {
-    const request = { sandboxId: this.sandbox.id, path: text(path, "path"), recursive: flag(options.recursive, "recursive") };
+    const recursive = flag(options.recursive, "recursive");
+    const request = { sandboxId: this.sandbox.id, path: text(path, "path"), recursive };
     return this.track(await FileWatch.start(this.conn, request, 0, callback(options.onEvent)));
   }
 

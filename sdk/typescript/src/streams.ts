@@ -16,9 +16,8 @@ export function brokenConnection(e: unknown): boolean {
     const code = (c as { code?: unknown }).code;
     // A response the runtime sent while the request was still being written is its answer, not a break.
     if (code === "ERR_STREAM_WRITE_AFTER_END") return false;
-    if (typeof code === "string" && (/^E[A-Z]+$/.test(code) || code.startsWith("ERR_HTTP2_") || code === "ERR_STREAM_DESTROYED")) {
-      return true;
-    }
+    if (typeof code !== "string") continue;
+    if (/^E[A-Z]+$/.test(code) || code.startsWith("ERR_HTTP2_") || code === "ERR_STREAM_DESTROYED") return true;
   }
   return false;
 }

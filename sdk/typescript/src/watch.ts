@@ -19,7 +19,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { FileEventType as FileEventTypeEnum, type WatchFilesResponse } from "./gen/mentis/v1/file_pb.js";
 import type { Connection } from "./client.js";
 import { RESUME_FOR_MS } from "./actions.js";
-import { MentisError } from "./errors.js";
+import { InvalidArgument, MentisError } from "./errors.js";
 import { streamError } from "./streams.js";
 
 const RETRY_PAUSE_MS = 50;
@@ -277,7 +277,16 @@ export class FileWatch implements AsyncIterable<FileEvent>, AsyncDisposable {
   }
 
   /** Waits until `ready()`; false when `timeoutMs` passed first. The signal's abort rejects with its reason. */
-  private async until(ready: () => boolean, timeoutMs: number | undefined, signal: AbortSignal | undefined): Promise<boolean> {
+  private async until(
+    ready: () => boolean,
+    timeoutMs: number | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<boolean> {
+    if (timeoutMs !== undefined && (typeof timeoutMs !== "number" || !(timeoutMs >= 0))) {
+      throw new InvalidArgument(`timeoutMs must be a number of milliseconds, not ${String(timeoutMs)}`, {
+        field: "timeoutMs",
+      });
+    }
     const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
     while (!ready()) {
       signal?.throwIfAborted();
@@ -297,7 +306,8 @@ export class FileWatch implements AsyncIterable<FileEvent>, AsyncDisposable {
           cleanUp();
           reject(signal?.reason);
         };
-        const timer = left === undefined ? undefined : setTimeout(wake, left);
+        // setTimeout takes at most 2^31-1 ms (beyond, it fires at once): a longer wait takes several.
+        const timer = left === undefined ? undefined : setTimeout(wake, Math.min(left, 2 ** 31 - 1));
         signal?.addEventListener("abort", abort, { once: true });
         this.waiters.add(wake);
       });

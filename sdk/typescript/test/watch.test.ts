@@ -314,6 +314,8 @@ test("watch mistakes are typed errors, thrown at once", async () => {
   }
   await refused(sb.files.watch("", { recursive: 1 as unknown as boolean }), InvalidArgument, { field: "recursive" });
   await refused(sb.files.watch("", { onEvent: "x" as unknown as () => void }), InvalidArgument, { field: "onEvent" });
+  await refused(watch.read({ timeoutMs: Number.NaN }), InvalidArgument, { field: "timeoutMs" });
+  await refused(watch.wait({ timeoutMs: -1 }), InvalidArgument, { field: "timeoutMs" });
 
   // A sandbox keeps at most 16 watches: while each has a reader a 17th is refused; once they are closed, a new
   // one ends the one read least recently.
