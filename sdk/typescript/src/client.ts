@@ -8,6 +8,7 @@
  * SDK and the `mentis` command line (docs/CLI.md).
  */
 import { readFileSync } from "node:fs";
+import type { ClientHttp2Stream } from "node:http2";
 import { join } from "node:path";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
@@ -92,6 +93,29 @@ function adminKey(): string | undefined {
 }
 
 /**
+ * Connect's session manager, with one change to the streams it opens: a stream whose request side is still open
+ * is reset without being ended. Node's `Http2Stream.close(code)`, which Connect calls to cancel a call, ends
+ * the request side first (END_STREAM: to the runtime a client stream that ended cleanly) and only then resets
+ * it; a WriteFile or Upload cancelled midway (an abort, a local file that cannot be read) would be committed
+ * with part of its data. `destroy(error)` resets it without the END_STREAM.
+ */
+class SessionManager extends Http2SessionManager {
+  override async request(...args: Parameters<Http2SessionManager["request"]>): Promise<ClientHttp2Stream> {
+    const stream = await super.request(...args);
+    const close = stream.close.bind(stream);
+    stream.close = (code?: number, callback?: () => void) => {
+      if (code && !stream.writableEnded && !stream.destroyed) {
+        if (callback) stream.once("close", callback);
+        stream.destroy(new Error(`the call was cancelled (HTTP/2 code ${code})`));
+        return;
+      }
+      close(code, callback);
+    };
+    return stream;
+  }
+}
+
+/**
  * One HTTP/2 connection to the runtime (opened again by itself after it broke) and a client for each service.
  * `close()` ends it, and every call still on it.
  */
@@ -118,7 +142,7 @@ export class Connection {
       });
     }
     const ping = { pingIntervalMs: 30_000, pingTimeoutMs: 15_000 };
-    this.session = new Http2SessionManager(baseUrl, ping, settings.ca ? { ca: settings.ca } : {});
+    this.session = new SessionManager(baseUrl, ping, settings.ca ? { ca: settings.ca } : {});
     const transport = createGrpcTransport({
       baseUrl,
       interceptors,

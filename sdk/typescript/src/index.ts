@@ -50,6 +50,7 @@ export {
   type SandboxInfo,
   type SandboxStateName,
 } from "./sandbox.js";
-export { type FileInfo, Files, type WriteData } from "./files.js";
-export { Processes } from "./processes.js";
+export { type EditResult, type FileInfo, Files, type WriteData } from "./files.js";
+export { type FileEvent, type FileEventType, FileWatch } from "./watch.js";
+export { type ProcessInfo, Processes } from "./processes.js";
 export { Terminals } from "./terminals.js";
