@@ -19,7 +19,8 @@ import {
   OutputStream,
 } from "./gen/mentis/v1/observation_pb.js";
 import type { Connection } from "./client.js";
-import { fromConnectError, fromRejection, InvalidArgument, MentisError } from "./errors.js";
+import { fromRejection, InvalidArgument, MentisError } from "./errors.js";
+import { brokenConnection, streamError } from "./streams.js";
 
 /** How long a broken stream keeps being resumed before its error is thrown. */
 export const RESUME_FOR_MS = 60_000;
@@ -178,19 +179,16 @@ export function cellAction(code: string, options: RunCodeOptions): Action {
 }
 
 /**
- * A failure a resumed stream gets past: the connection broke, or the runtime is restarting. The runtime's own
- * statuses are UNAVAILABLE (draining, restarting) and CANCELLED; a connection that broke under a call is one of
- * Connect-node's own errors, with the Node error beneath it (ECONNRESET, ERR_STREAM_DESTROYED, ERR_HTTP2_...)
- * or the HTTP/2 stream's reset, whatever code it was given (ABORTED, INTERNAL).
+ * A failure a resumed stream gets past: the connection broke (`brokenConnection`: Connect-node's own errors,
+ * whatever code it gave them), the HTTP/2 stream was reset, or the runtime said UNAVAILABLE (draining,
+ * restarting) or CANCELLED.
  */
 export function resumable(e: unknown, signal: AbortSignal | undefined): boolean {
   if (signal?.aborted) return false;
   if (e instanceof MentisError) return e.code === "UNAVAILABLE";
+  if (brokenConnection(e)) return true;
   const err = ConnectError.from(e);
-  if (err.code === Code.Unavailable || err.code === Code.Canceled) return true;
-  const cause: unknown = err.cause;
-  if (cause instanceof Error && typeof (cause as NodeJS.ErrnoException).code === "string") return true;
-  return err.rawMessage.startsWith("http/2 stream closed with error code");
+  return err.code === Code.Canceled || err.rawMessage.startsWith("http/2 stream closed with error code");
 }
 
 function sleep(ms: number): Promise<void> {
@@ -245,7 +243,7 @@ export async function* observations(
       failure = new MentisError("the stream ended before the action did", { code: "UNAVAILABLE" });
     } catch (e) {
       if (options.signal?.aborted) throw options.signal.reason;
-      if (!resumable(e, options.signal)) throw fromConnectError(e);
+      if (!resumable(e, options.signal)) throw streamError(e);
       failure = e;
     } finally {
       options.signal?.removeEventListener("abort", forward);
@@ -253,7 +251,7 @@ export async function* observations(
     }
     const now = Date.now();
     deadline ??= now + RESUME_FOR_MS;
-    if (now > deadline) throw fromConnectError(failure);
+    if (now > deadline) throw streamError(failure);
     await sleep(RETRY_PAUSE_MS);
   }
 }
@@ -287,14 +285,14 @@ export async function submit(conn: Connection, sandboxId: string, action: Action
       failure ??= new MentisError("the stream ended before the submit was answered", { code: "UNAVAILABLE" });
     } catch (e) {
       if (e instanceof MentisError) throw e;
-      if (!resumable(e, undefined)) throw fromConnectError(e);
+      if (!resumable(e, undefined)) throw streamError(e);
       failure = e;
     } finally {
       call.abort();
     }
     const now = Date.now();
     deadline ??= now + RESUME_FOR_MS;
-    if (now > deadline) throw fromConnectError(failure);
+    if (now > deadline) throw streamError(failure);
     await sleep(RETRY_PAUSE_MS);
   }
 }

@@ -19,7 +19,8 @@ import { SnapshotService } from "./gen/mentis/v1/snapshot_pb.js";
 import { SpaceService } from "./gen/mentis/v1/space_pb.js";
 import { TemplateService } from "./gen/mentis/v1/template_pb.js";
 import { TerminalService } from "./gen/mentis/v1/terminal_pb.js";
-import { ConfigError, fromConnectError } from "./errors.js";
+import { ConfigError } from "./errors.js";
+import { streamError } from "./streams.js";
 import { ensureEmbedded } from "./embedded.js";
 
 /** Where the runtime is and how to reach it: every constructor that connects takes these. */
@@ -163,12 +164,13 @@ export class Connection {
     return new Connection(await resolveSettings(options));
   }
 
-  /** `call()`'s result, or its failure as a typed error (`MentisError`'s subclasses). */
+  /** `call()`'s result, or its failure as a typed error (`MentisError`'s subclasses; a connection that broke
+   * under the call is `Unavailable`). */
   async call<T>(call: () => Promise<T>): Promise<T> {
     try {
       return await call();
     } catch (e) {
-      throw fromConnectError(e);
+      throw streamError(e);
     }
   }
 
