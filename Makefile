@@ -111,12 +111,12 @@ test-e2e: image tools
 # (no dev-dependencies) and compile most of the workspace a second time.
 test: image tools
 	$(DEBUG_BINS)
-	$(CARGO) test --workspace --no-fail-fast -- --test-threads=2
-	@tests/readme-walkthrough.sh
-	@tests/readme-walkthrough.sh --behind-nginx
-	@$(MAKE) --no-print-directory test-sdk
-	@$(MAKE) --no-print-directory test-deploy
-	target/debug/mentis-soak --duration 4m --clients $(SOAK_CLIENTS)
+	@tests/timed.sh "cargo test" $(CARGO) test --workspace --no-fail-fast -- --test-threads=2
+	@tests/timed.sh walkthrough tests/readme-walkthrough.sh
+	@tests/timed.sh "walkthrough behind nginx" tests/readme-walkthrough.sh --behind-nginx
+	@tests/timed.sh test-sdk $(MAKE) --no-print-directory test-sdk
+	@tests/timed.sh test-deploy $(MAKE) --no-print-directory test-deploy
+	@tests/timed.sh soak target/debug/mentis-soak --duration 4m --clients $(SOAK_CLIENTS)
 
 # The Python SDK: a wheel with the stubs generated from proto/ and the release runtime for embedded mode
 # (docs/SDK.md).
@@ -136,9 +136,9 @@ sdk-ts:
 
 test-sdk: image sdk
 	$(DEBUG_BINS)
-	@tests/sdk-check.sh
-	@tests/sdk-integrations-check.sh
-	@tests/sdk-ts-check.sh
+	@tests/timed.sh "python sdk" tests/sdk-check.sh
+	@tests/timed.sh "python sdk integrations" tests/sdk-integrations-check.sh
+	@tests/timed.sh "typescript sdk" tests/sdk-ts-check.sh
 
 # The Helm chart rendered, linted and validated offline (also in make lint); the walk-through against the runtime
 # image under Compose, in both modes (each also upgrades the runtime in place), then installed from the offline
