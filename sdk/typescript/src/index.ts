@@ -52,4 +52,14 @@ export {
 } from "./sandbox.js";
 export { type FileInfo, Files, type WriteData } from "./files.js";
 export { Processes } from "./processes.js";
-export { Terminals } from "./terminals.js";
+export {
+  type TerminalAttachOptions,
+  Terminal,
+  TerminalEnded,
+  type TerminalInfo,
+  type TerminalLink,
+  type TerminalOpenOptions,
+  Terminals,
+  type TerminalSignal,
+  type WaitOptions,
+} from "./terminals.js";

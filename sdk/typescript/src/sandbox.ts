@@ -420,10 +420,11 @@ export class Sandbox {
     return r.found;
   }
 
-  /** Closes the connection: the sandbox stays, and so do its background commands (they are detached). */
+  /** Closes the connection: the sandbox stays, and so do its background commands and terminals (they are
+   * detached). */
   async close(): Promise<void> {
     try {
-      await Promise.all([...this.commands].map((c) => c.detach()));
+      await Promise.all([...[...this.commands].map((c) => c.detach()), this.terminals.detachAll()]);
     } finally {
       this.connection.close();
     }

@@ -138,13 +138,18 @@ export class Runtime {
 }
 
 let shared: Promise<Runtime> | undefined;
+let made: Runtime | undefined;
+
+// Registered as the module loads, so that it runs after the file's last test: `after` called inside a test
+// would be that test's hook, and stop the runtime before the next test.
+after(() => made?.stop());
 
 /** This test file's runtime (one per file: node --test runs each file in a process of its own), with
  * MENTIS_ADDR / MENTIS_API_KEY pointing at it; stopped after the file's tests. */
 export function runtime(): Promise<Runtime> {
   shared ??= (async () => {
     const rt = new Runtime();
-    after(() => rt.stop());
+    made = rt;
     await rt.start();
     rt.useEnv();
     return rt;
