@@ -63,3 +63,4 @@ export {
   type TerminalSignal,
   type WaitOptions,
 } from "./terminals.js";
+export { type ListSnapshotsOptions, type Snapshot, Snapshots } from "./snapshots.js";

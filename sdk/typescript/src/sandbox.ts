@@ -37,6 +37,7 @@ import type { Action } from "./gen/mentis/v1/action_pb.js";
 import { Files } from "./files.js";
 import { Processes } from "./processes.js";
 import { Terminals } from "./terminals.js";
+import { createSnapshot, type Snapshot } from "./snapshots.js";
 
 /** A sandbox's state, lower case: `"running"`, `"paused"`, ... */
 export type SandboxStateName = Lowercase<keyof typeof SandboxState>;
@@ -478,6 +479,12 @@ export class Sandbox {
     const collect = new CellCollector(options.onOutput);
     await this.follow(action, actionId, options.signal, (obs) => collect.feed(obs));
     return collect.result(actionId);
+  }
+
+  /** Takes a snapshot of the workspace (docs/SNAPSHOTS.md) and returns it once complete:
+   * `Sandbox.create({ snapshotId })` brings it back in a new sandbox. */
+  async snapshot(options: { labels?: Record<string, string> } = {}): Promise<Snapshot> {
+    return createSnapshot(this.connection, this.id, options.labels);
   }
 
   /** A preview URL for `port` (docs/PREVIEW.md), valid for `ttlMs` (default: the runtime's). */
