@@ -64,3 +64,5 @@ export {
   type WaitOptions,
 } from "./terminals.js";
 export { type ListSnapshotsOptions, type Snapshot, Snapshots } from "./snapshots.js";
+export { type EgressDenial, Secrets, type SecretsOptions } from "./egress.js";
+export { type ServiceOptions } from "./service.js";

@@ -38,6 +38,8 @@ import { Files } from "./files.js";
 import { Processes } from "./processes.js";
 import { Terminals } from "./terminals.js";
 import { createSnapshot, type Snapshot } from "./snapshots.js";
+import { int32 } from "./service.js";
+import { denialOf, type EgressDenial, modeRequest, ruleMessages, rulesRequest } from "./egress.js";
 
 /** A sandbox's state, lower case: `"running"`, `"paused"`, ... */
 export type SandboxStateName = Lowercase<keyof typeof SandboxState>;
@@ -49,7 +51,7 @@ export interface EgressRule {
   domain?: string;
   cidr?: string;
   ports?: number[];
-  /** Headers the egress proxy adds to HTTP requests that match (a value may name a secret: `${secret:NAME}`). */
+  /** Headers the egress gateway sets on HTTP requests that match (a value may name a secret: `{secret:NAME}`). */
   headers?: Record<string, string>;
 }
 
@@ -118,11 +120,11 @@ function stateName(state: SandboxState): SandboxStateName {
   return (SandboxState[state] ?? "UNSPECIFIED").toLowerCase() as SandboxStateName;
 }
 
-function egressName(egress: Egress): EgressMode | "unspecified" {
+export function egressName(egress: Egress): EgressMode | "unspecified" {
   return (Egress[egress] ?? "UNSPECIFIED").toLowerCase() as EgressMode | "unspecified";
 }
 
-function egressValue(mode: string, field: string): Egress {
+export function egressValue(mode: string, field: string): Egress {
   const value = { deny: Egress.DENY, allow: Egress.ALLOW, rules: Egress.RULES }[mode];
   if (value === undefined) {
     throw new InvalidArgument(`${field} must be "deny", "allow" or "rules", not ${JSON.stringify(mode)}`, { field });
@@ -185,7 +187,7 @@ function spec(options: SandboxCreateOptions): SandboxSpec {
     idleTimeoutSeconds: wholeSeconds(options.idleTimeoutMs, "idleTimeoutMs"),
     maxLifetimeSeconds: wholeSeconds(options.maxLifetimeMs, "maxLifetimeMs"),
     egress: options.egress === undefined ? Egress.UNSPECIFIED : egressValue(options.egress, "egress"),
-    egressRules: (options.egressRules ?? []).map(ruleMessage),
+    egressRules: ruleMessages(options.egressRules, "egressRules"),
   });
 }
 
@@ -487,12 +489,35 @@ export class Sandbox {
     return createSnapshot(this.connection, this.id, options.labels);
   }
 
+  /** Gives the sandbox these egress rules (its mode stays; docs/EGRESS.md) and returns them as the runtime
+   * keeps them (a rule with no ports gets 80 and 443). In force for its next connection. */
+  async updateEgressRules(rules: EgressRule[]): Promise<EgressRule[]> {
+    const request = rulesRequest(this.id, rules);
+    const r = await this.connection.call(() => this.connection.sandboxes.updateSandbox(request));
+    this.info_ = required(r.sandbox);
+    return this.info.egressRules;
+  }
+
+  /** Gives a RUNNING sandbox another egress mode, and these rules (none unless the mode is `"rules"`). */
+  async updateEgress(mode: EgressMode, rules?: EgressRule[]): Promise<this> {
+    const request = modeRequest(this.id, mode, rules);
+    const r = await this.connection.call(() => this.connection.sandboxes.updateSandbox(request));
+    this.info_ = required(r.sandbox);
+    return this;
+  }
+
+  /** The connections and names the egress gateway refused the sandbox lately, newest last. */
+  async egressDenials(): Promise<EgressDenial[]> {
+    const r = await this.connection.call(() => this.connection.sandboxes.listEgressDenials({ sandboxId: this.id }));
+    return r.denials.map(denialOf);
+  }
+
   /** A preview URL for `port` (docs/PREVIEW.md), valid for `ttlMs` (default: the runtime's). */
   async previewUrl(port: number, options: { ttlMs?: number } = {}): Promise<PreviewUrl> {
     const r = await this.connection.call(() =>
       this.connection.sandboxes.getPreviewUrl({
         sandboxId: this.id,
-        port,
+        port: int32(port, "port", 0, 0xffff_ffff),
         ttlSeconds: wholeSeconds(options.ttlMs, "ttlMs"),
       }),
     );
@@ -501,7 +526,8 @@ export class Sandbox {
 
   /** Revokes the preview URLs of `port` (every port when none is given). */
   async revokePreviewUrls(port?: number): Promise<void> {
-    await this.connection.call(() => this.connection.sandboxes.revokePreviewUrls({ sandboxId: this.id, port: port ?? 0 }));
+    const request = { sandboxId: this.id, port: int32(port, "port", 1, 0xffff_ffff) };
+    await this.connection.call(() => this.connection.sandboxes.revokePreviewUrls(request));
   }
 
   private track(handle: CommandHandle): CommandHandle {

@@ -6,24 +6,30 @@
 import { Connection, type ConnectionOptions } from "./client.js";
 import { FailedPrecondition, InvalidArgument } from "./errors.js";
 
+/** Where a class that is no sandbox reaches the runtime: options for a connection of its own, or `connection`. */
+export interface ServiceOptions extends ConnectionOptions {
+  /** An open connection to use (a sandbox's `connection`), left open by `close()`. */
+  connection?: Connection;
+}
+
 /** A connection opened on first use (or given), closed by `close()` when it is this object's own. */
 export class ServiceConnection {
   private opening: Promise<Connection> | undefined;
   private closed = false;
   private readonly own: boolean;
+  private readonly options: ConnectionOptions;
 
-  constructor(
-    private readonly source: ConnectionOptions | Connection,
-    private readonly what: string,
-  ) {
-    this.own = !(source instanceof Connection);
-    if (source instanceof Connection) this.opening = Promise.resolve(source);
+  constructor(source: ServiceOptions | Connection, private readonly what: string) {
+    const given = source instanceof Connection ? source : source.connection;
+    this.own = given === undefined;
+    this.options = source instanceof Connection ? {} : source;
+    if (given) this.opening = Promise.resolve(given);
   }
 
   /** The connection (opened now, at the first call). */
   get(): Promise<Connection> {
     if (this.closed) return Promise.reject(new FailedPrecondition(`this ${this.what} was closed`));
-    this.opening ??= Connection.open(this.source as ConnectionOptions);
+    this.opening ??= Connection.open(this.options);
     return this.opening;
   }
 

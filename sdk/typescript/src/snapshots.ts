@@ -11,9 +11,9 @@
  */
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Snapshot as SnapshotMessage } from "./gen/mentis/v1/snapshot_pb.js";
-import type { Connection, ConnectionOptions } from "./client.js";
+import type { Connection } from "./client.js";
 import { InvalidArgument, MentisError } from "./errors.js";
-import { int32, ServiceConnection, str, strings } from "./service.js";
+import { int32, ServiceConnection, type ServiceOptions, str, strings } from "./service.js";
 
 // ListSnapshots' own cap on a page.
 const MAX_PAGE = 1000;
@@ -79,13 +79,14 @@ export async function createSnapshot(
 
 /**
  * The runtime's snapshots: `create`, `get`, `list`, `delete`. It opens a connection of its own at its first call
- * (the same options and defaults as `Sandbox.create`), or uses the one it is given (`sb.connection`).
+ * (the same options and defaults as `Sandbox.create`), or uses the one it is given (`sb.connection`, as the
+ * argument or its `connection` option).
  * `close()` (or `await using`) closes its own.
  */
 export class Snapshots {
   private readonly conn: ServiceConnection;
 
-  constructor(options: ConnectionOptions | Connection = {}) {
+  constructor(options: ServiceOptions | Connection = {}) {
     this.conn = new ServiceConnection(options, "Snapshots");
   }
 
