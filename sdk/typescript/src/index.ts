@@ -66,3 +66,13 @@ export {
 export { type ListSnapshotsOptions, type Snapshot, Snapshots } from "./snapshots.js";
 export { type EgressDenial, Secrets, type SecretsOptions } from "./egress.js";
 export { type ServiceOptions } from "./service.js";
+export {
+  type BuildImageOptions,
+  type BuiltImage,
+  type ImportImageOptions,
+  type TarSource,
+  type Template,
+  type TemplateChanges,
+  type TemplateFields,
+  Templates,
+} from "./templates.js";
