@@ -63,7 +63,7 @@ export {
   type TerminalSignal,
   type WaitOptions,
 } from "./terminals.js";
-export { type ListSnapshotsOptions, type Snapshot, Snapshots } from "./snapshots.js";
+export { type ListSnapshotsOptions, type Snapshot, type SnapshotOptions, Snapshots } from "./snapshots.js";
 export { type EgressDenial, Secrets, type SecretsOptions } from "./egress.js";
 export { type ServiceOptions } from "./service.js";
 export {

@@ -37,7 +37,7 @@ import type { Action } from "./gen/mentis/v1/action_pb.js";
 import { Files } from "./files.js";
 import { Processes } from "./processes.js";
 import { Terminals } from "./terminals.js";
-import { createSnapshot, type Snapshot } from "./snapshots.js";
+import { createSnapshot, type Snapshot, type SnapshotOptions } from "./snapshots.js";
 import { int32 } from "./service.js";
 import { denialOf, type EgressDenial, modeRequest, ruleMessages, rulesRequest } from "./egress.js";
 
@@ -485,8 +485,8 @@ export class Sandbox {
 
   /** Takes a snapshot of the workspace (docs/SNAPSHOTS.md) and returns it once complete:
    * `Sandbox.create({ snapshotId })` brings it back in a new sandbox. */
-  async snapshot(options: { labels?: Record<string, string> } = {}): Promise<Snapshot> {
-    return createSnapshot(this.connection, this.id, options.labels);
+  async snapshot(options: SnapshotOptions = {}): Promise<Snapshot> {
+    return createSnapshot(this.connection, this.id, options);
   }
 
   /** Gives the sandbox these egress rules (its mode stays; docs/EGRESS.md) and returns them as the runtime

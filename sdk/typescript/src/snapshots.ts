@@ -36,6 +36,13 @@ export interface Snapshot {
   store: string;
 }
 
+/** Options of `sb.snapshot()` and `Snapshots.create`. */
+export interface SnapshotOptions {
+  labels?: Record<string, string>;
+  /** Aborting ends the call (the snapshot is not made) and rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
 /** Options of `Snapshots.list`. */
 export interface ListSnapshotsOptions {
   /** Only snapshots of this sandbox. */
@@ -67,14 +74,15 @@ export function snapshotOf(m: SnapshotMessage | undefined): Snapshot {
 }
 
 /** @internal Takes a snapshot of sandbox `sandboxId` (what `Sandbox.snapshot` and `Snapshots.create` do). */
-export async function createSnapshot(
-  conn: Connection,
-  sandboxId: string,
-  labels: Record<string, string> | undefined,
-): Promise<Snapshot> {
-  const request = { sandboxId: str(sandboxId, "sandboxId"), labels: strings(labels, "labels") };
-  const r = await conn.call(() => conn.snapshots.createSnapshot(request));
-  return snapshotOf(r.snapshot);
+export async function createSnapshot(conn: Connection, sandboxId: string, options: SnapshotOptions): Promise<Snapshot> {
+  const request = { sandboxId: str(sandboxId, "sandboxId"), labels: strings(options.labels, "labels") };
+  try {
+    const r = await conn.call(() => conn.snapshots.createSnapshot(request, { signal: options.signal }));
+    return snapshotOf(r.snapshot);
+  } catch (e) {
+    if (options.signal?.aborted) throw options.signal.reason;
+    throw e;
+  }
 }
 
 /**
@@ -92,8 +100,8 @@ export class Snapshots {
 
   /** Takes a snapshot of sandbox `sandboxId`'s workspace (RUNNING, or PAUSED with auto-resume) and returns it
    * once complete. */
-  async create(sandboxId: string, options: { labels?: Record<string, string> } = {}): Promise<Snapshot> {
-    return createSnapshot(await this.conn.get(), sandboxId, options.labels);
+  async create(sandboxId: string, options: SnapshotOptions = {}): Promise<Snapshot> {
+    return createSnapshot(await this.conn.get(), sandboxId, options);
   }
 
   /** One snapshot; NotFound (SNAPSHOT_NOT_FOUND) when there is none. */

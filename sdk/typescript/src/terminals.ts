@@ -28,6 +28,7 @@ import type { Connection } from "./client.js";
 import type { Sandbox } from "./sandbox.js";
 import { DeadlineExceeded, FailedPrecondition, fromConnectError, InvalidArgument, MentisError, NotFound } from "./errors.js";
 import { RESUME_FOR_MS, wholeSeconds } from "./actions.js";
+import { str, strings } from "./service.js";
 
 // Bytes of input per message.
 const INPUT_CHUNK = 64 * 1024;
@@ -139,17 +140,6 @@ function signalName(name: string): string {
   return bare;
 }
 
-function checkEnv(env: unknown): Record<string, string> {
-  if (env === undefined) return {};
-  if (typeof env !== "object" || env === null || Array.isArray(env)) {
-    throw new InvalidArgument("env must be an object of strings", { field: "env" });
-  }
-  for (const [k, v] of Object.entries(env)) {
-    if (typeof v !== "string") throw new InvalidArgument(`env.${k} must be a string`, { field: "env" });
-  }
-  return env as Record<string, string>;
-}
-
 function startRequest(sandboxId: string, options: TerminalOpenOptions): OpenRequest {
   const command: unknown = options.command ?? [];
   if (!Array.isArray(command) || !command.every((a) => typeof a === "string")) {
@@ -160,9 +150,6 @@ function startRequest(sandboxId: string, options: TerminalOpenOptions): OpenRequ
   const rows = options.rows ?? 24;
   const cols = options.cols ?? 80;
   checkSize(rows, cols, 0);
-  if (options.cwd !== undefined && typeof options.cwd !== "string") {
-    throw new InvalidArgument("cwd must be a string", { field: "cwd" });
-  }
   return create(OpenRequestSchema, {
     kind: {
       case: "start",
@@ -171,8 +158,8 @@ function startRequest(sandboxId: string, options: TerminalOpenOptions): OpenRequ
         command: command as string[],
         rows,
         cols,
-        env: checkEnv(options.env),
-        workDir: options.cwd ?? "",
+        env: strings(options.env, "env"),
+        workDir: str(options.cwd, "cwd"),
         idleTimeoutSeconds: wholeSeconds(options.idleTimeoutMs, "idleTimeoutMs"),
       },
     },

@@ -108,6 +108,8 @@ test("delete is idempotent, a missing snapshot is NotFound, mistakes are typed",
     return e instanceof InvalidArgument && e.field === "snapshotId";
   });
   await assert.rejects(sb.snapshot({ labels: { n: 1 as unknown as string } }), InvalidArgument);
+  // An aborted signal ends the call with its reason.
+  await assert.rejects(sb.snapshot({ signal: AbortSignal.abort(new Error("not now")) }), /not now/);
   // A sandbox that no longer runs cannot be snapshotted.
   await assert.rejects(snapshots.create(sbId), MentisError);
   await snapshots.close();

@@ -166,6 +166,9 @@ test("terminal mistakes are typed errors and leave the terminal working", async 
   await assert.rejects(sb.terminals.open({ rows: 5000 }), (e: unknown) => e instanceof InvalidArgument && e.field === "rows");
   await assert.rejects(sb.terminals.open({ cols: 1.5 }), (e: unknown) => e instanceof InvalidArgument && e.field === "cols");
   await assert.rejects(sb.terminals.open({ idleTimeoutMs: -1 }), InvalidArgument);
+  await assert.rejects(sb.terminals.open({ env: { X: 1 as unknown as string } }), (e: unknown) => {
+    return e instanceof InvalidArgument && e.field === "env";
+  });
   await assert.rejects(sb.terminals.attach("term-000000000000"), (e: unknown) => {
     return e instanceof NotFound && e.reason === "TERMINAL_NOT_FOUND";
   });
