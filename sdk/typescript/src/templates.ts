@@ -248,16 +248,28 @@ async function* sendAll<R>(
   local: LocalFailure,
 ): AsyncGenerator<R> {
   yield header;
+  const source = rechunk(pieces, CHUNK);
   try {
-    for await (const piece of rechunk(pieces, CHUNK)) {
-      if (!(piece instanceof Uint8Array)) throw new InvalidArgument("the archive's pieces must be Uint8Arrays");
-      yield message(piece);
+    for (;;) {
+      // Only a failure to read is local: the transport's own (the runtime ended the call early, and says why)
+      // is thrown in at the yield, and goes out as it came.
+      let next: IteratorResult<Uint8Array>;
+      try {
+        next = await source.next();
+        if (!next.done && !(next.value instanceof Uint8Array)) {
+          throw new InvalidArgument("the archive's pieces must be Uint8Arrays");
+        }
+      } catch (e) {
+        local.failed = true;
+        local.error = e;
+        call.abort(e);
+        throw e;
+      }
+      if (next.done) return;
+      yield message(next.value);
     }
-  } catch (e) {
-    local.failed = true;
-    local.error = e;
-    call.abort(e);
-    throw e;
+  } finally {
+    await source.return(undefined);
   }
 }
 

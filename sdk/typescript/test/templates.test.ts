@@ -335,6 +335,16 @@ test("an image imported from a root filesystem tar makes sandboxes and is shared
     await assert.rejects(templates.importImage(dir, refused), field(InvalidArgument, "rootfs"));
     await assert.rejects(templates.importImage(join(dir, "nowhere.tar"), refused), field(InvalidArgument, "rootfs"));
     await assert.rejects(templates.importImage(tar, refused, { changes: ["RUN rm -rf /"] }), InvalidArgument);
+    // Refused at its header while the archive is still being sent: the runtime's error, typed.
+    async function* slowly() {
+      for (let i = 0; i < 40; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+        yield new Uint8Array(1 << 20);
+      }
+    }
+    await assert.rejects(templates.importImage(slowly(), refused, { changes: ["RUN rm -rf /"] }), (e: unknown) => {
+      return e instanceof InvalidArgument && /not an instruction an import applies/.test(e.message);
+    });
     await assert.rejects(templates.importImage(new Uint8Array(), refused), field(InvalidArgument, "data"));
     await assert.rejects(templates.shareImage("mentis-test/none-such:1"), (e: unknown) => {
       return e instanceof FailedPrecondition && e.reason === "IMAGE_MISSING";
