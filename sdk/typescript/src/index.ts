@@ -53,4 +53,27 @@ export {
 export { type EditResult, type FileInfo, Files, type WriteData } from "./files.js";
 export { type FileEvent, type FileEventType, FileWatch } from "./watch.js";
 export { type ProcessInfo, Processes } from "./processes.js";
-export { Terminals } from "./terminals.js";
+export {
+  type TerminalAttachOptions,
+  Terminal,
+  TerminalEnded,
+  type TerminalInfo,
+  type TerminalLink,
+  type TerminalOpenOptions,
+  Terminals,
+  type TerminalSignal,
+  type WaitOptions,
+} from "./terminals.js";
+export { type ListSnapshotsOptions, type Snapshot, type SnapshotOptions, Snapshots } from "./snapshots.js";
+export { type EgressDenial, Secrets, type SecretsOptions } from "./egress.js";
+export { type ServiceOptions } from "./service.js";
+export {
+  type BuildImageOptions,
+  type BuiltImage,
+  type ImportImageOptions,
+  type TarSource,
+  type Template,
+  type TemplateChanges,
+  type TemplateFields,
+  Templates,
+} from "./templates.js";

@@ -37,6 +37,9 @@ import type { Action } from "./gen/mentis/v1/action_pb.js";
 import { Files } from "./files.js";
 import { Processes } from "./processes.js";
 import { Terminals } from "./terminals.js";
+import { createSnapshot, type Snapshot, type SnapshotOptions } from "./snapshots.js";
+import { int32 } from "./service.js";
+import { denialOf, type EgressDenial, modeRequest, ruleMessages, rulesRequest } from "./egress.js";
 
 /** A sandbox's state, lower case: `"running"`, `"paused"`, ... */
 export type SandboxStateName = Lowercase<keyof typeof SandboxState>;
@@ -48,7 +51,7 @@ export interface EgressRule {
   domain?: string;
   cidr?: string;
   ports?: number[];
-  /** Headers the egress proxy adds to HTTP requests that match (a value may name a secret: `${secret:NAME}`). */
+  /** Headers the egress gateway sets on HTTP requests that match (a value may name a secret: `{secret:NAME}`). */
   headers?: Record<string, string>;
 }
 
@@ -117,11 +120,11 @@ function stateName(state: SandboxState): SandboxStateName {
   return (SandboxState[state] ?? "UNSPECIFIED").toLowerCase() as SandboxStateName;
 }
 
-function egressName(egress: Egress): EgressMode | "unspecified" {
+export function egressName(egress: Egress): EgressMode | "unspecified" {
   return (Egress[egress] ?? "UNSPECIFIED").toLowerCase() as EgressMode | "unspecified";
 }
 
-function egressValue(mode: string, field: string): Egress {
+export function egressValue(mode: string, field: string): Egress {
   const value = { deny: Egress.DENY, allow: Egress.ALLOW, rules: Egress.RULES }[mode];
   if (value === undefined) {
     throw new InvalidArgument(`${field} must be "deny", "allow" or "rules", not ${JSON.stringify(mode)}`, { field });
@@ -184,7 +187,7 @@ function spec(options: SandboxCreateOptions): SandboxSpec {
     idleTimeoutSeconds: wholeSeconds(options.idleTimeoutMs, "idleTimeoutMs"),
     maxLifetimeSeconds: wholeSeconds(options.maxLifetimeMs, "maxLifetimeMs"),
     egress: options.egress === undefined ? Egress.UNSPECIFIED : egressValue(options.egress, "egress"),
-    egressRules: (options.egressRules ?? []).map(ruleMessage),
+    egressRules: ruleMessages(options.egressRules, "egressRules"),
   });
 }
 
@@ -420,11 +423,15 @@ export class Sandbox {
     return r.found;
   }
 
-  /** Closes the connection: the sandbox stays, and so do its background commands (they are detached) and its
-   * file watches (their readers here are closed). */
+  /** Closes the connection: the sandbox stays, and so do its background commands and terminals (they are
+   * detached) and its file watches (their readers here are closed). */
   async close(): Promise<void> {
     try {
-      await Promise.all([...[...this.commands].map((c) => c.detach()), this.files.closeWatches()]);
+      await Promise.all([
+        ...[...this.commands].map((c) => c.detach()),
+        this.terminals.detachAll(),
+        this.files.closeWatches(),
+      ]);
     } finally {
       this.connection.close();
     }
@@ -480,12 +487,41 @@ export class Sandbox {
     return collect.result(actionId);
   }
 
+  /** Takes a snapshot of the workspace (docs/SNAPSHOTS.md) and returns it once complete:
+   * `Sandbox.create({ snapshotId })` brings it back in a new sandbox. */
+  async snapshot(options: SnapshotOptions = {}): Promise<Snapshot> {
+    return createSnapshot(this.connection, this.id, options);
+  }
+
+  /** Gives the sandbox these egress rules (its mode stays; docs/EGRESS.md) and returns them as the runtime
+   * keeps them (a rule with no ports gets 80 and 443). In force for its next connection. */
+  async updateEgressRules(rules: EgressRule[]): Promise<EgressRule[]> {
+    const request = rulesRequest(this.id, rules);
+    const r = await this.connection.call(() => this.connection.sandboxes.updateSandbox(request));
+    this.info_ = required(r.sandbox);
+    return this.info.egressRules;
+  }
+
+  /** Gives a RUNNING sandbox another egress mode, and these rules (none unless the mode is `"rules"`). */
+  async updateEgress(mode: EgressMode, rules?: EgressRule[]): Promise<this> {
+    const request = modeRequest(this.id, mode, rules);
+    const r = await this.connection.call(() => this.connection.sandboxes.updateSandbox(request));
+    this.info_ = required(r.sandbox);
+    return this;
+  }
+
+  /** The connections and names the egress gateway refused the sandbox lately, newest last. */
+  async egressDenials(): Promise<EgressDenial[]> {
+    const r = await this.connection.call(() => this.connection.sandboxes.listEgressDenials({ sandboxId: this.id }));
+    return r.denials.map(denialOf);
+  }
+
   /** A preview URL for `port` (docs/PREVIEW.md), valid for `ttlMs` (default: the runtime's). */
   async previewUrl(port: number, options: { ttlMs?: number } = {}): Promise<PreviewUrl> {
     const r = await this.connection.call(() =>
       this.connection.sandboxes.getPreviewUrl({
         sandboxId: this.id,
-        port,
+        port: int32(port, "port", 0, 0xffff_ffff),
         ttlSeconds: wholeSeconds(options.ttlMs, "ttlMs"),
       }),
     );
@@ -494,7 +530,8 @@ export class Sandbox {
 
   /** Revokes the preview URLs of `port` (every port when none is given). */
   async revokePreviewUrls(port?: number): Promise<void> {
-    await this.connection.call(() => this.connection.sandboxes.revokePreviewUrls({ sandboxId: this.id, port: port ?? 0 }));
+    const request = { sandboxId: this.id, port: int32(port, "port", 1, 0xffff_ffff) };
+    await this.connection.call(() => this.connection.sandboxes.revokePreviewUrls(request));
   }
 
   private track(handle: CommandHandle): CommandHandle {
