@@ -35,6 +35,7 @@ import {
 } from "./actions.js";
 import type { Action } from "./gen/mentis/v1/action_pb.js";
 import { Files } from "./files.js";
+import { int64 } from "./service.js";
 import { Processes } from "./processes.js";
 import { Terminals } from "./terminals.js";
 import { createSnapshot, type Snapshot, type SnapshotOptions } from "./snapshots.js";
@@ -125,7 +126,8 @@ export function egressName(egress: Egress): EgressMode | "unspecified" {
 }
 
 export function egressValue(mode: string, field: string): Egress {
-  const value = { deny: Egress.DENY, allow: Egress.ALLOW, rules: Egress.RULES }[mode];
+  // Any case, as the Python SDK takes it ("DENY" too).
+  const value = typeof mode === "string" ? { deny: Egress.DENY, allow: Egress.ALLOW, rules: Egress.RULES }[mode.toLowerCase()] : undefined;
   if (value === undefined) {
     throw new InvalidArgument(`${field} must be "deny", "allow" or "rules", not ${JSON.stringify(mode)}`, { field });
   }
@@ -181,9 +183,9 @@ function spec(options: SandboxCreateOptions): SandboxSpec {
     env: options.env ?? {},
     labels: options.labels ?? {},
     cpuLimit: options.cpu ?? 0,
-    memoryLimitMb: BigInt(Math.round(options.memoryMb ?? 0)),
-    diskLimitMb: BigInt(Math.round(options.diskMb ?? 0)),
-    pidsLimit: BigInt(Math.round(options.pidsLimit ?? 0)),
+    memoryLimitMb: int64(options.memoryMb, "memoryMb"),
+    diskLimitMb: int64(options.diskMb, "diskMb"),
+    pidsLimit: int64(options.pidsLimit, "pidsLimit"),
     idleTimeoutSeconds: wholeSeconds(options.idleTimeoutMs, "idleTimeoutMs"),
     maxLifetimeSeconds: wholeSeconds(options.maxLifetimeMs, "maxLifetimeMs"),
     egress: options.egress === undefined ? Egress.UNSPECIFIED : egressValue(options.egress, "egress"),

@@ -24,6 +24,7 @@ import {
   type OpenResponse_Started,
   type TerminalInfo as TerminalInfoMessage,
 } from "./gen/mentis/v1/terminal_pb.js";
+import { resumable as actionResumable } from "./actions.js";
 import type { Connection } from "./client.js";
 import type { Sandbox } from "./sandbox.js";
 import { DeadlineExceeded, FailedPrecondition, fromConnectError, InvalidArgument, MentisError, NotFound } from "./errors.js";
@@ -698,30 +699,10 @@ export class Terminal {
 
 // Node's codes for a connection that broke under a call. Connect-ES reports some of them (a reset: ECONNRESET)
 // as ABORTED, a code the runtime also answers with; the cause tells them apart.
-const BROKEN = new Set([
-  "ECONNRESET",
-  "ECONNREFUSED",
-  "EPIPE",
-  "ETIMEDOUT",
-  "ERR_STREAM_DESTROYED",
-  "ERR_HTTP2_INVALID_STREAM",
-  "ERR_HTTP2_STREAM_ERROR",
-  "ERR_HTTP2_SESSION_ERROR",
-  "ERR_HTTP2_GOAWAY_SESSION",
-  "ERR_HTTP2_STREAM_CANCEL",
-]);
-
-function brokenConnection(e: unknown): boolean {
-  for (let at = e, depth = 0; at instanceof Error && depth < 8; at = at.cause, depth++) {
-    const code = (at as { code?: unknown }).code;
-    if (typeof code === "string" && BROKEN.has(code)) return true;
-  }
-  return false;
-}
-
-/** A failure after which a stream is attached again: the connection broke, or the runtime is restarting. */
+/** A failure after which a stream is attached again: the connection broke, or the runtime is restarting
+ * (actions.ts' rule, on the call's own error beneath the typed one). */
 function resumable(err: MentisError): boolean {
-  return err.code === "UNAVAILABLE" || err.code === "CANCELLED" || brokenConnection(err.cause);
+  return err.code === "UNAVAILABLE" || err.code === "CANCELLED" || (err.cause !== undefined && actionResumable(err.cause, undefined));
 }
 
 /** The sandbox's terminals (sandbox.terminals): `open` one, `attach` to one, `list`, `close`, `link` (the web

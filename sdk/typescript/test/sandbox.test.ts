@@ -218,6 +218,8 @@ test("mistakes are typed errors with the runtime's details", async () => {
   await assert.rejects(Sandbox.create({ apiKey: "mk_wrong" }), Unauthenticated);
   await assert.rejects(sb.run("true", { timeoutMs: -1 }), (e: unknown) => e instanceof InvalidArgument && e.field === "timeoutMs");
   await assert.rejects(Sandbox.create({ addr: "ftp://x:1" }), ConfigError);
+  await assert.rejects(Sandbox.create({ memoryMb: 1.5 }), (e: unknown) => e instanceof InvalidArgument && e.field === "memoryMb");
+  await assert.rejects(Sandbox.create({ pidsLimit: Number.NaN }), (e: unknown) => e instanceof InvalidArgument && e.field === "pidsLimit");
   // No address: embedded mode, which needs a runtime binary to start.
   const saved = { addr: process.env.MENTIS_ADDR, bin: process.env.MENTIS_RUNTIME_BIN };
   delete process.env.MENTIS_ADDR;
