@@ -17,6 +17,7 @@ const expected: string[][] = [
   ["3 hi", "42", "hello [ 'notes/a.txt' ]"],
   ["live: step 1", "live: step 2", "live: step 3", "4 exited", "cancelled"],
   ["created out/sum.txt", "3", "137"],
+  ["true", "3", "kept", "guide ready"],
   ["NOT_FOUND SANDBOX_NOT_FOUND"],
   [`the model was sent: ${JSON.stringify({ type: "text", value: "status: ok\n--- result ---\n42" })}`],
   ["exit code: 0", "--- stdout ---", "42"],
@@ -46,7 +47,7 @@ test("the guide has the blocks this test knows", () => {
 
 for (const [i, lines] of expected.entries()) {
   test(`docs/SDK-TS.md's block ${i + 1} prints what the guide says`, () => {
-    const preload = i === 4 ? ["--import", fileURLToPath(new URL("./guide-model.js", import.meta.url))] : [];
+    const preload = i === 5 ? ["--import", fileURLToPath(new URL("./guide-model.js", import.meta.url))] : [];
     const r = spawnSync(process.execPath, [...preload, `${dir}/block${i}.js`], { encoding: "utf8", cwd: dir });
     assert.equal(r.status, 0, r.stderr);
     assert.deepEqual(r.stdout.trimEnd().split("\n"), lines, r.stderr);
