@@ -11,6 +11,11 @@
  * coming down is unpacked as it arrives. Unpacking keeps every entry inside the destination: no absolute
  * names, no "..", nothing written through a symbolic link (a sandbox's files are not to be trusted), and no
  * set-id bits.
+ *
+ * The tar format itself (headers, PAX and GNU extensions, checksums, padding) is tar-stream's, a small, much
+ * used streaming writer and reader without native code; what is ours is above it: the walk, which headers go
+ * up (PAX where Python's tarfile writes one, so the runtime's Upload reads what it reads from the Python SDK),
+ * the pacing and where everything lands.
  */
 import { constants, type BigIntStats } from "node:fs";
 import {
@@ -30,11 +35,9 @@ import {
   utimes,
 } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
+import type { Writable } from "node:stream";
+import { extract, pack, type Entry, type Headers, type Pack } from "tar-stream";
 import { MentisError } from "./errors.js";
-
-const BLOCK = 512;
-const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 
 // --- where copies land
 
@@ -101,13 +104,25 @@ export async function* fileChunks(path: string, chunk: number): AsyncGenerator<U
 
 /**
  * The tar archive of directory `root`'s contents (names relative to it, sorted, a directory before what it
- * holds; symbolic links and hard links as links), in pieces of about `chunk` bytes, made as they are taken.
+ * holds; symbolic links and hard links as links), in pieces of about `chunk` bytes, made as they are taken: an
+ * entry is added only when the archive's taker has caught up with the one before.
  */
-export function tarChunks(root: string, chunk: number): AsyncGenerator<Uint8Array> {
-  return rechunk(tarPieces(root, chunk), chunk);
+export async function* tarChunks(root: string, chunk: number): AsyncGenerator<Uint8Array> {
+  const archive = pack();
+  archive.on("error", () => {}); // given to the taker by the archive's iterator
+  const packing = packTree(archive, root, chunk).then(
+    () => archive.finalize(),
+    (e: unknown) => archive.destroy(e as Error),
+  );
+  try {
+    yield* rechunk(archive, chunk);
+  } finally {
+    archive.destroy(); // a taker that stopped early; nothing once the archive ended
+    await packing;
+  }
 }
 
-async function* tarPieces(root: string, chunk: number): AsyncGenerator<Uint8Array> {
+async function packTree(archive: Pack, root: string, chunk: number): Promise<void> {
   const inodes = new Map<string, string>();
   for await (const [path, name] of walk(root, "")) {
     let st: BigIntStats;
@@ -117,65 +132,150 @@ async function* tarPieces(root: string, chunk: number): AsyncGenerator<Uint8Arra
       if ((e as NodeJS.ErrnoException).code === "ENOENT") continue; // removed while we archive
       throw e;
     }
-    const entry: HeaderFields = {
+    const entry: EntryFields = {
       name,
-      mode: Number(st.mode & 0o7777n),
+      mode: Number(st.mode),
       uid: Number(st.uid),
       gid: Number(st.gid),
       size: 0,
       mtime: Number(st.mtimeNs / 1_000_000_000n),
-      type: "0",
+      type: "file",
       linkname: "",
       devmajor: 0,
       devminor: 0,
     };
-    let size = 0;
     if (st.isFile()) {
       const inode = `${st.dev}:${st.ino}`;
       const earlier = inodes.get(inode);
       if (st.nlink > 1n && earlier !== undefined && earlier !== name) {
-        entry.type = "1"; // a hard link to a file archived before
+        entry.type = "link"; // a hard link to a file archived before
         entry.linkname = earlier;
       } else {
         inodes.set(inode, name);
-        size = Number(st.size);
-        entry.size = size;
+        entry.size = Number(st.size);
       }
     } else if (st.isDirectory()) {
-      entry.type = "5";
+      entry.type = "directory";
       entry.name = `${name}/`;
     } else if (st.isSymbolicLink()) {
-      entry.type = "2";
+      entry.type = "symlink";
       entry.linkname = await readlink(path);
     } else if (st.isFIFO()) {
-      entry.type = "6";
+      entry.type = "fifo";
     } else if (st.isCharacterDevice() || st.isBlockDevice()) {
-      entry.type = st.isCharacterDevice() ? "3" : "4";
+      entry.type = st.isCharacterDevice() ? "character-device" : "block-device";
       entry.devmajor = Number(st.rdev >> 8n) & 0xfff;
       entry.devminor = Number((st.rdev & 0xffn) | ((st.rdev >> 12n) & 0xfff00n));
     } else {
       continue; // a socket: nothing to archive
     }
-    yield headerBlocks(entry);
-    if (size) {
+    const [sink, added] = addEntry(archive, entry);
+    if (entry.size) {
       const fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
       try {
-        let left = size;
+        let left = entry.size;
         while (left) {
-          const buf = new Uint8Array(Math.min(chunk, left));
+          // A Buffer, which tar-stream passes on as it is (another Uint8Array it would copy).
+          const buf = Buffer.alloc(Math.min(chunk, left));
           const { bytesRead } = await fh.read(buf, 0, buf.length, null);
           if (!bytesRead) throw new Error(`${path} shrank while it was being uploaded`);
           left -= bytesRead;
-          yield buf.subarray(0, bytesRead);
+          if (!sink.write(buf.subarray(0, bytesRead)) && !(await drained(sink))) break; // the archive was closed
         }
       } finally {
         await fh.close();
       }
-      const pad = -size & (BLOCK - 1);
-      if (pad) yield new Uint8Array(pad);
+    }
+    sink.end();
+    await added;
+  }
+}
+
+/** What we know of an entry going up: the fields of tar-stream's header, `mtime` in seconds. */
+interface EntryFields {
+  name: string;
+  /** As lstat gives it, with the file-type bits (tar keeps the permission bits). */
+  mode: number;
+  uid: number;
+  gid: number;
+  size: number;
+  mtime: number;
+  type: NonNullable<Headers["type"]>;
+  linkname: string;
+  devmajor: number;
+  devminor: number;
+}
+
+const isAscii = (s: string) => /^[\x00-\x7f]*$/.test(s);
+
+/**
+ * Adds an entry to the archive: its writable content, and a promise settled once the entry is whole in the
+ * archive (rejected when the archive was destroyed first).
+ *
+ * The header is tar-stream's ustar header, after a PAX header (path and linkpath, and what a number field
+ * cannot hold) when Python's tarfile writes one for PAX_FORMAT: a name or link over 100 bytes or not ASCII, or
+ * a number too big for its field. tar-stream would rather split a long ASCII name into ustar's prefix and name
+ * fields; a `pax` record set makes it write the PAX header instead.
+ */
+function addEntry(archive: Pack, f: EntryFields): [Writable, Promise<void>] {
+  const pax: Record<string, string> = {};
+  let needsPax = false;
+  for (const text of [f.name, f.linkname]) {
+    if (!isAscii(text) || text.length > 100) needsPax = true;
+  }
+  // tar-stream's fields: 6 octal digits for ids, 11 for the size (base-256 beyond), and seconds as a signed
+  // 32-bit number; what does not fit goes in the PAX header, with 0 in the field as tarfile does.
+  const fits = (value: number, below: number) => value >= 0 && value < below;
+  for (const [key, value, below] of [
+    ["uid", f.uid, 8 ** 6],
+    ["gid", f.gid, 8 ** 6],
+    ["size", f.size, 8 ** 11],
+    ["mtime", f.mtime, 2 ** 31],
+  ] as const) {
+    if (!fits(value, below)) {
+      pax[key] = String(value);
+      needsPax = true;
     }
   }
-  yield new Uint8Array(2 * BLOCK); // the end of the archive
+  const header: Headers & { pax?: Record<string, string> } = {
+    name: f.name,
+    // Never 0, which tar-stream would take as "no mode" and replace with 644 or 755: the file-type bits stay
+    // set (the header keeps the permission bits alone).
+    mode: f.mode,
+    uid: fits(f.uid, 8 ** 6) ? f.uid : 0,
+    gid: fits(f.gid, 8 ** 6) ? f.gid : 0,
+    size: f.size,
+    mtime: new Date(fits(f.mtime, 2 ** 31) ? f.mtime * 1000 : 0),
+    type: f.type,
+    linkname: f.linkname,
+    devmajor: f.devmajor,
+    devminor: f.devminor,
+  };
+  if (needsPax) header.pax = pax;
+  let settle: (e?: Error | null) => void = () => {};
+  const added = new Promise<void>((resolve, reject) => {
+    settle = (e) => (e ? reject(e) : resolve());
+  });
+  added.catch(() => {}); // awaited by the caller, unless it failed first
+  const sink = archive.entry(header, (e) => settle(e));
+  sink.on("error", () => {}); // told through `added`
+  return [sink, added];
+}
+
+/** Resolves when `stream` takes writes again: true, or false once it was closed. */
+function drained(stream: Writable): Promise<boolean> {
+  if (stream.destroyed) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const done = (open: boolean) => () => {
+      stream.off("drain", onDrain);
+      stream.off("close", onClose);
+      resolve(open);
+    };
+    const onDrain = done(true);
+    const onClose = done(false);
+    stream.once("drain", onDrain);
+    stream.once("close", onClose);
+  });
 }
 
 function byName(a: string, b: string): number {
@@ -221,107 +321,6 @@ function concat(pieces: Uint8Array[], n: number): Uint8Array {
   return out;
 }
 
-// --- tar headers
-
-interface HeaderFields {
-  name: string;
-  mode: number;
-  uid: number;
-  gid: number;
-  size: number;
-  mtime: number;
-  /** The type flag: "0" file, "1" hard link, "2" symbolic link, "5" directory, ... */
-  type: string;
-  linkname: string;
-  devmajor: number;
-  devminor: number;
-}
-
-const isAscii = (s: string) => /^[\x00-\x7f]*$/.test(s);
-
-/** The header block of an entry, after a PAX header with what the ustar fields cannot hold (long or non-ASCII
- * names, big numbers), as Python's tarfile writes PAX_FORMAT. */
-function headerBlocks(f: HeaderFields): Uint8Array {
-  const pax: [string, string][] = [];
-  for (const [key, value] of [
-    ["path", f.name],
-    ["linkpath", f.linkname],
-  ] as const) {
-    if (!isAscii(value) || value.length > 100) pax.push([key, value]);
-  }
-  for (const [key, value, digits] of [
-    ["uid", f.uid, 8],
-    ["gid", f.gid, 8],
-    ["size", f.size, 12],
-    ["mtime", f.mtime, 12],
-  ] as const) {
-    if (!(value >= 0 && value < 8 ** (digits - 1))) pax.push([key, String(value)]);
-  }
-  const main = ustarBlock(f);
-  if (!pax.length) return main;
-  const records = encoder.encode(pax.map(([k, v]) => paxRecord(k, v)).join(""));
-  const paxHeader = ustarBlock({
-    name: "././@PaxHeader",
-    mode: 0o644,
-    uid: 0,
-    gid: 0,
-    size: records.length,
-    mtime: 0,
-    type: "x",
-    linkname: "",
-    devmajor: 0,
-    devminor: 0,
-  });
-  const out = new Uint8Array(BLOCK + padded(records.length) + BLOCK);
-  out.set(paxHeader, 0);
-  out.set(records, BLOCK);
-  out.set(main, BLOCK + padded(records.length));
-  return out;
-}
-
-function paxRecord(key: string, value: string): string {
-  // "%d %s=%s\n", the length counting itself.
-  const body = ` ${key}=${value}\n`;
-  const bodyLength = encoder.encode(body).length;
-  let n = bodyLength + 1;
-  while (String(n).length + bodyLength !== n) n = String(n).length + bodyLength;
-  return `${n}${body}`;
-}
-
-function padded(n: number): number {
-  return Math.ceil(n / BLOCK) * BLOCK;
-}
-
-function ustarBlock(f: HeaderFields): Uint8Array {
-  const block = new Uint8Array(BLOCK);
-  const put = (at: number, length: number, text: string) => {
-    // The field's text, ASCII (what does not fit goes in the PAX header before), cut to the field.
-    const bytes = encoder.encode(text.replace(/[^\x00-\x7f]/g, "?")).subarray(0, length);
-    block.set(bytes, at);
-  };
-  const octal = (at: number, length: number, value: number) => {
-    const v = value >= 0 && value < 8 ** (length - 1) ? value : 0;
-    put(at, length, `${v.toString(8).padStart(length - 1, "0")}\0`);
-  };
-  put(0, 100, f.name);
-  octal(100, 8, f.mode);
-  octal(108, 8, f.uid);
-  octal(116, 8, f.gid);
-  octal(124, 12, f.size);
-  octal(136, 12, f.mtime);
-  put(148, 8, "        ");
-  put(156, 1, f.type);
-  put(157, 100, f.linkname);
-  put(257, 6, "ustar\0");
-  put(263, 2, "00");
-  octal(329, 8, f.devmajor);
-  octal(337, 8, f.devminor);
-  let sum = 0;
-  for (const b of block) sum += b;
-  put(148, 8, `${sum.toString(8).padStart(6, "0")}\0 `);
-  return block;
-}
-
 // --- reading a tar stream
 
 /** One entry of an archive being read. */
@@ -331,207 +330,82 @@ export interface TarEntry {
   mode: number;
   /** Seconds since the epoch. */
   mtime: number;
-  size: number;
   linkname: string;
+  /** Its content, as it comes; what is not read of it is skipped when the next entry is asked for. */
+  body: AsyncIterable<Uint8Array>;
 }
 
 function archiveError(message: string): MentisError {
   return new MentisError(`the archive from the sandbox cannot be read: ${message}`);
 }
 
-/** Bytes from an iterator of chunks, taken as asked for, never more than one chunk held beyond what is
- * asked. */
-class Bytes {
-  private held: Uint8Array[] = [];
-  private size = 0;
-  private ended = false;
+const kinds: Partial<Record<string, TarEntry["type"]>> = {
+  file: "file",
+  "contiguous-file": "file",
+  link: "link",
+  symlink: "symlink",
+  directory: "directory",
+};
 
-  constructor(private readonly it: AsyncIterator<Uint8Array>) {}
-
-  /** Until `n` bytes are held, or the stream ended. */
-  private async fill(n: number): Promise<void> {
-    while (this.size < n && !this.ended) {
-      const r = await this.it.next();
-      if (r.done) {
-        this.ended = true;
-      } else if (r.value.length) {
-        this.held.push(r.value);
-        this.size += r.value.length;
+/**
+ * The entries of the tar stream `chunks` (ustar, GNU and PAX, read by tar-stream), one at a time, as the bytes
+ * come: the stream is fed to the reader only as fast as the entries' contents are taken. An error of `chunks`
+ * is thrown as it is; an archive that cannot be read is a MentisError.
+ */
+export async function* tarEntries(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<TarEntry> {
+  // Unknown formats too: the old (v7) tar header has no magic.
+  const archive = extract({ allowUnknownFormat: true });
+  let failed: { error: unknown } | undefined;
+  const readError = (e: unknown) =>
+    failed && e === failed.error ? e : archiveError(e instanceof Error ? e.message : String(e));
+  void (async () => {
+    try {
+      for await (const piece of chunks) {
+        if (!archive.write(piece) && !(await drained(archive))) return; // the reader was closed
       }
+      archive.end();
+    } catch (e) {
+      failed = { error: e };
+      archive.destroy(e as Error);
     }
-  }
-
-  /** Exactly `n` bytes; undefined when the stream ended before the first of them. */
-  async exact(n: number): Promise<Uint8Array | undefined> {
-    await this.fill(n);
-    if (this.size === 0) return undefined;
-    if (this.size < n) throw archiveError("it ends inside a header");
-    const out = new Uint8Array(n);
-    let at = 0;
-    for (const piece of this.pieces(n)) {
-      out.set(piece, at);
-      at += piece.length;
-    }
-    return out;
-  }
-
-  /** Takes up to `n` held bytes, in the pieces they are held in. */
-  private *pieces(n: number): Generator<Uint8Array> {
-    let left = n;
-    while (left > 0 && this.held.length) {
-      const first = this.held[0] as Uint8Array;
-      if (first.length <= left) {
-        this.held.shift();
-        this.size -= first.length;
-        left -= first.length;
-        yield first;
-      } else {
-        this.held[0] = first.subarray(left);
-        this.size -= left;
-        yield first.subarray(0, left);
-        left = 0;
-      }
-    }
-  }
-
-  /** `n` bytes, piece by piece as they come. */
-  async *stream(n: number): AsyncGenerator<Uint8Array> {
-    let left = n;
-    while (left > 0) {
-      await this.fill(1);
-      if (!this.size) throw archiveError("it ends inside an entry");
-      for (const piece of this.pieces(left)) {
-        left -= piece.length;
-        yield piece;
-      }
-    }
-  }
-
-  async skip(n: number): Promise<void> {
-    for await (const _ of this.stream(n)) {
-      // dropped
-    }
-  }
-}
-
-function field(block: Uint8Array, at: number, length: number): string {
-  const bytes = block.subarray(at, at + length);
-  const end = bytes.indexOf(0);
-  return decoder.decode(end < 0 ? bytes : bytes.subarray(0, end));
-}
-
-function number(block: Uint8Array, at: number, length: number): number {
-  const bytes = block.subarray(at, at + length);
-  if ((bytes[0] ?? 0) & 0x80) {
-    // GNU's base-256: big-endian, the first byte's high bit a mark.
-    if (bytes[0] === 0xff) throw archiveError("a negative number in a header");
-    let v = BigInt((bytes[0] ?? 0) & 0x7f);
-    for (const b of bytes.subarray(1)) v = (v << 8n) | BigInt(b);
-    return Number(v);
-  }
-  const text = field(block, at, length).trim();
-  if (!text) return 0;
-  if (!/^[0-7]+$/.test(text)) throw archiveError(`${JSON.stringify(text)} is no octal number`);
-  return parseInt(text, 8);
-}
-
-function checksumOk(block: Uint8Array): boolean {
-  const want = number(block, 148, 8);
-  let unsigned = 0;
-  let signed = 0;
-  for (let i = 0; i < BLOCK; i++) {
-    const b = i >= 148 && i < 156 ? 0x20 : (block[i] as number);
-    unsigned += b;
-    signed += b > 127 ? b - 256 : b;
-  }
-  return want === unsigned || want === signed;
-}
-
-function paxRecords(data: Uint8Array): Map<string, string> {
-  const out = new Map<string, string>();
-  let at = 0;
-  while (at < data.length) {
-    const space = data.indexOf(0x20, at);
-    if (space < 0) break;
-    const length = parseInt(decoder.decode(data.subarray(at, space)), 10);
-    if (!(length > 0) || at + length > data.length) throw archiveError("a bad PAX header");
-    const record = decoder.decode(data.subarray(space + 1, at + length - 1));
-    const eq = record.indexOf("=");
-    if (eq > 0) out.set(record.slice(0, eq), record.slice(eq + 1));
-    at += length;
-  }
-  return out;
-}
-
-/** The entries of a tar stream (ustar, GNU and PAX), one at a time: `next()` reads the next header, `body()`
- * the current entry's content as it comes (what is not read of it is skipped by the next `next()`). */
-export class TarReader {
-  private readonly bytes: Bytes;
-  // What is left of the current entry: its content, then the padding to a whole block.
-  private content = 0;
-  private padding = 0;
-  private global = new Map<string, string>();
-
-  constructor(chunks: AsyncIterable<Uint8Array>) {
-    this.bytes = new Bytes(chunks[Symbol.asyncIterator]());
-  }
-
-  async next(): Promise<TarEntry | undefined> {
-    await this.bytes.skip(this.content + this.padding);
-    this.content = this.padding = 0;
-    let longName: string | undefined;
-    let longLink: string | undefined;
-    let pax = new Map<string, string>();
+  })();
+  const entries = archive[Symbol.asyncIterator]();
+  try {
     for (;;) {
-      const block = await this.bytes.exact(BLOCK);
-      if (!block || block.every((b) => b === 0)) return undefined; // the end of the archive
-      if (!checksumOk(block)) throw archiveError("a header's checksum is wrong");
-      const type = String.fromCharCode(block[156] ?? 0);
-      let size = number(block, 124, 12);
-      if (type === "L" || type === "K" || type === "x" || type === "g") {
-        if (size > 1 << 20) throw archiveError("an extended header over 1 MiB");
-        const data = (await this.bytes.exact(padded(size))) ?? new Uint8Array();
-        if (data.length < size) throw archiveError("it ends inside an extended header");
-        const body = data.subarray(0, size);
-        if (type === "L") longName = field(body, 0, size);
-        else if (type === "K") longLink = field(body, 0, size);
-        else if (type === "x") pax = new Map([...pax, ...paxRecords(body)]);
-        else this.global = new Map([...this.global, ...paxRecords(body)]);
-        continue;
+      let next: IteratorResult<Entry>;
+      try {
+        next = await entries.next();
+      } catch (e) {
+        throw readError(e);
       }
-      const records = new Map([...this.global, ...pax]);
-      const magic = field(block, 257, 6);
-      let name = field(block, 0, 100);
-      const prefix = magic === "ustar" ? field(block, 345, 155) : "";
-      if (prefix) name = `${prefix}/${name}`;
-      name = records.get("path") ?? longName ?? name;
-      const linkname = records.get("linkpath") ?? longLink ?? field(block, 157, 100);
-      if (records.has("size")) size = Number(records.get("size"));
-      let mtime = number(block, 136, 12);
-      if (records.has("mtime")) mtime = Math.floor(Number(records.get("mtime")));
-      if (!Number.isSafeInteger(size) || size < 0) throw archiveError("an entry's size is no number");
-      const kinds: Record<string, TarEntry["type"]> = {
-        "0": "file",
-        "\0": "file",
-        "7": "file",
-        "1": "link",
-        "2": "symlink",
-        "5": "directory",
+      if (next.done) return;
+      const stream = next.value;
+      const h = stream.header as Headers & { pax?: Record<string, string> | null };
+      // A PAX mtime may have a fraction; tar-stream leaves it in the records.
+      const paxTime = Number(h.pax?.mtime ?? Number.NaN);
+      const mtime = Number.isFinite(paxTime) ? Math.floor(paxTime) : Math.floor((h.mtime?.getTime() ?? 0) / 1000);
+      async function* body(): AsyncGenerator<Uint8Array> {
+        try {
+          for await (const piece of stream) yield piece;
+        } catch (e) {
+          throw readError(e);
+        }
+      }
+      yield {
+        name: h.name,
+        type: kinds[h.type ?? ""] ?? "other",
+        mode: h.mode ?? 0,
+        mtime,
+        linkname: h.linkname ?? "",
+        body: body(),
       };
-      // Hard links, links, directories and devices carry no content, whatever their size field says.
-      const kind = kinds[type] ?? "other";
-      const carried = kind === "file" || kind === "other" ? size : 0;
-      this.content = carried;
-      this.padding = padded(carried) - carried;
-      return { name, type: kind, mode: number(block, 100, 8), mtime, size: carried, linkname };
+      stream.resume(); // what was not read: skipped
     }
-  }
-
-  /** The current entry's content, as it comes. */
-  async *body(): AsyncGenerator<Uint8Array> {
-    for await (const piece of this.bytes.stream(this.content)) {
-      this.content -= piece.length;
-      yield piece;
+  } finally {
+    try {
+      await entries.return?.();
+    } catch {
+      // closed already, by the error thrown
     }
   }
 }
@@ -591,9 +465,8 @@ async function clear(dest: string): Promise<void> {
 /** Unpacks the tar stream `chunks` into directory `target` (created when missing), read as it comes. */
 export async function unpack(chunks: AsyncIterable<Uint8Array>, target: string): Promise<void> {
   await mkdir(target, { recursive: true });
-  const tar = new TarReader(chunks);
   const directories: [string, number, number][] = [];
-  for (let entry = await tar.next(); entry; entry = await tar.next()) {
+  for await (const entry of tarEntries(chunks)) {
     const names = parts(entry.name);
     if (!names.length) continue; // the directory itself
     const dest = await inside(target, names, entry.name);
@@ -607,7 +480,7 @@ export async function unpack(chunks: AsyncIterable<Uint8Array>, target: string):
       await clear(dest);
       const fh = await open(dest, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
       try {
-        for await (const piece of tar.body()) {
+        for await (const piece of entry.body) {
           let at = 0;
           while (at < piece.length) at += (await fh.write(piece, at)).bytesWritten;
         }

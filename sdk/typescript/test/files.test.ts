@@ -356,6 +356,29 @@ test("a directory tree goes up and comes back with contents, modes and links", a
   assert.deepEqual(await readdir(await sb.files.download("hollow", join(tmp, "hollow"))), []);
 });
 
+test("long paths and long link targets go up and come back whole (PAX up, GNU long names down)", async (t) => {
+  await using sb = await Sandbox.create();
+  const tmp = await localTmp(t);
+  const src = join(tmp, "src");
+  // A path over ustar's 100 bytes that its prefix field could hold (it goes in a PAX header all the same, as
+  // Python's tarfile writes it), non-ASCII folders, and links whose targets are over 100 bytes.
+  const deep = join("d".repeat(60), `é-${"e".repeat(60)}`);
+  await mkdir(join(src, deep), { recursive: true });
+  await writeFile(join(src, deep, `f-${"f".repeat(40)}.txt`), "deep\n");
+  await chmod(join(src, deep, `f-${"f".repeat(40)}.txt`), 0o640);
+  await symlink(join(deep, `f-${"f".repeat(40)}.txt`), join(src, "to-deep"));
+  await symlink(join("..", "..", "to-deep"), join(src, deep, `back-${"b".repeat(100)}`));
+  const local = sorted(await localTree(src));
+  assert.equal(Object.keys(local).length, 5);
+
+  assert.equal(await sb.files.upload(src, "up"), "up");
+  assert.deepEqual(sorted(await remoteTree(sb, "up")), local);
+  assert.equal((await sb.run(`cat up/to-deep up/${deep}/back-${"b".repeat(100)}`)).stdout, "deep\ndeep\n");
+  const down = await sb.files.download("up", join(tmp, "down"));
+  assert.deepEqual(sorted(await localTree(down)), local);
+  assert.equal(await readFile(join(down, "to-deep"), "utf8"), "deep\n");
+});
+
 test("a single file goes as a file and keeps its mode both ways", async (t) => {
   await using sb = await Sandbox.create();
   const tmp = await localTmp(t);
