@@ -29,7 +29,7 @@ import { type EgressMode, type EgressRule, egressName, egressValue, ruleOf } fro
 import { Egress } from "./gen/mentis/v1/sandbox_pb.js";
 import { ruleMessages } from "./egress.js";
 import { int32, int64, ServiceConnection, type ServiceOptions, str, strings } from "./service.js";
-import { rechunk, tarFolder } from "./tar.js";
+import { rechunk, tarChunks } from "./transfer.js";
 
 // Build contexts and root filesystems go in pieces of this size (each one message).
 const CHUNK = 1 << 20;
@@ -217,7 +217,7 @@ async function contextSource(context: string | TarSource): Promise<AsyncIterable
         field: "context",
       });
     }
-    return tarFolder(context, CHUNK);
+    return tarChunks(context, CHUNK);
   }
   return tarSource(context, "context");
 }

@@ -292,7 +292,11 @@ async function* walk(directory: string, prefix: string): AsyncGenerator<[string,
   }
 }
 
-async function* rechunk(pieces: AsyncIterable<Uint8Array>, size: number): AsyncGenerator<Uint8Array> {
+/** The pieces of `pieces` in chunks of about `size` bytes (small pieces gathered, large ones as they are). */
+export async function* rechunk(
+  pieces: AsyncIterable<Uint8Array> | Iterable<Uint8Array>,
+  size: number,
+): AsyncGenerator<Uint8Array> {
   let held: Uint8Array[] = [];
   let n = 0;
   for await (const piece of pieces) {
