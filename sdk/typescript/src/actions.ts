@@ -305,15 +305,6 @@ function durationMs(d: { seconds: bigint; nanos: number } | undefined): number {
   return d ? Number(d.seconds) * 1000 + d.nanos / 1e6 : 0;
 }
 
-function concat(chunks: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
-  }
-  return out;
-}
 
 /** A shell action's observations, as they come, into its result (and the output callbacks). */
 export class CommandCollector {
@@ -359,8 +350,8 @@ export class CommandCollector {
     return new CommandResult(
       end.exitCode,
       endReasonName(end.reason),
-      concat(this.out),
-      concat(this.err),
+      Buffer.concat(this.out),
+      Buffer.concat(this.err),
       end.signal,
       end.message,
       durationMs(end.duration),

@@ -25,6 +25,7 @@ import {
   type TerminalInfo as TerminalInfoMessage,
 } from "./gen/mentis/v1/terminal_pb.js";
 import { resumable as actionResumable } from "./actions.js";
+import { Changes } from "./changes.js";
 import type { Connection } from "./client.js";
 import type { Sandbox } from "./sandbox.js";
 import { DeadlineExceeded, FailedPrecondition, fromConnectError, InvalidArgument, MentisError, NotFound } from "./errors.js";
@@ -256,7 +257,7 @@ export class Terminal {
   private stream: Stream | undefined;
   private readonly queue: Queued[] = [];
   // Resolvers of everyone waiting for a change: output, the end, a stream that became live or closed.
-  private readonly waiters = new Set<() => void>();
+  private readonly changes = new Changes();
   private task: Promise<void> = Promise.resolve();
   private rows_ = 0;
   private cols_ = 0;
@@ -314,41 +315,6 @@ export class Terminal {
 
   // --- the stream
 
-  private notify(): void {
-    const waiting = [...this.waiters];
-    this.waiters.clear();
-    for (const wake of waiting) wake();
-  }
-
-  /** Waits until `ready()`; false when `timeoutMs` passed first; rejects with the signal's reason. */
-  private async until(ready: () => boolean, timeoutMs: number | undefined, signal?: AbortSignal): Promise<boolean> {
-    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
-    while (!ready()) {
-      signal?.throwIfAborted();
-      const left = deadline === undefined ? undefined : deadline - Date.now();
-      if (left !== undefined && left <= 0) return false;
-      await new Promise<void>((resolve, reject) => {
-        const cleanup = () => {
-          clearTimeout(timer);
-          signal?.removeEventListener("abort", aborted);
-          this.waiters.delete(wake);
-        };
-        const wake = () => {
-          cleanup();
-          resolve();
-        };
-        const aborted = () => {
-          cleanup();
-          reject(signal?.reason);
-        };
-        const timer = left === undefined ? undefined : setTimeout(wake, left);
-        this.waiters.add(wake);
-        signal?.addEventListener("abort", aborted, { once: true });
-      });
-    }
-    return true;
-  }
-
   /** The requests of `stream`: `first`, then the queued ones while it is live; done once it is closed. */
   private requests(first: OpenRequest, stream: Stream): AsyncIterable<OpenRequest> {
     let sentFirst = false;
@@ -365,7 +331,7 @@ export class Terminal {
           queued.sent();
           return { done: false, value: queued.request };
         }
-        await new Promise<void>((resolve) => this.waiters.add(resolve));
+        await this.changes.next();
       }
     };
     return {
@@ -397,7 +363,7 @@ export class Terminal {
         if (r.done) throw new MentisError("the terminal's stream ended before it started");
         if (r.value.kind.case === "started") {
           stream.live = true;
-          this.notify();
+          this.changes.notify();
           return r.value.kind.value;
         }
       }
@@ -411,7 +377,7 @@ export class Terminal {
     if (!stream || stream.closed) return;
     stream.closed = true;
     stream.call.abort();
-    this.notify();
+    this.changes.notify();
   }
 
   /** Follows the terminal until its end, a detach or a failure; a stream that drops is attached again after
@@ -457,7 +423,7 @@ export class Terminal {
           }
           if (started.rows !== this.rows_ || started.cols !== this.cols_) {
             this.queue.unshift({ request: resizeRequest(this.rows_, this.cols_), sent: () => {}, failed: () => {} });
-            this.notify();
+            this.changes.notify();
           }
           deadline = undefined;
           break;
@@ -511,7 +477,7 @@ export class Terminal {
     if (!this.onOutput) {
       this.buffer = this.buffer.length ? Buffer.concat([this.buffer, output.data]) : Buffer.from(output.data);
     }
-    this.notify();
+    this.changes.notify();
     return output.data;
   }
 
@@ -539,7 +505,7 @@ export class Terminal {
     this.done = true;
     this.closeStream(this.stream);
     for (const q of this.queue.splice(0)) q.failed(this.notOpen());
-    this.notify();
+    this.changes.notify();
   }
 
   private notOpen(): unknown {
@@ -555,7 +521,7 @@ export class Terminal {
     const sent = requests.map(
       (request) => new Promise<void>((sent, failed) => this.queue.push({ request, sent, failed })),
     );
-    this.notify();
+    this.changes.notify();
     await Promise.all(sent);
   }
 
@@ -606,7 +572,7 @@ export class Terminal {
   async read(options: WaitOptions = {}): Promise<Uint8Array> {
     this.checkReadable();
     checkWait(options);
-    await this.until(() => this.buffer.length > 0 || this.done, options.timeoutMs, options.signal);
+    await this.changes.until(() => this.buffer.length > 0 || this.done, options.timeoutMs, options.signal);
     if (this.buffer.length) return this.take(this.buffer.length);
     if (this.done && this.failure !== undefined) throw this.failure;
     return new Uint8Array();
@@ -622,7 +588,7 @@ export class Terminal {
     if (!want.length) throw new InvalidArgument("marker is empty", { field: "marker" });
     const timeoutMs = options.timeoutMs ?? 30_000;
     const found = () => this.buffer.indexOf(want);
-    if (!(await this.until(() => found() >= 0 || this.done, timeoutMs, options.signal))) {
+    if (!(await this.changes.until(() => found() >= 0 || this.done, timeoutMs, options.signal))) {
       const tail = this.buffer.subarray(Math.max(0, this.buffer.length - 200));
       throw new DeadlineExceeded(`${show(want)} did not appear within ${timeoutMs} ms; the last output: ${show(tail)}`);
     }
@@ -649,7 +615,7 @@ export class Terminal {
    * detached first. */
   async wait(options: WaitOptions = {}): Promise<number> {
     checkWait(options);
-    if (!(await this.until(() => this.done, options.timeoutMs, options.signal))) {
+    if (!(await this.changes.until(() => this.done, options.timeoutMs, options.signal))) {
       throw new DeadlineExceeded(`terminal ${this.id} still runs after ${options.timeoutMs} ms`);
     }
     if (this.exitCode_ !== undefined) return this.exitCode_;
@@ -673,7 +639,7 @@ export class Terminal {
     const attached = !this.done;
     await this.hangUp();
     if (attached) {
-      await this.until(() => this.done, CLOSE_WAIT_MS);
+      await this.changes.until(() => this.done, CLOSE_WAIT_MS);
       if (this.exitCode_ !== undefined) await this.hangUp(); // it ended: this forgets it
     }
     await this.detach();

@@ -307,23 +307,14 @@ export async function* rechunk(
     held.push(piece);
     n += piece.length;
     if (n >= size) {
-      yield concat(held, n);
+      yield Buffer.concat(held, n);
       held = [];
       n = 0;
     }
   }
-  if (n) yield concat(held, n);
+  if (n) yield Buffer.concat(held, n);
 }
 
-function concat(pieces: Uint8Array[], n: number): Uint8Array {
-  const out = new Uint8Array(n);
-  let at = 0;
-  for (const p of pieces) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
-}
 
 // --- reading a tar stream
 

@@ -15,6 +15,7 @@
  * newest 4096 events, and `sb.files.attachWatch(watch.watchId, { afterSeq: watch.lastSeq })` reads on from
  * there, in this process or another.
  */
+import { Changes } from "./changes.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { FileEventType as FileEventTypeEnum, type WatchFilesResponse } from "./gen/mentis/v1/file_pb.js";
 import type { Connection } from "./client.js";
@@ -106,7 +107,7 @@ export class FileWatch implements AsyncIterable<FileEvent>, AsyncDisposable {
   private closed = false;
   private done = false;
   private stream: Stream;
-  private readonly waiters = new Set<() => void>();
+  private readonly changes = new Changes();
   private readonly reading: Promise<void>;
 
   private constructor(
@@ -198,7 +199,7 @@ export class FileWatch implements AsyncIterable<FileEvent>, AsyncDisposable {
               return;
             }
           }
-          this.notify();
+          this.changes.notify();
         }
         this.end(); // closed, or the runtime ended the stream: the watch ended
         return;
@@ -226,7 +227,7 @@ export class FileWatch implements AsyncIterable<FileEvent>, AsyncDisposable {
           this.end({ error: failure });
           return;
         }
-        await this.pause(RETRY_PAUSE_MS);
+        await this.changes.next(RETRY_PAUSE_MS);
         if (this.closed) continue;
         const request = { sandboxId: this.sandboxId, watchId: this.watchId, afterSeq: BigInt(this.lastSeq_) };
         try {
@@ -252,68 +253,10 @@ export class FileWatch implements AsyncIterable<FileEvent>, AsyncDisposable {
       this.failure = failure;
       this.done = true;
     }
-    this.notify();
+    this.changes.notify();
   }
 
   // --- waiting
-
-  private notify(): void {
-    const waiters = [...this.waiters];
-    this.waiters.clear();
-    for (const wake of waiters) wake();
-  }
-
-  /** Waits `ms`, or less when something changes (a close). */
-  private pause(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.waiters.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.waiters.add(done);
-    });
-  }
-
-  /** Waits until `ready()`; false when `timeoutMs` passed first. The signal's abort rejects with its reason. */
-  private async until(
-    ready: () => boolean,
-    timeoutMs: number | undefined,
-    signal: AbortSignal | undefined,
-  ): Promise<boolean> {
-    if (timeoutMs !== undefined && (typeof timeoutMs !== "number" || !(timeoutMs >= 0))) {
-      throw new InvalidArgument(`timeoutMs must be a number of milliseconds, not ${String(timeoutMs)}`, {
-        field: "timeoutMs",
-      });
-    }
-    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
-    while (!ready()) {
-      signal?.throwIfAborted();
-      const left = deadline === undefined ? undefined : deadline - Date.now();
-      if (left !== undefined && left <= 0) return false;
-      await new Promise<void>((resolve, reject) => {
-        const cleanUp = () => {
-          if (timer !== undefined) clearTimeout(timer);
-          signal?.removeEventListener("abort", abort);
-          this.waiters.delete(wake);
-        };
-        const wake = () => {
-          cleanUp();
-          resolve();
-        };
-        const abort = () => {
-          cleanUp();
-          reject(signal?.reason);
-        };
-        // setTimeout takes at most 2^31-1 ms (beyond, it fires at once): a longer wait takes several.
-        const timer = left === undefined ? undefined : setTimeout(wake, Math.min(left, 2 ** 31 - 1));
-        signal?.addEventListener("abort", abort, { once: true });
-        this.waiters.add(wake);
-      });
-    }
-    return true;
-  }
 
   private checkReadable(): void {
     if (this.onEvent) throw new MentisError("this watch's events go to its onEvent callback; there is nothing to read");
@@ -328,7 +271,7 @@ export class FileWatch implements AsyncIterable<FileEvent>, AsyncDisposable {
    */
   async read(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<FileEvent[]> {
     this.checkReadable();
-    await this.until(() => this.buffer.length > 0 || this.done, options.timeoutMs, options.signal);
+    await this.changes.until(() => this.buffer.length > 0 || this.done, options.timeoutMs, options.signal);
     if (this.buffer.length) {
       const events = this.buffer;
       this.buffer = [];
@@ -343,7 +286,7 @@ export class FileWatch implements AsyncIterable<FileEvent>, AsyncDisposable {
   async *[Symbol.asyncIterator](): AsyncGenerator<FileEvent> {
     for (;;) {
       this.checkReadable();
-      await this.until(() => this.buffer.length > 0 || this.done, undefined, undefined);
+      await this.changes.until(() => this.buffer.length > 0 || this.done, undefined, undefined);
       const event = this.buffer.shift();
       if (event === undefined) {
         if (this.failure) throw this.failure.error;
@@ -359,7 +302,7 @@ export class FileWatch implements AsyncIterable<FileEvent>, AsyncDisposable {
    * again; with a `TimeoutError` when it still runs after `timeoutMs`.
    */
   async wait(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<void> {
-    if (!(await this.until(() => this.done, options.timeoutMs, options.signal))) {
+    if (!(await this.changes.until(() => this.done, options.timeoutMs, options.signal))) {
       throw new DOMException(`watch ${this.watchId} still runs after ${options.timeoutMs} ms`, "TimeoutError");
     }
     if (this.failure) throw this.failure.error;
@@ -372,7 +315,7 @@ export class FileWatch implements AsyncIterable<FileEvent>, AsyncDisposable {
   async close(): Promise<void> {
     this.closed = true;
     this.stream.call.abort();
-    this.notify();
+    this.changes.notify();
     await this.reading;
   }
 
