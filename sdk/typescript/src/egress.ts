@@ -16,15 +16,63 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import {
+  Egress,
   type EgressDenial as EgressDenialMessage,
   type EgressRule as EgressRuleMessage,
+  EgressRuleSchema,
   type UpdateSandboxRequest,
   UpdateSandboxRequestSchema,
 } from "./gen/mentis/v1/sandbox_pb.js";
 import type { Connection } from "./client.js";
 import { InvalidArgument } from "./errors.js";
-import { type EgressMode, type EgressRule, egressValue, ruleMessage } from "./sandbox.js";
 import { ServiceConnection, type ServiceOptions, str } from "./service.js";
+
+/** What a sandbox may reach on the network (docs/EGRESS.md). */
+export type EgressMode = "deny" | "allow" | "rules";
+
+/** One egress rule: a domain (or `*.domain`) or a CIDR, on some ports, with headers the proxy adds. */
+export interface EgressRule {
+  domain?: string;
+  cidr?: string;
+  ports?: number[];
+  /** Headers the egress gateway sets on HTTP requests that match (a value may name a secret: `{secret:NAME}`). */
+  headers?: Record<string, string>;
+}
+
+/** An egress mode's name, lower case. */
+export function egressName(egress: Egress): EgressMode | "unspecified" {
+  return (Egress[egress] ?? "UNSPECIFIED").toLowerCase() as EgressMode | "unspecified";
+}
+
+/** A mode's value for the API; InvalidArgument naming `field` for a name that is none. */
+export function egressValue(mode: string, field: string): Egress {
+  // Any case, as the Python SDK takes it ("DENY" too).
+  const value = typeof mode === "string" ? { deny: Egress.DENY, allow: Egress.ALLOW, rules: Egress.RULES }[mode.toLowerCase()] : undefined;
+  if (value === undefined) {
+    throw new InvalidArgument(`${field} must be "deny", "allow" or "rules", not ${JSON.stringify(mode)}`, { field });
+  }
+  return value;
+}
+
+/** A rule as the API takes it. */
+export function ruleMessage(rule: EgressRule): EgressRuleMessage {
+  return create(EgressRuleSchema, {
+    domain: rule.domain ?? "",
+    cidr: rule.cidr ?? "",
+    ports: rule.ports ?? [],
+    headers: Object.entries(rule.headers ?? {}).map(([name, value]) => ({ name, value })),
+  });
+}
+
+/** A rule as the API gave it. */
+export function ruleOf(m: EgressRuleMessage): EgressRule {
+  const rule: EgressRule = {};
+  if (m.domain) rule.domain = m.domain;
+  if (m.cidr) rule.cidr = m.cidr;
+  if (m.ports.length) rule.ports = [...m.ports];
+  if (m.headers.length) rule.headers = Object.fromEntries(m.headers.map((h) => [h.name, h.value]));
+  return rule;
+}
 
 /** A connection or DNS question the egress gateway refused a sandbox. */
 export interface EgressDenial {

@@ -11,8 +11,6 @@ import { create } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import {
   Egress,
-  type EgressRule as EgressRuleMessage,
-  EgressRuleSchema,
   type Sandbox as SandboxMessage,
   type SandboxSpec,
   SandboxSpecSchema,
@@ -40,22 +38,23 @@ import { Processes } from "./processes.js";
 import { Terminals } from "./terminals.js";
 import { createSnapshot, type Snapshot, type SnapshotOptions } from "./snapshots.js";
 import { int32 } from "./service.js";
-import { denialOf, type EgressDenial, modeRequest, ruleMessages, rulesRequest } from "./egress.js";
+import {
+  denialOf,
+  type EgressDenial,
+  type EgressMode,
+  type EgressRule,
+  egressName,
+  egressValue,
+  modeRequest,
+  ruleMessages,
+  ruleOf,
+  rulesRequest,
+} from "./egress.js";
+
+export type { EgressMode, EgressRule } from "./egress.js";
 
 /** A sandbox's state, lower case: `"running"`, `"paused"`, ... */
 export type SandboxStateName = Lowercase<keyof typeof SandboxState>;
-/** What a sandbox may reach on the network (docs/EGRESS.md). */
-export type EgressMode = "deny" | "allow" | "rules";
-
-/** One egress rule: a domain (or `*.domain`) or a CIDR, on some ports, with headers the proxy adds. */
-export interface EgressRule {
-  domain?: string;
-  cidr?: string;
-  ports?: number[];
-  /** Headers the egress gateway sets on HTTP requests that match (a value may name a secret: `{secret:NAME}`). */
-  headers?: Record<string, string>;
-}
-
 /** What a new sandbox is made of. */
 export interface SandboxCreateOptions extends ConnectionOptions {
   /** A template by name (docs/SANDBOXES.md): its image, limits, env and files. */
@@ -119,37 +118,6 @@ export interface PreviewUrl {
 
 function stateName(state: SandboxState): SandboxStateName {
   return (SandboxState[state] ?? "UNSPECIFIED").toLowerCase() as SandboxStateName;
-}
-
-export function egressName(egress: Egress): EgressMode | "unspecified" {
-  return (Egress[egress] ?? "UNSPECIFIED").toLowerCase() as EgressMode | "unspecified";
-}
-
-export function egressValue(mode: string, field: string): Egress {
-  // Any case, as the Python SDK takes it ("DENY" too).
-  const value = typeof mode === "string" ? { deny: Egress.DENY, allow: Egress.ALLOW, rules: Egress.RULES }[mode.toLowerCase()] : undefined;
-  if (value === undefined) {
-    throw new InvalidArgument(`${field} must be "deny", "allow" or "rules", not ${JSON.stringify(mode)}`, { field });
-  }
-  return value;
-}
-
-export function ruleMessage(rule: EgressRule): EgressRuleMessage {
-  return create(EgressRuleSchema, {
-    domain: rule.domain ?? "",
-    cidr: rule.cidr ?? "",
-    ports: rule.ports ?? [],
-    headers: Object.entries(rule.headers ?? {}).map(([name, value]) => ({ name, value })),
-  });
-}
-
-export function ruleOf(m: EgressRuleMessage): EgressRule {
-  const rule: EgressRule = {};
-  if (m.domain) rule.domain = m.domain;
-  if (m.cidr) rule.cidr = m.cidr;
-  if (m.ports.length) rule.ports = [...m.ports];
-  if (m.headers.length) rule.headers = Object.fromEntries(m.headers.map((h) => [h.name, h.value]));
-  return rule;
 }
 
 export function sandboxInfo(m: SandboxMessage): SandboxInfo {

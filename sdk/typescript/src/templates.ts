@@ -25,7 +25,7 @@ import {
 } from "./gen/mentis/v1/template_pb.js";
 import type { Connection } from "./client.js";
 import { fromConnectError, InvalidArgument, MentisError } from "./errors.js";
-import { type EgressMode, type EgressRule, egressName, egressValue, ruleOf } from "./sandbox.js";
+import { type EgressMode, type EgressRule, egressName, egressValue, ruleOf } from "./egress.js";
 import { Egress } from "./gen/mentis/v1/sandbox_pb.js";
 import { ruleMessages } from "./egress.js";
 import { int32, int64, ServiceConnection, type ServiceOptions, str, strings } from "./service.js";

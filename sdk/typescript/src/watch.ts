@@ -20,7 +20,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { FileEventType as FileEventTypeEnum, type WatchFilesResponse } from "./gen/mentis/v1/file_pb.js";
 import type { Connection } from "./client.js";
 import { RESUME_FOR_MS } from "./actions.js";
-import { InvalidArgument, MentisError } from "./errors.js";
+import { MentisError } from "./errors.js";
 import { streamError } from "./streams.js";
 
 const RETRY_PAUSE_MS = 50;
