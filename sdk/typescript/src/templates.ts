@@ -24,7 +24,8 @@ import {
   TemplateSchema,
 } from "./gen/mentis/v1/template_pb.js";
 import type { Connection } from "./client.js";
-import { fromConnectError, InvalidArgument, MentisError } from "./errors.js";
+import { InvalidArgument, MentisError } from "./errors.js";
+import { streamError } from "./streams.js";
 import { type EgressMode, type EgressRule, egressName, egressValue, ruleOf } from "./egress.js";
 import { Egress } from "./gen/mentis/v1/sandbox_pb.js";
 import { ruleMessages } from "./egress.js";
@@ -413,7 +414,7 @@ export class Templates {
       if (callback) throw callback.error;
       if (local.failed) throw local.error;
       if (options.signal?.aborted) throw options.signal.reason;
-      throw fromConnectError(e);
+      throw streamError(e);
     } finally {
       options.signal?.removeEventListener("abort", forward);
       call.abort();
@@ -468,7 +469,7 @@ export class Templates {
     } catch (e) {
       if (local.failed) throw local.error;
       if (options.signal?.aborted) throw options.signal.reason;
-      throw fromConnectError(e);
+      throw streamError(e);
     } finally {
       options.signal?.removeEventListener("abort", forward);
       call.abort();

@@ -28,7 +28,8 @@ import { resumable as actionResumable } from "./actions.js";
 import { Changes } from "./changes.js";
 import type { Connection } from "./client.js";
 import type { Sandbox } from "./sandbox.js";
-import { DeadlineExceeded, FailedPrecondition, fromConnectError, InvalidArgument, MentisError, NotFound } from "./errors.js";
+import { DeadlineExceeded, FailedPrecondition, InvalidArgument, MentisError, NotFound } from "./errors.js";
+import { streamError } from "./streams.js";
 import { RESUME_FOR_MS, wholeSeconds } from "./actions.js";
 import { str, strings } from "./service.js";
 
@@ -369,7 +370,7 @@ export class Terminal {
       }
     } catch (e) {
       this.closeStream(stream);
-      throw fromConnectError(e);
+      throw streamError(e);
     }
   }
 
@@ -395,7 +396,7 @@ export class Terminal {
           this.closeStream(stream);
           if (this.detached) return this.end();
           if (e instanceof CallbackError) return this.end({ failure: e.cause });
-          const err = fromConnectError(e);
+          const err = streamError(e);
           if (!resumable(err)) return this.end({ failure: err });
           failure = err;
         }
@@ -412,7 +413,7 @@ export class Terminal {
           try {
             started = await this.openStream(attachRequest(this.sandboxId, this.id, this.lastSeq_));
           } catch (e) {
-            const err = fromConnectError(e);
+            const err = streamError(e);
             if (!resumable(err)) return this.end({ failure: err });
             failure = err;
             continue;
@@ -487,7 +488,7 @@ export class Terminal {
     try {
       listed = (await this.conn.terminals.listTerminals({ sandboxId: this.sandboxId })).terminals;
     } catch (e) {
-      const err = fromConnectError(e);
+      const err = streamError(e);
       if (resumable(err)) return undefined;
       throw err;
     }
@@ -649,7 +650,7 @@ export class Terminal {
     try {
       await this.conn.terminals.closeTerminal({ sandboxId: this.sandboxId, terminalId: this.id });
     } catch (e) {
-      const err = fromConnectError(e);
+      const err = streamError(e);
       if (err.code !== "NOT_FOUND") {
         await this.detach();
         throw err;
