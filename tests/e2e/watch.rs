@@ -160,7 +160,9 @@ async fn a_watch_reports_changes_live_and_resumes_after_a_cut() -> Result<()> {
     drop(stream);
 
     // A burst of writes to one file: one MODIFIED at once and one when 50 ms are over, never one a write;
-    // a file replaced whole through WriteFile is CREATED, without the executor's temporary file.
+    // a file replaced whole through WriteFile is CREATED, without the executor's temporary file. (One
+    // MODIFIED alone is right too: inotify merges a file's identical events while the reader is behind, so a
+    // loaded machine can see the whole burst as one, which still comes after its last write.)
     let (_, _, mut burst) = watch(
         &h,
         &sb,
@@ -182,7 +184,7 @@ async fn a_watch_reports_changes_live_and_resumes_after_a_cut() -> Result<()> {
         .filter(|e| e.0 == Modified && e.1 == "proj/burst.txt")
         .count();
     assert!(
-        (2..=40).contains(&modified),
+        (1..=40).contains(&modified),
         "{modified}: {:?}",
         short(&seen)
     );
