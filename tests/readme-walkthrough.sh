@@ -222,19 +222,8 @@ fi
 # The README reads the admin key from the data folder; blocks after the first get $AUTH from here.
 export MENTIS_DATA_DIR=$work/data
 export AUTH="authorization: Bearer $(cat "$MENTIS_DATA_DIR/admin.key")"
-# Prints block NAME of FILE: the lines between <!-- NAME:begin --> and <!-- NAME:end -->, without the code
-# fences and markers. Fails, saying so, unless FILE has each marker exactly once, begin first.
-block() {
-  local file=$1 name=$2 begin end
-  begin=$(grep -nxF -- "<!-- $name:begin -->" "$file" | cut -d: -f1 | paste -sd, - || true)
-  end=$(grep -nxF -- "<!-- $name:end -->" "$file" | cut -d: -f1 | paste -sd, - || true)
-  if ! [[ $begin =~ ^[0-9]+$ && $end =~ ^[0-9]+$ ]] || [ "$begin" -ge "$end" ]; then
-    echo "readme-walkthrough: $file needs <!-- $name:begin --> and <!-- $name:end --> once each, begin first" \
-      "(begin at line ${begin:-none}, end at line ${end:-none})" >&2
-    return 1
-  fi
-  sed -n "$((begin + 1)),$((end - 1))p" "$file" | sed '/^```/d; /^<!--/d'
-}
+# block FILE NAME: a marked block of a document.
+source "$(dirname "${BASH_SOURCE[0]}")/blocks.sh"
 # Runs block NAME of FILE (README.md or a guide in docs/), between an optional prelude and epilogue, and
 # appends what it printed to $work/out.
 run_block() {

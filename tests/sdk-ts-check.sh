@@ -30,12 +30,9 @@ mkdir -p "$root/target/sdk-ts"
 rm -f "$root"/target/sdk-ts/mentis-sandbox-*.tgz
 npm pack --silent --pack-destination "$root/target/sdk-ts" >/dev/null
 cd "$root"
-block() { # the fenced block between <!-- $1:begin --> and <!-- $1:end --> in README.md
-  sed -n "/<!-- $1:begin -->/,/<!-- $1:end -->/p" README.md | sed '1,2d;$d' | sed '$d'
-}
-install=$(block sdk-ts-install)
-quickstart=$(block sdk-ts)
-[ -n "$install" ] && [ -n "$quickstart" ] || { echo "sdk-ts-check: README.md lacks its sdk-ts blocks" >&2; exit 1; }
+source tests/blocks.sh
+install=$(block README.md sdk-ts-install)
+quickstart=$(block README.md sdk-ts)
 fresh=$(mktemp -d /tmp/mentis-ts-quickstart-XXXXXX)
 trap 'rm -rf "$fresh"' EXIT
 # The install block names /tmp/mentis-ts; here it is a fresh folder of this run's own.
@@ -45,7 +42,7 @@ out=$(env -u MENTIS_ADDR -u MENTIS_API_KEY MENTIS_RUNTIME_BIN="$runtime" bash -e
 $install
 } >/dev/null
 cp $fresh/quickstart.ts.in quickstart.ts
-$(block sdk-ts-run)")
+$(block README.md sdk-ts-run)")
 expected=$'3\n42'
 if [ "$out" != "$expected" ]; then
   printf 'sdk-ts-check: the quick start printed:\n%s\nnot:\n%s\n' "$out" "$expected" >&2

@@ -6,6 +6,7 @@
  * the runtime answered, Execute is sent again with the same action id, which the runtime runs at most once. The
  * caller sees each byte once and the command runs once.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { type Action, ActionSchema } from "./gen/mentis/v1/action_pb.js";
@@ -24,7 +25,8 @@ import { brokenConnection, streamError } from "./streams.js";
 
 /** How long a broken stream keeps being resumed before its error is thrown. */
 export const RESUME_FOR_MS = 60_000;
-const RETRY_PAUSE_MS = 50;
+/** The pause between two attempts to resume a broken stream. */
+export const RETRY_PAUSE_MS = 50;
 
 /** Why a command ended: it exited (with its exit code), or the runtime ended it. */
 export type EndReasonName =
@@ -191,9 +193,6 @@ export function resumable(e: unknown, signal: AbortSignal | undefined): boolean 
   return err.code === Code.Canceled || err.rawMessage.startsWith("http/2 stream closed with error code");
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
 
 function isEnd(obs: Observation): boolean {
   return obs.kind.case === "cmdEnd" || obs.kind.case === "ipythonResult";

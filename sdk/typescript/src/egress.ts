@@ -25,7 +25,8 @@ import {
 } from "./gen/mentis/v1/sandbox_pb.js";
 import type { Connection } from "./client.js";
 import { InvalidArgument } from "./errors.js";
-import { ServiceConnection, type ServiceOptions, str } from "./service.js";
+import { str } from "./args.js";
+import { ServiceConnection, type ServiceOptions } from "./service.js";
 
 /** What a sandbox may reach on the network (docs/EGRESS.md). */
 export type EgressMode = "deny" | "allow" | "rules";

@@ -6,8 +6,9 @@ import { stat as localStat } from "node:fs/promises";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { FileType, type FileInfo as FileInfoMessage } from "./gen/mentis/v1/file_pb.js";
 import type { Sandbox } from "./sandbox.js";
+import { describe, flag, text, whole } from "./args.js";
 import { InvalidArgument, MentisError, NotFound } from "./errors.js";
-import { streamError } from "./streams.js";
+import { sendStream, streamError } from "./streams.js";
 import {
   fileChunks,
   localDestination,
@@ -61,38 +62,9 @@ export interface EditResult {
   file: FileInfo;
 }
 
-/** A string argument, or InvalidArgument naming it (a JavaScript caller may pass anything). */
-function text(value: unknown, field: string): string {
-  if (typeof value !== "string") {
-    throw new InvalidArgument(`${field} must be a string, not ${describe(value)}`, { field });
-  }
-  return value;
-}
-
-/** A whole number from 0 to `max`, or InvalidArgument naming it. */
-function whole(value: unknown, field: string, max = Number.MAX_SAFE_INTEGER): number {
-  if (typeof value !== "number" || !Number.isInteger(value) || value < 0 || value > max) {
-    throw new InvalidArgument(`${field} must be a whole number from 0 to ${max}, not ${describe(value)}`, { field });
-  }
-  return value;
-}
-
-function describe(value: unknown): string {
-  if (typeof value === "string") return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
-  if (typeof value === "bigint") return `${value}n`;
-  return typeof value === "object" && value !== null ? (value.constructor?.name ?? "an object") : String(value);
-}
-
 /** Permission bits as the request carries them (a uint32; the runtime judges which bits it takes). */
 function mode(value: unknown): number {
   return whole(value ?? 0, "mode", 0xffff_ffff);
-}
-
-function flag(value: unknown, field: string): boolean {
-  if (value !== undefined && typeof value !== "boolean") {
-    throw new InvalidArgument(`${field} must be true or false, not ${describe(value)}`, { field });
-  }
-  return value ?? false;
 }
 
 function callback(onEvent: unknown): ((event: FileEvent) => void) | undefined {
@@ -191,34 +163,20 @@ export class Files {
     return fileInfo(r.file);
   }
 
-  /**
-   * A client stream (WriteFile or Upload): `header`, a message per chunk, then the clean end that commits it.
-   * A chunk that cannot be had (a local file that cannot be read) resets the call instead, so nothing half sent
-   * is committed, and its error is thrown.
-   */
-  private async send<H, R>(
-    call: (requests: AsyncIterable<Piece<H>>, options: { signal?: AbortSignal }) => Promise<R>,
+  /** A client stream of this service (WriteFile or Upload): `header`, then `chunks` (streams.ts' `sendStream`). */
+  private send<H, R>(
+    call: (requests: AsyncIterable<Piece<H>>, options: { signal: AbortSignal }) => Promise<R>,
     header: H,
     chunks: AsyncIterable<Uint8Array>,
     signal: AbortSignal | undefined,
   ): Promise<R> {
-    let local: { error: unknown } | undefined;
-    async function* requests(): AsyncGenerator<Piece<H>> {
-      yield { kind: { case: "header", value: header } };
-      try {
-        for await (const chunk of chunks) yield { kind: { case: "data", value: chunk } };
-      } catch (e) {
-        local = { error: e };
-        throw e;
-      }
-    }
-    try {
-      signal?.throwIfAborted();
-      return await call(requests(), { signal });
-    } catch (e) {
-      if (local) throw local.error;
-      throw failure(e, signal);
-    }
+    return sendStream<Piece<H>, R>(
+      (requests, callSignal) => call(requests, { signal: callSignal }),
+      { kind: { case: "header", value: header } },
+      chunks,
+      (data) => ({ kind: { case: "data", value: data } }),
+      signal,
+    );
   }
 
   /** One page of a folder's entries (`nextPageToken` is "" on the last). */

@@ -33,11 +33,10 @@ import {
 } from "./actions.js";
 import type { Action } from "./gen/mentis/v1/action_pb.js";
 import { Files } from "./files.js";
-import { int64 } from "./service.js";
+import { int32, int64 } from "./args.js";
 import { Processes } from "./processes.js";
 import { Terminals } from "./terminals.js";
 import { createSnapshot, type Snapshot, type SnapshotOptions } from "./snapshots.js";
-import { int32 } from "./service.js";
 import {
   denialOf,
   type EgressDenial,

@@ -4,7 +4,7 @@
  * `connection`), which it then leaves open.
  */
 import { Connection, type ConnectionOptions } from "./client.js";
-import { FailedPrecondition, InvalidArgument } from "./errors.js";
+import { FailedPrecondition } from "./errors.js";
 
 /** Where a class that is no sandbox reaches the runtime: options for a connection of its own, or `connection`. */
 export interface ServiceOptions extends ConnectionOptions {
@@ -50,44 +50,4 @@ export class ServiceConnection {
       // It never opened: nothing to close.
     }
   }
-}
-
-/** `value` as a whole number for an int64 field (0n when not given); InvalidArgument naming `field` otherwise. */
-export function int64(value: number | undefined, field: string): bigint {
-  if (value === undefined) return 0n;
-  if (typeof value !== "number" || !Number.isSafeInteger(value)) {
-    throw new InvalidArgument(`${field} must be a whole number, not ${String(value)}`, { field });
-  }
-  return BigInt(value);
-}
-
-/** `value` as a 32-bit field's number (0 when not given), `low` to `high`; InvalidArgument naming `field`
- * otherwise. */
-export function int32(value: number | undefined, field: string, low = 0, high = 0x7fff_ffff): number {
-  if (value === undefined) return 0;
-  if (typeof value !== "number" || !Number.isInteger(value) || value < low || value > high) {
-    throw new InvalidArgument(`${field} must be a whole number from ${low} to ${high}, not ${String(value)}`, {
-      field,
-    });
-  }
-  return value;
-}
-
-/** `value` as a string field ("" when not given); InvalidArgument naming `field` otherwise. */
-export function str(value: string | undefined, field: string): string {
-  if (value === undefined) return "";
-  if (typeof value !== "string") throw new InvalidArgument(`${field} must be a string`, { field });
-  return value;
-}
-
-/** `value` as a map of strings ({} when not given); InvalidArgument naming `field` otherwise. */
-export function strings(value: Record<string, string> | undefined, field: string): Record<string, string> {
-  if (value === undefined) return {};
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new InvalidArgument(`${field} must be an object of strings`, { field });
-  }
-  for (const [k, v] of Object.entries(value)) {
-    if (typeof v !== "string") throw new InvalidArgument(`${field}.${k} must be a string`, { field });
-  }
-  return value;
 }

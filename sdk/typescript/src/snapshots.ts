@@ -13,7 +13,8 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Snapshot as SnapshotMessage } from "./gen/mentis/v1/snapshot_pb.js";
 import type { Connection } from "./client.js";
 import { InvalidArgument, MentisError } from "./errors.js";
-import { int32, ServiceConnection, type ServiceOptions, str, strings } from "./service.js";
+import { int32, str, strings } from "./args.js";
+import { ServiceConnection, type ServiceOptions } from "./service.js";
 
 // ListSnapshots' own cap on a page.
 const MAX_PAGE = 1000;

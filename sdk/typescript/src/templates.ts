@@ -15,21 +15,20 @@ import { stat } from "node:fs/promises";
 import { create } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import {
-  type BuildImageRequest,
   BuildImageRequestSchema,
   type BuiltImage as BuiltImageMessage,
-  type ImportImageRequest,
   ImportImageRequestSchema,
   type Template as TemplateMessage,
   TemplateSchema,
 } from "./gen/mentis/v1/template_pb.js";
 import type { Connection } from "./client.js";
 import { InvalidArgument, MentisError } from "./errors.js";
-import { streamError } from "./streams.js";
+import { sendStream } from "./streams.js";
 import { type EgressMode, type EgressRule, egressName, egressValue, ruleOf } from "./egress.js";
 import { Egress } from "./gen/mentis/v1/sandbox_pb.js";
 import { ruleMessages } from "./egress.js";
-import { int32, int64, ServiceConnection, type ServiceOptions, str, strings } from "./service.js";
+import { int32, int64, str, strings } from "./args.js";
+import { ServiceConnection, type ServiceOptions } from "./service.js";
 import { rechunk, tarChunks } from "./transfer.js";
 
 // Build contexts and root filesystems go in pieces of this size (each one message).
@@ -233,47 +232,6 @@ function tarSource(source: TarSource, field: string): AsyncIterable<Uint8Array> 
   throw new InvalidArgument(`${field} must be a path, a Uint8Array or an async iterable of bytes`, { field });
 }
 
-/** The local failure of a request stream: it cancels the call (nothing half sent is committed). */
-class LocalFailure {
-  error: unknown;
-  failed = false;
-}
-
-/** `pieces` as requests after `header`; a piece that cannot be read cancels the call (`call`) instead of ending it
- * cleanly, and is kept in `local`. */
-async function* sendAll<R>(
-  header: R,
-  pieces: AsyncIterable<Uint8Array> | Iterable<Uint8Array>,
-  message: (data: Uint8Array) => R,
-  call: AbortController,
-  local: LocalFailure,
-): AsyncGenerator<R> {
-  yield header;
-  const source = rechunk(pieces, CHUNK);
-  try {
-    for (;;) {
-      // Only a failure to read is local: the transport's own (the runtime ended the call early, and says why)
-      // is thrown in at the yield, and goes out as it came.
-      let next: IteratorResult<Uint8Array>;
-      try {
-        next = await source.next();
-        if (!next.done && !(next.value instanceof Uint8Array)) {
-          throw new InvalidArgument("the archive's pieces must be Uint8Arrays");
-        }
-      } catch (e) {
-        local.failed = true;
-        local.error = e;
-        call.abort(e);
-        throw e;
-      }
-      if (next.done) return;
-      yield message(next.value);
-    }
-  } finally {
-    await source.return(undefined);
-  }
-}
-
 /**
  * The templates of the runtime's spaces (`create`, `get`, `list`, `update`, `delete`) and the images they name
  * (`buildImage`, `importImage`, `shareImage`). It opens a connection of its own at its first call (the same
@@ -382,42 +340,32 @@ export class Templates {
     };
     const pieces = await contextSource(context);
     const conn = await this.conn.get();
-    options.signal?.throwIfAborted();
-    const call = new AbortController();
-    const local = new LocalFailure();
     let callback: { error: unknown } | undefined;
-    const forward = () => call.abort(options.signal?.reason);
-    options.signal?.addEventListener("abort", forward, { once: true });
-    const requests = sendAll<BuildImageRequest>(
-      create(BuildImageRequestSchema, { kind: { case: "header", value: header } }),
-      pieces,
-      (data) => create(BuildImageRequestSchema, { kind: { case: "context", value: data } }),
-      call,
-      local,
-    );
     let image: BuiltImage | undefined;
     try {
-      for await (const r of conn.templates.buildImage(requests, { signal: call.signal })) {
-        if (r.kind.case === "output") {
-          try {
-            options.onOutput?.(r.kind.value);
-          } catch (e) {
-            callback = { error: e };
-            call.abort(e);
-            throw e;
+      await sendStream(
+        async (requests, signal) => {
+          for await (const r of conn.templates.buildImage(requests, { signal })) {
+            if (r.kind.case === "output") {
+              try {
+                options.onOutput?.(r.kind.value);
+              } catch (e) {
+                callback = { error: e };
+                throw e;
+              }
+            } else if (r.kind.case === "image") {
+              image = builtOf(r.kind.value);
+            }
           }
-        } else if (r.kind.case === "image") {
-          image = builtOf(r.kind.value);
-        }
-      }
+        },
+        create(BuildImageRequestSchema, { kind: { case: "header", value: header } }),
+        rechunk(pieces, CHUNK),
+        (data) => create(BuildImageRequestSchema, { kind: { case: "context", value: data } }),
+        options.signal,
+      );
     } catch (e) {
-      if (callback) throw callback.error;
-      if (local.failed) throw local.error;
-      if (options.signal?.aborted) throw options.signal.reason;
-      throw streamError(e);
-    } finally {
-      options.signal?.removeEventListener("abort", forward);
-      call.abort();
+      // The callback's own error, as it threw it (not as a failure of the call).
+      throw callback ? callback.error : e;
     }
     if (!image) throw new MentisError("the build's stream ended without an image");
     return image;
@@ -451,28 +399,16 @@ export class Templates {
       pieces = tarSource(rootfs, "rootfs");
     }
     const conn = await this.conn.get();
-    options.signal?.throwIfAborted();
-    const call = new AbortController();
-    const local = new LocalFailure();
-    const forward = () => call.abort(options.signal?.reason);
-    options.signal?.addEventListener("abort", forward, { once: true });
-    const requests = sendAll<ImportImageRequest>(
-      create(ImportImageRequestSchema, { kind: { case: "header", value: header } }),
-      pieces,
-      (data) => create(ImportImageRequestSchema, { kind: { case: "data", value: data } }),
-      call,
-      local,
-    );
     try {
-      const r = await conn.templates.importImage(requests, { signal: call.signal });
+      const r = await sendStream(
+        (requests, signal) => conn.templates.importImage(requests, { signal }),
+        create(ImportImageRequestSchema, { kind: { case: "header", value: header } }),
+        rechunk(pieces, CHUNK),
+        (data) => create(ImportImageRequestSchema, { kind: { case: "data", value: data } }),
+        options.signal,
+      );
       return builtOf(r.image);
-    } catch (e) {
-      if (local.failed) throw local.error;
-      if (options.signal?.aborted) throw options.signal.reason;
-      throw streamError(e);
     } finally {
-      options.signal?.removeEventListener("abort", forward);
-      call.abort();
       if (typeof rootfs === "string") (pieces as ReturnType<typeof createReadStream>).destroy();
     }
   }

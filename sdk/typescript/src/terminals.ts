@@ -14,6 +14,7 @@
  * `await using` block, unless it was detached) hangs it up. A stream that drops is attached again after the
  * last output received, so each byte arrives once.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import {
@@ -24,14 +25,13 @@ import {
   type OpenResponse_Started,
   type TerminalInfo as TerminalInfoMessage,
 } from "./gen/mentis/v1/terminal_pb.js";
-import { resumable as actionResumable } from "./actions.js";
 import { Changes } from "./changes.js";
 import type { Connection } from "./client.js";
 import type { Sandbox } from "./sandbox.js";
 import { DeadlineExceeded, FailedPrecondition, InvalidArgument, MentisError, NotFound } from "./errors.js";
 import { streamError } from "./streams.js";
-import { RESUME_FOR_MS, wholeSeconds } from "./actions.js";
-import { str, strings } from "./service.js";
+import { RESUME_FOR_MS, RETRY_PAUSE_MS, resumable as actionResumable, wholeSeconds } from "./actions.js";
+import { str, strings } from "./args.js";
 
 // Bytes of input per message.
 const INPUT_CHUNK = 64 * 1024;
@@ -41,7 +41,6 @@ const MAX_SIZE = 1000;
 const SIGNALS = ["INT", "TERM", "KILL", "HUP", "QUIT", "TSTP", "CONT", "USR1", "USR2", "WINCH"] as const;
 // How long `close` waits for the program to end after the hang-up (SIGHUP, then SIGKILL a second later).
 const CLOSE_WAIT_MS = 10_000;
-const RETRY_PAUSE_MS = 50;
 
 /** A signal a terminal's foreground process group takes, with or without `SIG`. */
 export type TerminalSignal = (typeof SIGNALS)[number] | `SIG${(typeof SIGNALS)[number]}`;
@@ -212,9 +211,6 @@ function checkWait(options: WaitOptions): void {
   }
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
 
 function show(data: Uint8Array): string {
   return JSON.stringify(new TextDecoder().decode(data));

@@ -19,11 +19,10 @@ import { Changes } from "./changes.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { FileEventType as FileEventTypeEnum, type WatchFilesResponse } from "./gen/mentis/v1/file_pb.js";
 import type { Connection } from "./client.js";
-import { RESUME_FOR_MS } from "./actions.js";
+import { RESUME_FOR_MS, RETRY_PAUSE_MS } from "./actions.js";
 import { MentisError } from "./errors.js";
 import { streamError } from "./streams.js";
 
-const RETRY_PAUSE_MS = 50;
 
 /**
  * What happened: `"created"` (made, moved in, or replaced whole), `"modified"` (written to), `"removed"`
