@@ -49,8 +49,8 @@ pub fn docker(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Removes every container and volume of one runtime instance when dropped, and the disk images of its
-/// workspaces with their loop devices.
+/// Removes every container and volume of one runtime instance when dropped, the disk images of its
+/// workspaces with their loop devices, and the images a test tagged with the instance's name.
 pub struct InstanceGuard {
     pub instance: String,
     /// Data folders of this instance's runtimes: a loop device whose image lies under one is detached even
@@ -183,6 +183,25 @@ impl Drop for InstanceGuard {
                 let _ = Command::new("iptables").arg("-w").args(&args).output();
             }
             let _ = docker(&["network", "rm", id]);
+        }
+        // Images a test tagged with the instance's name (`mentis/e2e-...:<instance>`), also when it failed
+        // before removing them.
+        let tagged = docker(&[
+            "image",
+            "ls",
+            "--format",
+            "{{.Repository}}:{{.Tag}}",
+            "--filter",
+            &format!("reference=*:{}", self.instance),
+            "--filter",
+            &format!("reference=*/*:{}", self.instance),
+        ])
+        .unwrap_or_default();
+        let tagged: Vec<&str> = tagged.split_whitespace().collect();
+        if !tagged.is_empty() {
+            let mut args = vec!["image", "rm", "--force"];
+            args.extend(tagged);
+            let _ = docker(&args);
         }
         for (device, file) in loop_devices() {
             let ours = images.contains(&file)
@@ -786,7 +805,7 @@ impl RuntimeProcess {
             if let Some(status) = process.child.try_wait()? {
                 bail!("the runtime process exited at start: {status}");
             }
-            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            if serves(addr).await {
                 return Ok(process);
             }
             if tokio::time::Instant::now() > deadline {
@@ -885,6 +904,29 @@ impl RuntimeProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether the runtime on `addr` serves: its socket is bound before it prepares its backend (so that early
+/// clients wait rather than be refused), and it accepts connections only once that is done. Any answer to an
+/// HTTP/2 preface (the server's SETTINGS over plaintext, a TLS alert or a closed connection over TLS) says it
+/// accepts; silence says the connection still waits in the backlog. A test that kills a runtime right after
+/// it started must not kill it in the middle of its preparation (an executor installer half made).
+async fn serves(addr: std::net::SocketAddr) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    if stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return true;
+    }
+    let mut byte = [0u8; 1];
+    tokio::time::timeout(Duration::from_millis(300), stream.read(&mut byte))
+        .await
+        .is_ok()
 }
 
 impl Drop for RuntimeProcess {

@@ -295,6 +295,40 @@ async fn start_removes_labelled_containers_it_does_not_know() -> anyhow::Result<
     second.stop().await
 }
 
+/// An executor installer that an earlier process of this instance made and never ran (killed between the
+/// engine's create and its start) goes at the next start; another instance's recent one is left to its own
+/// runtime.
+#[tokio::test]
+async fn start_removes_the_installers_an_earlier_process_left() -> anyhow::Result<()> {
+    let ours = Harness::new_instance();
+    let theirs = Harness::new_instance();
+    let made = |instance: &str| {
+        docker(&[
+            "create",
+            "--label",
+            "io.mentis.managed=true",
+            "--label",
+            "io.mentis.component=executor-installer",
+            "--label",
+            &format!("io.mentis.instance={instance}"),
+            "--network",
+            "none",
+            &executor_image(),
+        ])
+    };
+    made(&ours.instance)?;
+    made(&theirs.instance)?;
+    assert_eq!(ours.containers().len(), 1);
+    let h = Harness::start_in(ours, |_| {}).await?;
+    assert!(
+        h.guard.containers().is_empty(),
+        "the installer an earlier process left is still there: {:?}",
+        h.guard.containers()
+    );
+    assert_eq!(theirs.containers().len(), 1, "another instance's was taken");
+    h.stop().await
+}
+
 #[tokio::test]
 async fn deleting_a_sandbox_ends_its_running_actions_with_one_lost_terminal() -> anyhow::Result<()>
 {

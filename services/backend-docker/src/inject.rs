@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListVolumesOptionsBuilder, LogsOptionsBuilder,
-    RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder, WaitContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
+    WaitContainerOptionsBuilder,
 };
 use futures::StreamExt as _;
 use mentis_core::{Error, Reason, Resource, Result, SandboxId};
@@ -29,6 +30,8 @@ use crate::layout::MOUNT;
 const LABEL_COMPONENT: &str = "io.mentis.component";
 const COMPONENT_VOLUME: &str = "executor-volume";
 const COMPONENT_INSTALLER: &str = "executor-installer";
+/// Another instance's installer that stopped (or never started) this long ago is dead.
+const DEAD_INSTALLER_AFTER: Duration = Duration::from_secs(600);
 /// How many of a container's last log lines an error quotes.
 const LOG_LINES: &str = "20";
 
@@ -75,6 +78,7 @@ impl DockerBackend {
         )
         .await
         .docker_ctx("create the executor volume")?;
+        self.remove_dead_installers().await;
         self.install_into(&volume).await?;
         self.remove_stale_executor_volumes(&volume).await;
         tracing::info!(%volume, image, "executor volume ready");
@@ -152,6 +156,65 @@ impl DockerBackend {
             tracing::warn!(container = %name, error = %e, "could not remove the executor's installer");
         }
         result
+    }
+
+    /// Removes the installers, stopped or never started, that no install waits for any more: this
+    /// instance's (its earlier process was stopped, or killed, in the middle of an install: the engine
+    /// finishes a create whose caller is gone, and nothing of a dropped install removes its container),
+    /// and other instances' made more than [`DEAD_INSTALLER_AFTER`] ago (an install takes seconds).
+    /// Best effort: the install goes on whatever this finds.
+    async fn remove_dead_installers(&self) {
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![format!("{LABEL_COMPONENT}={COMPONENT_INSTALLER}")],
+        )]);
+        let Ok(list) = self
+            .call(
+                "list containers",
+                self.docker.list_containers(Some(
+                    ListContainersOptionsBuilder::default()
+                        .all(true)
+                        .filters(&filters)
+                        .build(),
+                )),
+            )
+            .await
+        else {
+            return;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        for c in list {
+            let ours = c.labels.as_ref().and_then(|l| l.get(LABEL_INSTANCE))
+                == Some(&self.config.instance);
+            let created = c.created.and_then(|t| u64::try_from(t).ok()).unwrap_or(now);
+            use bollard::models::ContainerSummaryStateEnum as S;
+            let stopped = !matches!(c.state, Some(S::RUNNING | S::RESTARTING));
+            let dead =
+                stopped && (ours || now.saturating_sub(created) > DEAD_INSTALLER_AFTER.as_secs());
+            let Some(id) = c.id.filter(|_| dead) else {
+                continue;
+            };
+            match self
+                .call(
+                    "remove container",
+                    self.docker.remove_container(
+                        &id,
+                        Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+                    ),
+                )
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(container = %id, "removed an installer an earlier install left")
+                }
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => {
+                    tracing::warn!(container = %id, error = %e, "could not remove a dead installer")
+                }
+            }
+        }
     }
 
     /// The exit code of a container, once it exits.
