@@ -15,7 +15,14 @@ TOOLS := $(CURDIR)/.tools/bin
 RELEASE_BINS := $(CARGO) build --release -p mentis-runtime -p mentis-cli
 DEBUG_BINS := $(CARGO) build -p mentis-runtime -p mentis-cli
 
-.PHONY: help setup machine-tools tools web executor image service-images bundle run demo bench bench-scale soak sdk sdk-ts test test-unit test-e2e test-sdk test-deploy lint fmt clean-sandboxes
+# The runtime and command line that the SDK's wheel, the service images and the offline bundle carry: the
+# release build, or with MENTIS_BINS=debug (what `make test` sets) the debug build the tests use anyway,
+# stripped of its debug information. Compiling the whole dependency tree a second time, optimised, was the
+# longest step of CI (16 of its minutes on 2 cores), and the tests need not run on optimised code.
+MENTIS_BINS ?= release
+export MENTIS_BIN_DIR = $(CURDIR)/target/$(if $(filter debug,$(MENTIS_BINS)),debug-stripped,release)
+
+.PHONY: help setup machine-tools tools bins web executor image service-images bundle run demo bench bench-scale soak sdk sdk-ts test test-unit test-e2e test-sdk test-deploy lint fmt clean-sandboxes
 
 help:
 	@echo "make run    - set everything up, then serve the API on 127.0.0.1:50051 (MENTIS_LISTEN)"
@@ -45,6 +52,17 @@ machine-tools:
 tools: machine-tools web
 	$(RELEASE_BINS)
 
+# MENTIS_BIN_DIR's mentis-runtime and mentis (see MENTIS_BINS).
+bins: web
+ifeq ($(MENTIS_BINS),debug)
+	$(DEBUG_BINS)
+	@mkdir -p $(MENTIS_BIN_DIR)
+	strip -o $(MENTIS_BIN_DIR)/mentis-runtime target/debug/mentis-runtime
+	strip -o $(MENTIS_BIN_DIR)/mentis target/debug/mentis
+else
+	$(RELEASE_BINS)
+endif
+
 # The web terminal's npm packages (web/package-lock.json), which the runtime embeds when it is built.
 web:
 	@deploy/ensure-web.sh
@@ -61,9 +79,8 @@ image: setup executor
 	@deploy/build-executor-image.sh $(EXECUTOR_BIN)
 
 # The runtime as a container (deploy/compose.yaml, the Helm chart): the runtime image carries the executor image.
-service-images: image web
-	$(RELEASE_BINS)
-	@deploy/build-service-images.sh target/release/mentis-runtime
+service-images: image bins
+	@deploy/build-service-images.sh $(MENTIS_BIN_DIR)/mentis-runtime
 
 # One tarball to install from with no network (docs/DEPLOY.md): the images, the binaries, Compose, the chart.
 bundle: service-images
@@ -108,31 +125,41 @@ test-e2e: image tools
 	$(CARGO) test -p mentis-e2e -- --test-threads=2
 
 # The soak is the binary `cargo test` built: building it again with `cargo build` would resolve other features
-# (no dev-dependencies) and compile most of the workspace a second time.
-test: image tools
+# (no dev-dependencies) and compile most of the workspace a second time. After each part, nothing it made may
+# be left on the engine (tests/leftovers.sh names what was, and fails).
+test: export MENTIS_TEST_SINCE := $(shell date +%s)
+test: export MENTIS_BINS := debug
+test: image machine-tools web
 	$(DEBUG_BINS)
 	@tests/timed.sh "cargo test" $(CARGO) test --workspace --no-fail-fast -- --test-threads=2
+	@tests/leftovers.sh "cargo test"
 	@tests/timed.sh walkthrough tests/readme-walkthrough.sh
 	@tests/timed.sh "walkthrough behind nginx" tests/readme-walkthrough.sh --behind-nginx
+	@tests/leftovers.sh "the walk-throughs"
 	@tests/timed.sh test-sdk $(MAKE) --no-print-directory test-sdk
+	@tests/leftovers.sh test-sdk
 	@tests/timed.sh test-deploy $(MAKE) --no-print-directory test-deploy
+	@tests/leftovers.sh test-deploy
 	@tests/timed.sh soak target/debug/mentis-soak --duration 4m --clients $(SOAK_CLIENTS)
+	@tests/leftovers.sh soak
 
 # The Python SDK: a wheel with the stubs generated from proto/ and the release runtime for embedded mode
 # (docs/SDK.md).
-sdk: tools
+sdk: machine-tools bins
 	rm -rf target/sdk/*.whl
-	MENTIS_SDK_RUNTIME_BIN=$(CURDIR)/target/release/mentis-runtime \
+	MENTIS_SDK_RUNTIME_BIN=$(MENTIS_BIN_DIR)/mentis-runtime \
 	  .tools/venv/bin/pip wheel -q --no-build-isolation --no-deps -w target/sdk sdk/python
 
-# The SDK's tests (pytest) from a fresh virtual environment holding only the wheel and pytest, against a real runtime;
-# then its agent-framework tools (LangGraph, CrewAI) from another one with the wheel and the pinned frameworks, and the
-# MCP server (`mentis mcp` and /mcp) from a third with the wheel and the pinned Python MCP client (CrewAI needs mcp<2).
 # The TypeScript SDK: the npm package with the code generated from proto/ at build time (docs/SDK-TS.md).
 sdk-ts:
 	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
 	mkdir -p target/sdk-ts && rm -f target/sdk-ts/mentis-sandbox-*.tgz
 	cd sdk/typescript && npm pack --silent --pack-destination ../../target/sdk-ts
+
+# The SDK's tests (pytest) from a fresh virtual environment holding only the wheel and pytest, against a real runtime;
+# then its agent-framework tools (LangGraph, CrewAI) from another one with the wheel and the pinned frameworks, and the
+# MCP server (`mentis mcp` and /mcp) from a third with the wheel and the pinned Python MCP client (CrewAI needs mcp<2);
+# then the TypeScript SDK's (tests/sdk-ts-check.sh).
 
 test-sdk: image sdk
 	$(DEBUG_BINS)
@@ -143,7 +170,7 @@ test-sdk: image sdk
 # The Helm chart rendered, linted and validated offline (also in make lint); the walk-through against the runtime
 # image under Compose, in both modes (each also upgrades the runtime in place), then installed from the offline
 # bundle on an engine without the images.
-test-deploy: service-images tools
+test-deploy: service-images machine-tools
 	@.tools/venv/bin/python tests/helm-check.py
 	@tests/readme-walkthrough.sh --compose host
 	@tests/readme-walkthrough.sh --compose dind

@@ -10,7 +10,8 @@
 #   mentis-<version>/DEPLOY.md, README.md, SHA256SUMS
 #
 # Usage: deploy/bundle.sh [OUT_DIR]     (default target/bundle; prints the tarball's path on stdout)
-# The images must exist (make service-images) and the binaries be built (cargo build --release).
+# The images must exist (make service-images) and the binaries be built (cargo build --release). The
+# mentis-runtime is MENTIS_BIN_DIR's (default target/release; `make test` bundles its stripped debug build).
 set -euo pipefail
 
 log() { echo "bundle: $*" >&2; }
@@ -21,8 +22,9 @@ repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo_root"
 out_dir=$(realpath -m -- "${1:-target/bundle}")
 # The runtime's own version (the workspace's), as it reports it.
-version=$(target/release/mentis-runtime --version 2>/dev/null | awk '{ print $2 }')
-[ -n "$version" ] || die "target/release/mentis-runtime --version failed (cargo build --release -p mentis-runtime)"
+runtime=${MENTIS_BIN_DIR:-target/release}/mentis-runtime
+version=$("$runtime" --version 2>/dev/null | awk '{ print $2 }')
+[ -n "$version" ] || die "$runtime --version failed (cargo build --release -p mentis-runtime)"
 name="mentis-$version"
 images=("${MENTIS_RUNTIME_IMAGE:-mentis/runtime:latest}" "${MENTIS_DIND_IMAGE:-mentis/dind:latest}"
   "${MENTIS_EXECUTOR_IMAGE:-mentis/executor:latest}")
@@ -30,14 +32,13 @@ for image in "${images[@]}"; do
   docker image inspect "$image" >/dev/null 2>&1 || die "$image is missing (make service-images)"
 done
 executor=target/release/mentis-executor
-[ -x target/release/mentis-runtime ] || die "target/release/mentis-runtime is missing (cargo build --release)"
 [ -x "$executor" ] || die "$executor is missing (make executor)"
 
 stage=$(mktemp -d /var/tmp/mentis-bundle.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 dir="$stage/$name"
 mkdir -p "$dir/bin" "$dir/helm"
-install -m 0755 target/release/mentis-runtime "$executor" "$dir/bin/"
+install -m 0755 "$runtime" "$executor" "$dir/bin/"
 install -m 0644 deploy/compose.yaml "$dir/compose.yaml"
 install -m 0755 deploy/install.sh "$dir/install.sh"
 install -m 0644 docs/DEPLOY.md README.md "$dir/"
