@@ -14,9 +14,8 @@ use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
-    LogsOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
-    WaitContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, ListVolumesOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures::StreamExt as _;
 use mentis_core::{Error, Reason, Resource, Result, SandboxId};
@@ -168,18 +167,7 @@ impl DockerBackend {
             "label".to_owned(),
             vec![format!("{LABEL_COMPONENT}={COMPONENT_INSTALLER}")],
         )]);
-        let Ok(list) = self
-            .call(
-                "list containers",
-                self.docker.list_containers(Some(
-                    ListContainersOptionsBuilder::default()
-                        .all(true)
-                        .filters(&filters)
-                        .build(),
-                )),
-            )
-            .await
-        else {
+        let Ok(list) = self.all_containers(&filters).await else {
             return;
         };
         let now = std::time::SystemTime::now()

@@ -189,6 +189,23 @@ impl DockerBackend {
         }
     }
 
+    /// The containers (in every state) that `filters` select.
+    async fn all_containers(
+        &self,
+        filters: &HashMap<String, Vec<String>>,
+    ) -> Result<Vec<bollard::models::ContainerSummary>, bollard::errors::Error> {
+        self.call(
+            "list containers",
+            self.docker.list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(filters)
+                    .build(),
+            )),
+        )
+        .await
+    }
+
     /// The executor volume, filled at `prepare` (again, when it was removed by hand since).
     async fn executor_volume(&self) -> Result<String> {
         if let Some(volume) = self.executor_volume.get() {
@@ -712,15 +729,7 @@ impl SandboxBackend for DockerBackend {
     async fn list(&self) -> Result<Vec<BackendSandbox>> {
         let filters = labels::instance_filter(&self.config.instance);
         let containers = self
-            .call(
-                "list containers",
-                self.docker.list_containers(Some(
-                    ListContainersOptionsBuilder::default()
-                        .all(true)
-                        .filters(&filters)
-                        .build(),
-                )),
-            )
+            .all_containers(&filters)
             .await
             .docker_ctx("list containers")?;
         let volumes = self
