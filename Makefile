@@ -160,7 +160,6 @@ sdk-ts:
 # then its agent-framework tools (LangGraph, CrewAI) from another one with the wheel and the pinned frameworks, and the
 # MCP server (`mentis mcp` and /mcp) from a third with the wheel and the pinned Python MCP client (CrewAI needs mcp<2);
 # then the TypeScript SDK's (tests/sdk-ts-check.sh).
-
 test-sdk: image sdk
 	$(DEBUG_BINS)
 	@tests/timed.sh "python sdk" tests/sdk-check.sh

@@ -13,7 +13,7 @@ since=${MENTIS_TEST_SINCE:?MENTIS_TEST_SINCE (epoch seconds) is not set}
 # Ids (containers or volumes, by $1) with one of our labels, made after $since. The executor's volumes stay:
 # every runtime of the engine shares the one of its executor image.
 made_since() {
-  local kind=$1 filter id created
+  local kind=$1 filter id created component
   for filter in label=io.mentis.managed=true label=io.mentis.instance label=io.mentis.test-internet; do
     if [ "$kind" = container ]; then
       docker ps -aq --no-trunc --filter "$filter"
@@ -22,12 +22,12 @@ made_since() {
     fi
   done | sort -u | while read -r id; do
     if [ "$kind" = container ]; then
-      created=$(docker inspect --format '{{.Created}}' "$id" 2>/dev/null) || continue
+      read -r created component < <(docker inspect --format '{{.Created}} -' "$id" 2>/dev/null) || continue
     else
-      [ "$(docker volume inspect --format '{{index .Labels "io.mentis.component"}}' "$id" 2>/dev/null)" = executor-volume ] &&
-        continue
-      created=$(docker volume inspect --format '{{.CreatedAt}}' "$id" 2>/dev/null) || continue
+      read -r created component < <(docker volume inspect \
+        --format '{{.CreatedAt}} {{index .Labels "io.mentis.component"}}' "$id" 2>/dev/null) || continue
     fi
+    [ "$component" != executor-volume ] || continue
     if [ "$(date -d "$created" +%s)" -ge "$since" ]; then echo "$id"; fi
   done
 }

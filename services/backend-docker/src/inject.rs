@@ -140,21 +140,30 @@ impl DockerBackend {
             ))
         }
         .await;
+        self.remove_installer(&name).await;
+        result
+    }
+
+    /// Removes an installer container, in whatever state; whether it was there to remove (a failure is
+    /// logged: nothing waits for an installer's removal).
+    async fn remove_installer(&self, name: &str) -> bool {
         let removed = self
             .call(
                 "remove container",
                 self.docker.remove_container(
-                    &name,
+                    name,
                     Some(RemoveContainerOptionsBuilder::default().force(true).build()),
                 ),
             )
             .await;
-        if let Err(e) = removed
-            && !is_not_found(&e)
-        {
-            tracing::warn!(container = %name, error = %e, "could not remove the executor's installer");
+        match removed {
+            Ok(()) => true,
+            Err(e) if is_not_found(&e) => false,
+            Err(e) => {
+                tracing::warn!(container = %name, error = %e, "could not remove the executor's installer");
+                false
+            }
         }
-        result
     }
 
     /// Removes the installers, stopped or never started, that no install waits for any more: this
@@ -184,23 +193,8 @@ impl DockerBackend {
             let Some(id) = c.id.filter(|_| dead) else {
                 continue;
             };
-            match self
-                .call(
-                    "remove container",
-                    self.docker.remove_container(
-                        &id,
-                        Some(RemoveContainerOptionsBuilder::default().force(true).build()),
-                    ),
-                )
-                .await
-            {
-                Ok(()) => {
-                    tracing::info!(container = %id, "removed an installer an earlier install left")
-                }
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => {
-                    tracing::warn!(container = %id, error = %e, "could not remove a dead installer")
-                }
+            if self.remove_installer(&id).await {
+                tracing::info!(container = %id, "removed an installer an earlier install left");
             }
         }
     }
